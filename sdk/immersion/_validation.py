@@ -1,0 +1,61 @@
+"""Small argument checks shared by the public API (one place, one wording)."""
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgumentError, NonFiniteError
+
+
+def positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
+    """Return ``value`` as an int >= ``minimum`` or raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidArgumentError(name, f"expected an integer >= {minimum}, got {value!r}")
+    if int(value) < minimum:
+        raise InvalidArgumentError(name, f"expected an integer >= {minimum}, got {value}")
+    return int(value)
+
+
+def positive_float(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as a finite float > 0 (or >= 0) or raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(name, f"expected a positive number, got {value!r}")
+    out = float(value)
+    if not np.isfinite(out) or out < 0 or (out == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidArgumentError(name, f"expected a finite number {bound}, got {value!r}")
+    return out
+
+
+def probability(name: str, value: Any) -> float:
+    """Return ``value`` as a float in (0, 1) or raise naming ``name``."""
+    out = positive_float(name, value)
+    if out >= 1:
+        raise InvalidArgumentError(name, f"expected a probability in (0, 1), got {value!r}")
+    return out
+
+
+def finite_array(name: str, value: Any, *, last_dim: int | None = None,
+                 ndim: int | None = None) -> np.ndarray:
+    """Convert ``value`` to a float64 array, checking its trailing length and finiteness."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(name, f"expected an array of numbers ({exc})") from None
+    if ndim is not None and arr.ndim != ndim:
+        raise InvalidArgumentError(name, f"expected {ndim} dimension(s), got shape {arr.shape}")
+    if last_dim is not None and (arr.ndim == 0 or arr.shape[-1] != last_dim):
+        raise InvalidArgumentError(
+            name, f"expected shape (..., {last_dim}), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise NonFiniteError(name, "contains NaN or inf")
+    return arr
+
+
+def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``allowed`` or raise naming ``name``."""
+    if value not in allowed:
+        raise InvalidArgumentError(name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
+    return str(value)

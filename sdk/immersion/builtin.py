@@ -1,0 +1,27 @@
+"""Built-in plugin: the numpy and torch backends (registered through the entry-point group)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .hookspecs import BackendSpec, hookimpl
+
+
+def _numpy(*, dtype: str | None = None, device: str | None = None) -> Any:
+    from .backends.numpy_backend import NumpyBackend
+    from .errors import InvalidArgumentError
+
+    if device not in (None, "cpu"):
+        raise InvalidArgumentError("device", f"the numpy backend runs on the CPU only, got {device!r}")
+    return NumpyBackend(dtype or "float64")
+
+
+def _torch(*, dtype: str | None = None, device: str | None = None) -> Any:
+    from .backends.torch_backend import TorchBackend
+
+    return TorchBackend(dtype or "float64", device)
+
+
+@hookimpl
+def immersion_register_backends() -> list[BackendSpec]:
+    return [BackendSpec("numpy", _numpy, "numpy float64 reference backend"),
+            BackendSpec("torch", _torch, "torch backend, CPU or CUDA, float32 or float64 (extra: torch)")]

@@ -1,0 +1,63 @@
+"""Exceptions raised by the SDK.
+
+Every error that comes from bad input names the offending argument, so that a user
+reading the message knows what to change.
+"""
+from __future__ import annotations
+
+
+class ImmersionError(Exception):
+    """Base class of every error raised on purpose by this SDK."""
+
+
+class InvalidArgumentError(ImmersionError, ValueError):
+    """An argument has the wrong type, shape, range or value.
+
+    Attributes
+    ----------
+    argument:
+        Name of the offending argument, as the user wrote it.
+    """
+
+    def __init__(self, argument: str, message: str) -> None:
+        self.argument = argument
+        super().__init__(f"{argument}: {message}")
+
+
+class NonFiniteError(InvalidArgumentError):
+    """An array contains NaN or inf where finite numbers are required."""
+
+
+class PrecisionError(ImmersionError, ValueError):
+    """The requested privacy cannot be decoded within the requested tolerance.
+
+    Attributes
+    ----------
+    smallest_feasible_epsilon_input, smallest_feasible_epsilon_output:
+        The smallest per-element epsilons (same ratio as requested) whose predicted
+        decode error meets the tolerance for the chosen dtype.
+    """
+
+    def __init__(self, message: str, *, smallest_feasible_epsilon_input: float,
+                 smallest_feasible_epsilon_output: float) -> None:
+        self.smallest_feasible_epsilon_input = smallest_feasible_epsilon_input
+        self.smallest_feasible_epsilon_output = smallest_feasible_epsilon_output
+        super().__init__(message)
+
+
+class KeyFileError(ImmersionError):
+    """A key file is missing, truncated, tampered with or of the wrong kind."""
+
+
+class OptionalDependencyError(ImmersionError, ImportError):
+    """An optional dependency (an extra) is needed but not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str) -> None:
+        super().__init__(
+            f"{purpose} needs the optional package '{package}'. "
+            f"Install it with: pip install 'immersion-coding[{extra}]'"
+        )
+
+
+class PluginError(ImmersionError):
+    """A plugin could not be registered (for example a duplicate name)."""

@@ -1,0 +1,63 @@
+"""Hook specifications of the ``immersion`` plugin system (pluggy).
+
+Every hook is called once, when the registry is built (never inside per-step loops), and
+returns a list of registrations that the registry collects from all plugins; none stops at
+the first result. Plugins are found through the ``immersion`` entry-point group.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pluggy
+
+PROJECT = "immersion"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """An array backend: ``factory(dtype=..., device=...)`` returns an ``ArrayBackend``."""
+
+    name: str
+    factory: Callable[..., Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """A dynamical algorithm ready to immerse: ``build(**params)`` returns an object with
+    ``f``, ``g``, ``n_state``, ``n_input``, ``n_output`` and ``initial_state``."""
+
+    name: str
+    build: Callable[..., Any]
+    description: str = ""
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A CLI command group contributed by a plugin (a ``click.Command``), mounted under ``parent``."""
+
+    name: str
+    command: Any
+    parent: str = ""
+
+
+@hookspec
+def immersion_register_backends() -> list[BackendSpec]:
+    """Return the array backends this plugin provides. Called once when the registry is built."""
+    raise NotImplementedError
+
+
+@hookspec
+def immersion_register_algorithms() -> list[AlgorithmSpec]:
+    """Return the algorithms (controllers, optimizers) this plugin provides. Called once."""
+    raise NotImplementedError
+
+
+@hookspec
+def immersion_register_commands() -> list[CommandSpec]:
+    """Return CLI commands (demos, benchmarks, tools) this plugin adds. Called once, by the CLI."""
+    raise NotImplementedError

@@ -1,0 +1,306 @@
+"""Codes: one affine encoding ``x -> Pi x + N s`` with its left inverse and kernel basis.
+
+Two implementations share one interface:
+
+* :class:`DenseCode` holds explicit matrices (small dimensions, or keys a user supplies);
+* :class:`StructuredCode` holds the O(n b) factors of :mod:`.structured` (large dimensions).
+
+The runtime pieces (``Encoder``, ``Decoder``) are what the target algorithm receives: they
+carry exactly the matrices one direction needs, on one backend, and nothing else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .stats import RowStats, dense_row_stats
+from .structured import MixParams, OrthogonalTransform, structured_row_stats
+
+#: Above this many entries a dense view of a structured key is refused (it would not fit).
+MAX_DENSE_ENTRIES = 50_000_000
+
+
+class DenseEncoder:
+    """``y -> Pi y`` with an explicit matrix."""
+
+    def __init__(self, pi: np.ndarray, backend: Any) -> None:
+        self._pi_t = backend.asarray(np.ascontiguousarray(pi.T))
+
+    def __call__(self, y: Any) -> Any:
+        return y @ self._pi_t
+
+
+class DenseNoisyEncoder:
+    """``(y, s) -> Pi y + N s`` with explicit matrices (seed 002 eq. 16)."""
+
+    def __init__(self, pi: np.ndarray, noise_basis: np.ndarray, backend: Any) -> None:
+        self._pi_t = backend.asarray(np.ascontiguousarray(pi.T))
+        self._n_t = backend.asarray(np.ascontiguousarray(noise_basis.T))
+
+    def __call__(self, y: Any, s: Any) -> Any:
+        return y @ self._pi_t + s @ self._n_t
+
+
+class DenseDecoder(DenseEncoder):
+    """``x -> Pi^L x`` with an explicit left inverse (same algebra as the encoder)."""
+
+
+class StructuredEncoder:
+    """``y -> Q[:, positions] y`` for a structured code."""
+
+    def __init__(self, transform: OrthogonalTransform, positions: np.ndarray, backend: Any) -> None:
+        self._transform = transform
+        self._pos = backend.asarray(positions)
+        self._backend = backend
+
+    def __call__(self, y: Any) -> Any:
+        v = self._backend.zeros(tuple(y.shape[:-1]) + (self._transform.size,))
+        v[..., self._pos] = y
+        return self._transform.forward(v)
+
+
+class StructuredNoisyEncoder:
+    """``(y, s) -> Q [y at signal_pos; s at noise_pos]`` in one transform (seed 002 eq. 16)."""
+
+    def __init__(self, transform: OrthogonalTransform, signal_pos: np.ndarray, noise_pos: np.ndarray,
+                 backend: Any) -> None:
+        self._transform = transform
+        self._sig = backend.asarray(signal_pos)
+        self._noise = backend.asarray(noise_pos)
+        self._backend = backend
+
+    def __call__(self, y: Any, s: Any) -> Any:
+        v = self._backend.zeros(tuple(y.shape[:-1]) + (self._transform.size,))
+        v[..., self._sig] = y
+        v[..., self._noise] = s
+        return self._transform.forward(v)
+
+
+class StructuredDecoder:
+    """``x -> (Q^T x)[positions]``: the left inverse of a structured code (exact: Q is orthogonal)."""
+
+    def __init__(self, transform: OrthogonalTransform, positions: np.ndarray, backend: Any) -> None:
+        self._transform = transform
+        self._pos = backend.asarray(positions)
+
+    def __call__(self, x: Any) -> Any:
+        return self._transform.adjoint(x)[..., self._pos]
+
+
+@dataclass(frozen=True, eq=False)
+class DenseCode:
+    """A code given by explicit ``Pi`` (n~ x n), ``Pi_left`` (n x n~) and ``N`` (n~ x m)."""
+
+    pi: np.ndarray
+    pi_left: np.ndarray
+    noise_basis: np.ndarray
+
+    kind = "dense"
+
+    @property
+    def n_signal(self) -> int:
+        return int(self.pi.shape[1])
+
+    @property
+    def n_total(self) -> int:
+        return int(self.pi.shape[0])
+
+    @property
+    def n_noise(self) -> int:
+        return int(self.noise_basis.shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        return self.pi.nbytes + self.pi_left.nbytes + self.noise_basis.nbytes
+
+    def dense_pi(self) -> np.ndarray:
+        return self.pi
+
+    def dense_pi_left(self) -> np.ndarray:
+        return self.pi_left
+
+    def dense_noise_basis(self) -> np.ndarray:
+        return self.noise_basis
+
+    @cached_property
+    def _stats(self) -> RowStats:
+        return dense_row_stats(self.pi, self.noise_basis)
+
+    def row_stats(self) -> RowStats:
+        return self._stats
+
+    def encoder(self, backend: Any) -> DenseEncoder:
+        return DenseEncoder(self.pi, backend)
+
+    def decoder(self, backend: Any) -> DenseDecoder:
+        return DenseDecoder(self.pi_left, backend)
+
+    def noisy_encoder(self, backend: Any) -> DenseNoisyEncoder:
+        return DenseNoisyEncoder(self.pi, self.noise_basis, backend)
+
+
+@dataclass(frozen=True, eq=False)
+class StructuredCode:
+    """A code ``Pi = Q[:, signal_pos]``, ``N = Q[:, noise_pos]`` with ``Q`` block-structured orthogonal."""
+
+    mix: MixParams
+    signal_pos: np.ndarray
+    noise_pos: np.ndarray
+    flat_pos: np.ndarray
+
+    kind = "block"
+
+    @property
+    def n_signal(self) -> int:
+        return int(self.signal_pos.shape[0])
+
+    @property
+    def n_total(self) -> int:
+        return self.mix.size
+
+    @property
+    def n_noise(self) -> int:
+        return int(self.noise_pos.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return self.mix.nbytes + self.signal_pos.nbytes + self.noise_pos.nbytes + self.flat_pos.nbytes
+
+    def _columns(self, positions: np.ndarray, name: str) -> np.ndarray:
+        entries = self.n_total * positions.shape[0]
+        if entries > MAX_DENSE_ENTRIES:
+            raise InvalidArgumentError(
+                name, f"a dense view would have {entries:,} entries; block keys are meant to stay "
+                "structured (use encode/decode, or keys.row_stats())")
+        from ..backends.numpy_backend import NumpyBackend
+
+        eye = np.zeros((positions.shape[0], self.n_total))
+        eye[np.arange(positions.shape[0]), positions] = 1.0
+        return OrthogonalTransform(self.mix, NumpyBackend()).forward(eye).T
+
+    def dense_pi(self) -> np.ndarray:
+        return self._columns(self.signal_pos, "Pi")
+
+    def dense_pi_left(self) -> np.ndarray:
+        return self.dense_pi().T
+
+    def dense_noise_basis(self) -> np.ndarray:
+        return self._columns(self.noise_pos, "N")
+
+    @cached_property
+    def _stats(self) -> tuple[RowStats, np.ndarray]:
+        return structured_row_stats(self.mix, self.noise_pos, self.flat_pos)
+
+    def row_stats(self) -> RowStats:
+        return self._stats[0]
+
+    def flat_entries(self) -> np.ndarray:
+        """``|Q[i, flat column of row i's group]|`` for every row i."""
+        return self._stats[1]
+
+    def transform(self, backend: Any) -> OrthogonalTransform:
+        return OrthogonalTransform(self.mix, backend)
+
+    def encoder(self, backend: Any, transform: OrthogonalTransform | None = None) -> StructuredEncoder:
+        return StructuredEncoder(transform or self.transform(backend), self.signal_pos, backend)
+
+    def decoder(self, backend: Any, transform: OrthogonalTransform | None = None) -> StructuredDecoder:
+        return StructuredDecoder(transform or self.transform(backend), self.signal_pos, backend)
+
+    def noisy_encoder(self, backend: Any, transform: OrthogonalTransform | None = None) -> StructuredNoisyEncoder:
+        return StructuredNoisyEncoder(transform or self.transform(backend), self.signal_pos, self.noise_pos, backend)
+
+
+Code = DenseCode | StructuredCode
+
+
+class DenseMaskOp:
+    """``y~ -> Pi4 y~`` with an explicit matrix."""
+
+    def __init__(self, pi4: np.ndarray, backend: Any) -> None:
+        self._pi4_t = backend.asarray(np.ascontiguousarray(pi4.T))
+
+    def __call__(self, y_enc: Any) -> Any:
+        return y_enc @ self._pi4_t
+
+
+@dataclass(frozen=True, eq=False)
+class DenseMask:
+    """An explicit output mask ``Pi4`` (n~_u x n~_y), seed 002 eq. 17."""
+
+    pi4: np.ndarray
+
+    def dense(self, input_code: Code, output_code: Code) -> np.ndarray:
+        return self.pi4
+
+    def noise_row_norms(self, input_code: Code, output_code: Code) -> np.ndarray:
+        """``||(Pi4 N1)^j||_2`` for every output element j."""
+        return np.linalg.norm(self.pi4 @ input_code.dense_noise_basis(), axis=1)
+
+    def noise_row_linf(self, input_code: Code, output_code: Code) -> np.ndarray:
+        """``||(Pi4 N1)^j||_inf`` for every output element j."""
+        return np.abs(self.pi4 @ input_code.dense_noise_basis()).max(axis=1)
+
+    def data_row_l1(self, input_code: Code, output_code: Code) -> np.ndarray:
+        """``||(Pi4 Pi1)^j||_1``: how much input data leaks into the mask of output element j."""
+        return np.abs(self.pi4 @ input_code.dense_pi()).sum(axis=1)
+
+    def operator(self, input_code: Code, output_code: Code, backend: Any) -> DenseMaskOp:
+        return DenseMaskOp(self.pi4, backend)
+
+    @property
+    def nbytes(self) -> int:
+        return self.pi4.nbytes
+
+
+class StructuredMaskOp:
+    """``y~ -> beta * Q_u scatter(flat_u, signs * (N1^T y~)[source])``."""
+
+    def __init__(self, mask: "StructuredMask", input_code: StructuredCode,
+                 output_code: StructuredCode, backend: Any) -> None:
+        self._pick = StructuredDecoder(input_code.transform(backend), input_code.noise_pos[mask.source], backend)
+        self._place = StructuredEncoder(output_code.transform(backend), output_code.flat_pos, backend)
+        self._weights = backend.asarray(mask.beta * mask.signs)
+
+    def __call__(self, y_enc: Any) -> Any:
+        return self._place(self._pick(y_enc) * self._weights)
+
+
+@dataclass(frozen=True, eq=False)
+class StructuredMask:
+    """``Pi4 = beta * sum_g sign_g Q_u[:, flat_g] N1[:, source_g]^T`` for block keys.
+
+    ``Pi4 Pi1 = 0`` (the mask carries noise only, no input data), and row j of ``Pi4 N1`` has a
+    single non-zero entry ``beta * Q_u[j, flat_g(j)]``, so its norm is known exactly.
+    """
+
+    beta: float
+    signs: np.ndarray    # (groups of the output code,)
+    source: np.ndarray   # input noise coordinate feeding each output group
+
+    def dense(self, input_code: StructuredCode, output_code: StructuredCode) -> np.ndarray:
+        n_in = input_code.dense_noise_basis()[:, self.source] * (self.beta * self.signs)
+        q_flat = output_code._columns(output_code.flat_pos, "Pi4")
+        return q_flat @ n_in.T
+
+    def noise_row_norms(self, input_code: StructuredCode, output_code: StructuredCode) -> np.ndarray:
+        return self.beta * output_code.flat_entries()
+
+    def noise_row_linf(self, input_code: StructuredCode, output_code: StructuredCode) -> np.ndarray:
+        """Equal to the 2-norm: each row of ``Pi4 N1`` has a single non-zero entry."""
+        return self.noise_row_norms(input_code, output_code)
+
+    def data_row_l1(self, input_code: StructuredCode, output_code: StructuredCode) -> np.ndarray:
+        """Zero by construction: ``Pi4 Pi1 = N_u (...) N1^T Pi1 = 0``."""
+        return np.zeros(output_code.n_total)
+
+    def operator(self, input_code: StructuredCode, output_code: StructuredCode, backend: Any) -> StructuredMaskOp:
+        return StructuredMaskOp(self, input_code, output_code, backend)
+
+    @property
+    def nbytes(self) -> int:
+        return self.signs.nbytes + self.source.nbytes

@@ -1,0 +1,253 @@
+"""The user's secret keys (seed 002, Proposition 1): ``Pi1..Pi4``, ``N1``, left inverses, noise law."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .codes import Code, DenseCode, DenseMask, StructuredCode, StructuredMask
+from .stats import RowStats
+from .structured import draw_structured_layout
+
+NoiseKind = Literal["laplace", "gaussian"]
+Mask = DenseMask | StructuredMask
+
+
+@dataclass(frozen=True, eq=False)
+class Keys:
+    """Secret keys of one immersion. Frozen; ``repr`` shows shapes and a fingerprint only.
+
+    The dense views ``Pi1 .. Pi4``, ``N1``, ``Pi1_left .. Pi3_left`` are numpy arrays (for block
+    keys they are materialised on demand and refused when too large).
+
+    Examples
+    --------
+    >>> keys = Keys.draw(n_state=3, n_input=1, n_output=1, extra_state=1, extra_input=2,
+    ...                  extra_output=2, rng=0)
+    >>> keys.Pi1.shape, keys.N1.shape, keys.Pi4.shape
+    ((3, 1), (3, 2), (3, 3))
+    >>> bool(np.allclose(keys.Pi1_left @ keys.N1, 0))
+    True
+    """
+
+    input_code: Code
+    state_code: Code
+    output_code: Code
+    mask: Mask
+    noise_kind: NoiseKind = "laplace"
+    noise_scale: float | None = None
+    noise_mean: float = 0.0
+    mask_is_generated: bool = True
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def draw(cls, *, n_state: int, n_input: int, n_output: int, extra_state: int = 1,
+             extra_input: int = 2, extra_output: int = 2, kind: Literal["dense", "block"] = "dense",
+             block_size: int = 32, rng: Any = None) -> "Keys":
+        """Draw random keys (noise law not yet designed: ``noise_scale`` is None, mask scale 1).
+
+        ``kind="dense"`` uses one Haar-random orthogonal matrix per code (O(n^2) memory);
+        ``kind="block"`` the structured factors of :mod:`.structured` (O(n b)).
+        """
+        gen = np.random.default_rng(rng)
+        size_of = {"input": (n_input, extra_input), "state": (n_state, extra_state),
+                   "output": (n_output, extra_output)}
+        structured = {}
+        for name, (n, m) in size_of.items():
+            b = n + m if kind == "dense" else block_size
+            params, sig, noise, flat = draw_structured_layout(gen, n, m, b)
+            structured[name] = StructuredCode(params, sig, noise, flat)
+        out_groups = structured["output"].flat_pos.shape[0]
+        mask = StructuredMask(beta=1.0, signs=gen.choice([-1.0, 1.0], size=out_groups),
+                              source=np.arange(out_groups) % extra_input)
+        keys = cls(structured["input"], structured["state"], structured["output"], mask)
+        return keys.densified() if kind == "dense" else keys
+
+    def densified(self) -> "Keys":
+        """The same keys with every code materialised as explicit matrices (fast for small sizes)."""
+        def dense(code: Code) -> DenseCode:
+            if isinstance(code, DenseCode):
+                return code
+            n = code.dense_noise_basis()
+            return DenseCode(code.dense_pi(), code.dense_pi_left(), n)
+        return dataclasses.replace(
+            self, input_code=dense(self.input_code), state_code=dense(self.state_code),
+            output_code=dense(self.output_code), mask=DenseMask(self.Pi4))
+
+    @classmethod
+    def from_matrices(cls, *, Pi1: Any, Pi2: Any, Pi3: Any, Pi4: Any, N1: Any = None,
+                      Pi1_left: Any = None, Pi2_left: Any = None, Pi3_left: Any = None,
+                      noise: NoiseKind = "laplace", noise_scale: float | None = None,
+                      noise_mean: float = 0.0) -> "Keys":
+        """Keys from user matrices, validated (full column rank, left inverses, kernel basis).
+
+        Missing left inverses default to the pseudo-inverse; a missing ``N1`` to an orthonormal
+        basis of ``ker(Pi1_left)``. ``noise_scale=None`` lets :func:`immerse` design it.
+        """
+        from scipy.linalg import null_space
+
+        def code(pi_name: str, pi: Any, left_name: str, left: Any, n_name: str | None, n: Any) -> DenseCode:
+            p = _matrix(pi_name, pi)
+            if p.shape[0] <= p.shape[1]:
+                raise InvalidArgumentError(pi_name, f"must be tall (more rows than columns), got shape {p.shape}")
+            if np.linalg.matrix_rank(p) < p.shape[1]:
+                raise InvalidArgumentError(pi_name, f"must have full column rank {p.shape[1]}, "
+                                           f"got rank {np.linalg.matrix_rank(p)}")
+            pl = np.linalg.pinv(p) if left is None else _matrix(left_name, left, shape=(p.shape[1], p.shape[0]))
+            if not np.allclose(pl @ p, np.eye(p.shape[1]), atol=1e-9 * max(1.0, np.abs(pl).max() * np.abs(p).max())):
+                raise InvalidArgumentError(left_name, f"is not a left inverse of {pi_name} ({left_name} @ {pi_name} != I)")
+            if n is None:
+                basis = null_space(pl)
+            else:
+                basis = _matrix(n_name or "N", n, shape=(p.shape[0], p.shape[0] - p.shape[1]))
+            return DenseCode(p, pl, basis)
+
+        input_code = code("Pi1", Pi1, "Pi1_left", Pi1_left, "N1", N1)
+        state_code = code("Pi2", Pi2, "Pi2_left", Pi2_left, None, None)
+        output_code = code("Pi3", Pi3, "Pi3_left", Pi3_left, None, None)
+        pi4 = _matrix("Pi4", Pi4, shape=(output_code.n_total, input_code.n_total))
+        keys = cls(input_code, state_code, output_code, DenseMask(pi4), noise, noise_scale, noise_mean, False)
+        keys.validate()
+        return keys
+
+    def with_noise(self, *, kind: NoiseKind, scale: float, mean: float, mask_scale: float = 1.0) -> "Keys":
+        """These keys with a designed noise law (and the generated mask rescaled by ``mask_scale``)."""
+        mask = self.mask
+        if mask_scale != 1.0:
+            mask = (DenseMask(mask.pi4 * mask_scale) if isinstance(mask, DenseMask)
+                    else dataclasses.replace(mask, beta=mask.beta * mask_scale))
+        return dataclasses.replace(self, mask=mask, noise_kind=kind, noise_scale=scale, noise_mean=mean)
+
+    # ------------------------------------------------------------------ checks
+    def validate(self, *, rtol: float = 1e-9) -> None:
+        """Check the algebra Proposition 1 needs; raise :class:`InvalidArgumentError` naming the key.
+
+        Full column rank of ``Pi1..Pi3``, ``PiL Pi = I``, ``Pi1_left N1 = 0``, no zero row in ``N1``
+        and ``N1`` of full column rank. Dense keys are checked directly; block keys by their
+        construction plus the row statistics (no dense view needed).
+        """
+        stats = self.input_stats
+        if np.any(stats.l2_noise <= rtol * max(stats.l2_noise.max(), 1e-300)):
+            raise InvalidArgumentError("N1", "has a zero row: that element of y~ would carry no noise")
+        if isinstance(self.input_code, DenseCode):
+            n1, pl = self.input_code.noise_basis, self.input_code.pi_left
+            if n1.shape[1] and np.linalg.matrix_rank(n1) < n1.shape[1]:
+                raise InvalidArgumentError("N1", "must have full column rank")
+            scale = np.abs(pl).max() * np.abs(n1).max() * pl.shape[1]
+            if np.abs(pl @ n1).max() > rtol * max(scale, 1e-300):
+                raise InvalidArgumentError("N1", "columns must lie in ker(Pi1_left): Pi1_left @ N1 != 0")
+
+    # ------------------------------------------------------------------ dense views
+    @property
+    def Pi1(self) -> np.ndarray:
+        return self.input_code.dense_pi()
+
+    @property
+    def Pi1_left(self) -> np.ndarray:
+        return self.input_code.dense_pi_left()
+
+    @property
+    def N1(self) -> np.ndarray:
+        return self.input_code.dense_noise_basis()
+
+    @property
+    def Pi2(self) -> np.ndarray:
+        return self.state_code.dense_pi()
+
+    @property
+    def Pi2_left(self) -> np.ndarray:
+        return self.state_code.dense_pi_left()
+
+    @property
+    def Pi3(self) -> np.ndarray:
+        return self.output_code.dense_pi()
+
+    @property
+    def Pi3_left(self) -> np.ndarray:
+        return self.output_code.dense_pi_left()
+
+    @property
+    def Pi4(self) -> np.ndarray:
+        return self.mask.dense(self.input_code, self.output_code)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ statistics
+    @cached_property
+    def input_stats(self) -> RowStats:
+        """Row norms of ``Pi1`` and ``N1`` (one entry per element of y~)."""
+        return self.input_code.row_stats()
+
+    @cached_property
+    def output_stats(self) -> RowStats:
+        """Row norms of ``Pi3`` (one entry per element of u~)."""
+        return self.output_code.row_stats()
+
+    @cached_property
+    def mask_noise_row_norms(self) -> np.ndarray:
+        """``||(Pi4 N1)^j||_2`` for every element j of u~."""
+        return self.mask.noise_row_norms(self.input_code, self.output_code)  # type: ignore[arg-type]
+
+    @cached_property
+    def mask_noise_row_linf(self) -> np.ndarray:
+        """``||(Pi4 N1)^j||_inf`` for every element j of u~."""
+        return self.mask.noise_row_linf(self.input_code, self.output_code)  # type: ignore[arg-type]
+
+    @cached_property
+    def mask_data_row_l1(self) -> np.ndarray:
+        """``||(Pi4 Pi1)^j||_1`` (zero for generated keys: the mask carries noise only)."""
+        return self.mask.data_row_l1(self.input_code, self.output_code)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def kind(self) -> str:
+        return self.input_code.kind
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return {"n_state": self.state_code.n_signal, "n_input": self.input_code.n_signal,
+                "n_output": self.output_code.n_signal, "extra_state": self.state_code.n_noise,
+                "extra_input": self.input_code.n_noise, "extra_output": self.output_code.n_noise}
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the keys."""
+        return self.input_code.nbytes + self.state_code.nbytes + self.output_code.nbytes + self.mask.nbytes
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """First 16 hex digits of a SHA-256 over every key array and the noise law."""
+        from .store import key_arrays
+
+        digest = hashlib.sha256()
+        for name, arr in sorted(key_arrays(self).items()):
+            digest.update(name.encode())
+            digest.update(np.ascontiguousarray(arr).tobytes())
+        digest.update(repr((self.noise_kind, self.noise_scale, self.noise_mean)).encode())
+        return digest.hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        d = self.dims
+        return (f"Keys(kind={self.kind!r}, y: {d['n_input']}->{d['n_input'] + d['extra_input']}, "
+                f"x: {d['n_state']}->{d['n_state'] + d['extra_state']}, "
+                f"u: {d['n_output']}->{d['n_output'] + d['extra_output']}, noise={self.noise_kind}, "
+                f"fingerprint={self.fingerprint})")
+
+    __str__ = __repr__
+
+
+def _matrix(name: str, value: Any, *, shape: tuple[int, int] | None = None) -> np.ndarray:
+    try:
+        arr = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(name, "expected a 2-D array of numbers") from None
+    if arr.ndim != 2:
+        raise InvalidArgumentError(name, f"expected a 2-D array, got shape {arr.shape}")
+    if shape is not None and arr.shape != shape:
+        raise InvalidArgumentError(name, f"expected shape {shape}, got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise InvalidArgumentError(name, "contains NaN or inf")
+    return arr

@@ -1,0 +1,120 @@
+"""Saving and loading keys: one file, SHA-256 integrity check, owner-only permissions, atomic write."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import KeyFileError
+from .codes import DenseCode, DenseMask, StructuredCode, StructuredMask
+from .structured import MixParams
+
+if TYPE_CHECKING:
+    from .keys import Keys
+
+MAGIC = b"IMMERSION-KEYS-1\n"
+_CODES = ("input", "state", "output")
+
+
+def key_arrays(keys: "Keys") -> dict[str, np.ndarray]:
+    """Every array that defines ``keys``, by a stable name (used for saving and the fingerprint)."""
+    out: dict[str, np.ndarray] = {}
+    for name in _CODES:
+        code = getattr(keys, f"{name}_code")
+        if isinstance(code, DenseCode):
+            out.update({f"{name}.pi": code.pi, f"{name}.pi_left": code.pi_left, f"{name}.noise_basis": code.noise_basis})
+        else:
+            m = code.mix
+            out.update({f"{name}.blocks": m.blocks, f"{name}.tail": m.tail, f"{name}.householder": m.householder,
+                        f"{name}.group_ids": m.group_ids, f"{name}.row_perm": m.row_perm,
+                        f"{name}.signal_pos": code.signal_pos, f"{name}.noise_pos": code.noise_pos,
+                        f"{name}.flat_pos": code.flat_pos})
+    if isinstance(keys.mask, DenseMask):
+        out["mask.pi4"] = keys.mask.pi4
+    else:
+        out.update({"mask.beta": np.array([keys.mask.beta]), "mask.signs": keys.mask.signs,
+                    "mask.source": keys.mask.source})
+    return out
+
+
+def save_keys(keys: "Keys", path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """Write ``keys`` to ``path`` (mode 0600), atomically: a crash never leaves a partial file.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from immersion.keys import Keys, load_keys
+    >>> keys = Keys.draw(n_state=2, n_input=1, n_output=1, rng=0)
+    >>> path = save_keys(keys, os.path.join(tempfile.mkdtemp(), "k.keys"))
+    >>> oct(path.stat().st_mode & 0o777), load_keys(path).fingerprint == keys.fingerprint
+    ('0o600', True)
+    """
+    target = Path(path)
+    if target.exists() and not overwrite:
+        raise KeyFileError(f"path: {target} exists; pass overwrite=True to replace it")
+    if not target.parent.is_dir():
+        raise KeyFileError(f"path: folder {target.parent} does not exist")
+    meta = {"noise_kind": keys.noise_kind, "noise_scale": keys.noise_scale, "noise_mean": keys.noise_mean,
+            "codes": {name: getattr(keys, f"{name}_code").kind for name in _CODES},
+            "mask": "dense" if isinstance(keys.mask, DenseMask) else "structured",
+            "mask_is_generated": keys.mask_is_generated}
+    buf = io.BytesIO()
+    np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **key_arrays(keys))
+    payload = buf.getvalue()
+    blob = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".keys-", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load_keys(path: str | os.PathLike[str]) -> "Keys":
+    """Read keys written by :func:`save_keys`; refuse truncated, altered or foreign files."""
+    from .keys import Keys
+
+    source = Path(path)
+    try:
+        blob = source.read_bytes()
+    except OSError as exc:
+        raise KeyFileError(f"path: cannot read {source} ({exc.strerror})") from None
+    if not blob.startswith(MAGIC):
+        raise KeyFileError(f"path: {source} is not an immersion key file")
+    header_end = blob.find(b"\n", len(MAGIC))
+    digest, payload = blob[len(MAGIC):header_end].decode(errors="replace"), blob[header_end + 1:]
+    if header_end < 0 or hashlib.sha256(payload).hexdigest() != digest:
+        raise KeyFileError(f"path: {source} failed its integrity check (truncated or modified)")
+    if source.stat().st_mode & 0o077:
+        raise KeyFileError(f"path: {source} is readable by other users; run chmod 600 on it")
+    try:
+        with np.load(io.BytesIO(payload), allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        meta = json.loads(arrays.pop("__meta__").tobytes().decode())
+        codes = {name: _code(arrays, name, meta["codes"][name]) for name in _CODES}
+        mask: Any = (DenseMask(arrays["mask.pi4"]) if meta["mask"] == "dense" else
+                     StructuredMask(float(arrays["mask.beta"][0]), arrays["mask.signs"], arrays["mask.source"]))
+    except (KeyError, ValueError, OSError) as exc:
+        raise KeyFileError(f"path: {source} is malformed ({exc})") from None
+    return Keys(codes["input"], codes["state"], codes["output"], mask,
+                meta["noise_kind"], meta["noise_scale"], meta["noise_mean"], meta["mask_is_generated"])
+
+
+def _code(arrays: dict[str, np.ndarray], name: str, kind: str) -> Any:
+    a = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith(name + ".")}
+    if kind == "dense":
+        return DenseCode(a["pi"], a["pi_left"], a["noise_basis"])
+    mix = MixParams(a["blocks"], a["tail"], a["householder"], a["group_ids"], a["row_perm"])
+    return StructuredCode(mix, a["signal_pos"], a["noise_pos"], a["flat_pos"])

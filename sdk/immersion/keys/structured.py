@@ -1,0 +1,249 @@
+"""Block-structured orthogonal keys: O(n*b) memory and time (the paper's dense keys are O(n^2)).
+
+One code is an orthogonal matrix ``Q = P^T H B`` of size ``n~ x n~`` (``n~ = n + m``):
+
+* ``B``: block diagonal with Haar-random orthogonal blocks of size ``b`` (the last may be smaller);
+* ``H``: block diagonal over *groups* (contiguous runs of blocks) of Householder reflections
+  ``I - 2 h h^T``; each group's ``h`` maps one chosen noise column to a flat vector
+  ``±1/sqrt(group size)``, so every row of ``N`` is non-zero by construction;
+* ``P``: a random row permutation.
+
+``Pi = Q[:, signal positions]`` and ``N = Q[:, noise positions]``; because ``Q`` is orthogonal,
+``Pi^L = Pi^T`` and ``Pi^L N = 0`` exactly in exact arithmetic (seed 002, Proposition 1 needs
+full column rank, a left inverse and a kernel basis). Applying ``Q`` or ``Q^T`` costs
+``O(n~ b)``; the row norms the DP theorems need are computed exactly from the factors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .stats import RowStats
+
+
+@dataclass(frozen=True, eq=False)
+class MixParams:
+    """The factors of ``Q = P^T H B`` (internal coordinates are B's columns)."""
+
+    blocks: np.ndarray        # (n_full_blocks, b, b)
+    tail: np.ndarray          # (t, t), t = n~ - n_full_blocks * b (may be 0)
+    householder: np.ndarray   # (n~,), unit norm within each group
+    group_ids: np.ndarray     # (n~,), sorted: groups are contiguous in internal rows
+    row_perm: np.ndarray      # (n~,), output row i is internal row row_perm[i]
+
+    @property
+    def size(self) -> int:
+        return int(self.householder.shape[0])
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.group_ids[-1]) + 1
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.blocks, self.tail, self.householder, self.group_ids, self.row_perm))
+
+
+def _haar_orthogonal(rng: np.random.Generator, count: int, size: int) -> np.ndarray:
+    """``count`` Haar-random orthogonal ``size x size`` matrices (QR with sign fix)."""
+    if count == 0 or size == 0:
+        return np.zeros((count, size, size))
+    q, r = np.linalg.qr(rng.standard_normal((count, size, size)))
+    signs = np.sign(np.diagonal(r, axis1=1, axis2=2))
+    signs[signs == 0] = 1.0
+    return q * signs[:, None, :]
+
+
+def _split_sizes(total: int, parts: int) -> np.ndarray:
+    """Sizes of ``parts`` near-equal contiguous pieces of ``total``."""
+    base, extra = divmod(total, parts)
+    return np.array([base + 1] * extra + [base] * (parts - extra), dtype=np.int64)
+
+
+def _noise_counts(group_sizes: np.ndarray, n_noise: int) -> np.ndarray:
+    """Noise coordinates per group: at least one each, the rest in proportion to free room."""
+    counts = np.ones_like(group_sizes)
+    room = group_sizes - 1
+    left = n_noise - counts.sum()
+    if left > 0:
+        share = np.minimum(room, (left * room) // max(room.sum(), 1))
+        counts += share
+        left -= int(share.sum())
+        for g in np.argsort(-(room - share), kind="stable"):
+            if left == 0:
+                break
+            take = min(left, int(room[g] - share[g]))
+            counts[g] += take
+            left -= take
+    return counts
+
+
+def block_matvec(blocks: np.ndarray, tail: np.ndarray, v: Any, out: Any) -> Any:
+    """``out = B v`` for block-diagonal ``B`` given as full blocks plus a tail (numpy or torch)."""
+    n_full, b = blocks.shape[0], blocks.shape[-1]
+    full = n_full * b
+    if n_full:
+        lead = tuple(v.shape[:-1])
+        vb = v[..., :full].reshape(lead + (n_full, b, 1))
+        out[..., :full] = (blocks @ vb).reshape(lead + (full,))
+    if tail.shape[0]:
+        out[..., full:] = v[..., full:] @ tail.T
+    return out
+
+
+class OrthogonalTransform:
+    """Runtime form of ``Q`` on one backend: ``forward(v) = Q v``, ``adjoint(x) = Q^T x``."""
+
+    def __init__(self, params: MixParams, backend: Any) -> None:
+        self._backend = backend
+        self.size = params.size
+        self._blocks = backend.asarray(params.blocks)
+        self._blocks_t = backend.asarray(np.ascontiguousarray(params.blocks.transpose(0, 2, 1)))
+        self._tail = backend.asarray(params.tail)
+        self._tail_t = backend.asarray(np.ascontiguousarray(params.tail.T))
+        self._h = backend.asarray(params.householder)
+        self._gid = backend.asarray(params.group_ids)
+        self._n_groups = params.n_groups
+        self._perm = backend.asarray(params.row_perm)
+        self._inv_perm = backend.asarray(np.argsort(params.row_perm))
+
+    def _reflect(self, w: Any) -> Any:
+        sums = self._backend.segment_sum(self._h * w, self._gid, self._n_groups)
+        return w - 2.0 * self._h * sums[..., self._gid]
+
+    def forward(self, v: Any) -> Any:
+        w = block_matvec(self._blocks, self._tail, v, self._backend.zeros(tuple(v.shape)))
+        return self._reflect(w)[..., self._perm]
+
+    def adjoint(self, x: Any) -> Any:
+        w = self._reflect(x[..., self._inv_perm])
+        return block_matvec(self._blocks_t, self._tail_t, w, self._backend.zeros(tuple(w.shape)))
+
+
+def draw_structured_layout(rng: np.random.Generator, n_signal: int, n_noise: int,
+                           block_size: int) -> tuple[MixParams, np.ndarray, np.ndarray, np.ndarray]:
+    """Draw one block-structured code.
+
+    Returns ``(params, signal_pos, noise_pos, flat_pos)``: internal positions of the signal
+    coordinates, of the noise coordinates, and of each group's flat noise column.
+    """
+    size = n_signal + n_noise
+    b = min(block_size, size)
+    n_blocks = -(-size // b)
+    block_sizes = np.full(n_blocks, b, dtype=np.int64)
+    block_sizes[-1] = size - b * (n_blocks - 1)
+    n_full = n_blocks if block_sizes[-1] == b else n_blocks - 1
+    blocks = _haar_orthogonal(rng, n_full, b)
+    tail_size = int(size - n_full * b)
+    tail = _haar_orthogonal(rng, 1, tail_size)[0] if tail_size else np.zeros((0, 0))
+    block_starts = np.concatenate([[0], np.cumsum(block_sizes)])
+
+    n_groups = min(n_noise, n_blocks)
+    blocks_per_group = _split_sizes(n_blocks, n_groups)
+    group_block_starts = np.concatenate([[0], np.cumsum(blocks_per_group)])
+    group_starts = block_starts[group_block_starts]
+    group_ids = np.repeat(np.arange(n_groups), np.diff(group_starts))
+    noise_per_group = _noise_counts(np.diff(group_starts), n_noise)
+
+    noise_pos_list, flat_pos = [], np.empty(n_groups, dtype=np.int64)
+    for g in range(n_groups):
+        lo, hi = group_starts[g], group_starts[g + 1]
+        chosen = lo + rng.choice(hi - lo, size=noise_per_group[g], replace=False)
+        flat_pos[g] = chosen[0]
+        noise_pos_list.append(chosen)
+    noise_pos = np.concatenate(noise_pos_list).astype(np.int64)
+    is_noise = np.zeros(size, dtype=bool)
+    is_noise[noise_pos] = True
+    signal_pos = rng.permutation(np.flatnonzero(~is_noise)).astype(np.int64)
+
+    # Householder vectors: map B e_flat (a dense unit vector inside one block) to a flat vector.
+    householder = np.zeros(size)
+    for g in range(n_groups):
+        lo, hi = group_starts[g], group_starts[g + 1]
+        col = np.zeros(size)
+        col[flat_pos[g]] = 1.0
+        x = np.zeros(hi - lo)
+        k = int(np.searchsorted(block_starts, flat_pos[g], side="right") - 1)
+        blk = blocks[k] if k < n_full else tail
+        x[block_starts[k] - lo:block_starts[k + 1] - lo] = blk[:, flat_pos[g] - block_starts[k]]
+        flat = rng.choice([-1.0, 1.0], size=hi - lo) / np.sqrt(hi - lo)
+        diff = x - flat
+        norm = np.linalg.norm(diff)
+        householder[lo:hi] = diff / norm if norm > 1e-12 else 0.0  # x is already flat: H = I
+    params = MixParams(blocks=blocks, tail=tail, householder=householder,
+                       group_ids=group_ids, row_perm=rng.permutation(size).astype(np.int64))
+    return params, signal_pos, noise_pos, flat_pos
+
+
+def _within_block_stats(blocks: np.ndarray, h: np.ndarray, z: np.ndarray,
+                        is_noise: np.ndarray, is_flat: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per-row in-block sums for a stack of equal blocks (shapes ``(k, b, b)`` and ``(k, b)``)."""
+    entries = blocks - 2.0 * h[:, :, None] * z[:, None, :]          # Q restricted to the block
+    sig = (~is_noise)[:, None, :]
+    noi = is_noise[:, None, :]
+    abs_e, sq_e = np.abs(entries), entries ** 2
+
+    def per_block(values: np.ndarray, mask: np.ndarray) -> np.ndarray:  # same for every row of a block
+        return np.broadcast_to((values * mask).sum(-1, keepdims=True), h.shape)
+
+    return (
+        (abs_e * sig).sum(-1), per_block(np.abs(z), ~is_noise),
+        (sq_e * sig).sum(-1), per_block(z ** 2, ~is_noise),
+        (sq_e * noi).sum(-1), per_block(z ** 2, is_noise),
+        (abs_e * noi).max(-1, initial=0.0), (abs_e * is_flat[:, None, :]).sum(-1),
+    )
+
+
+def structured_row_stats(params: MixParams, noise_pos: np.ndarray,
+                         flat_pos: np.ndarray) -> tuple[RowStats, np.ndarray]:
+    """Exact row norms of ``Pi`` and ``N`` from the factors, plus ``|Q[i, flat column of i's group]|``.
+
+    Entry ``(r, c)`` of ``H B`` (internal rows) is ``B[r, c] - 2 h_r z_c`` inside r's block and
+    ``-2 h_r z_c`` elsewhere in r's group, with ``z = B^T h``; so each row costs O(b).
+    """
+    size, b = params.size, params.blocks.shape[-1] if params.blocks.size else params.tail.shape[0]
+    h = params.householder
+    z = np.empty(size)
+    block_matvec(np.ascontiguousarray(params.blocks.transpose(0, 2, 1)), params.tail.T, h, z)
+    is_noise = np.zeros(size, dtype=bool)
+    is_noise[noise_pos] = True
+    is_flat = np.zeros(size, dtype=bool)
+    is_flat[flat_pos] = True
+    gid, n_groups = params.group_ids, params.n_groups
+
+    n_full = params.blocks.shape[0]
+    full = n_full * (params.blocks.shape[-1] if n_full else 0)
+    parts = []
+    if n_full:
+        bb = params.blocks.shape[-1]
+        parts.append(_within_block_stats(params.blocks, h[:full].reshape(n_full, bb), z[:full].reshape(n_full, bb),
+                                         is_noise[:full].reshape(n_full, bb), is_flat[:full].reshape(n_full, bb)))
+    if params.tail.shape[0]:
+        parts.append(_within_block_stats(params.tail[None], h[None, full:], z[None, full:],
+                                         is_noise[None, full:], is_flat[None, full:]))
+    a1, a1z, s2, s2z, n2, n2z, nmax, flat_in = (np.concatenate([p[i].ravel() for p in parts]) for i in range(8))
+
+    def group_total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(gid, weights=values, minlength=n_groups)[gid]
+
+    zabs_sig = group_total(np.abs(z) * ~is_noise)
+    z2_sig = group_total(z ** 2 * ~is_noise)
+    z2_noise = group_total(z ** 2 * is_noise)
+    flat_of_group = np.empty(n_groups, dtype=np.int64)
+    flat_of_group[gid[flat_pos]] = flat_pos
+    flat_col = flat_of_group[gid]
+    flat_outside = np.abs(2.0 * h * z[flat_col])
+    same_block = (flat_col // b) == (np.arange(size) // b) if b else np.ones(size, dtype=bool)
+    flat_entry = np.where(same_block & (flat_in > 0), flat_in, flat_outside)
+
+    two_h = 2.0 * np.abs(h)
+    l1_signal = a1 + two_h * np.maximum(zabs_sig - a1z, 0.0)
+    l2_signal = np.sqrt(s2 + 4.0 * h ** 2 * np.maximum(z2_sig - s2z, 0.0))
+    l2_noise = np.sqrt(n2 + 4.0 * h ** 2 * np.maximum(z2_noise - n2z, 0.0))
+    linf = np.maximum(nmax, flat_entry)
+    perm = params.row_perm
+    stats = RowStats(l1_signal=l1_signal[perm], l2_signal=l2_signal[perm],
+                     l2_noise=l2_noise[perm], linf_noise=linf[perm])
+    return stats, flat_entry[perm]

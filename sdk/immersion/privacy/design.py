@@ -1,0 +1,40 @@
+"""Noise design: the smallest noise (and mask) scale meeting per-element epsilon targets."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..keys import Keys
+from .elements import input_elements, output_elements
+from .theorems import gaussian_min_sigma_bar, laplace_scale_for
+
+
+def _unit_scale_needed(elements_sens: np.ndarray, noise_l2: np.ndarray, *, noise: str,
+                       epsilon: float, delta: float | None) -> float:
+    """Noise scale needed at unit mask scale: Laplace by Theorem 1, Gaussian by eq. 44."""
+    if noise == "laplace":
+        return laplace_scale_for(elements_sens, noise_l2, epsilon)
+    assert delta is not None
+    return float(np.max(gaussian_min_sigma_bar(elements_sens, epsilon, delta) / noise_l2))
+
+
+def design_noise(keys: Keys, *, noise: str, epsilon_input: float, epsilon_output: float,
+                 delta_input: float | None, delta_output: float | None, sensitivity_input: float,
+                 sensitivity_output: float, noise_mean: float) -> Keys:
+    """Return ``keys`` with the noise scale sigma and the mask scale chosen to meet both targets.
+
+    sigma meets ``epsilon_input`` exactly at the worst element of y~. For generated keys the
+    mask ``Pi4`` is then rescaled so the worst element of u~ meets ``epsilon_output`` exactly;
+    a user's ``Pi4`` is kept as given and sigma is raised if the output needs more noise.
+    """
+    probe = keys.with_noise(kind=noise, scale=1.0, mean=noise_mean)   # type: ignore[arg-type]
+    el_in = input_elements(probe, noise=noise, sensitivity=sensitivity_input)
+    el_out = output_elements(probe, noise=noise, sensitivity_output=sensitivity_output,
+                             sensitivity_input=sensitivity_input)
+    sigma = _unit_scale_needed(el_in.sensitivity, el_in.noise_l2, noise=noise,
+                               epsilon=epsilon_input, delta=delta_input)
+    out_needed = _unit_scale_needed(el_out.sensitivity, el_out.noise_l2, noise=noise,
+                                    epsilon=epsilon_output, delta=delta_output)
+    if not keys.mask_is_generated:
+        return keys.with_noise(kind=noise, scale=max(sigma, out_needed), mean=noise_mean)  # type: ignore[arg-type]
+    return keys.with_noise(kind=noise, scale=sigma, mean=noise_mean,  # type: ignore[arg-type]
+                           mask_scale=out_needed / sigma)

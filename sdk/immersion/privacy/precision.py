@@ -1,0 +1,48 @@
+"""Predicted decoding error: why epsilon and exactness trade off (../notes/seed002.md section 5).
+
+Decoding cancels noise of size about ``||N^i|| sigma`` to recover a signal of unit scale; in
+floating point the rounding error of that cancellation is about
+``unit_roundoff * sqrt(n~) * (largest noise entry)``. The model below is calibrated on random
+keys (tests/privacy/test_precision.py checks measured errors stay below it); it assumes the
+user's ``g`` has unit gain from its input, so a ``g`` that amplifies must scale the bound.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..keys import Keys
+
+#: Tail factor: a Laplace/Gaussian element exceeds this many standard deviations with
+#: probability below about 1e-6 per draw.
+TAIL = 10.0
+#: Safety constant of the rounding model (calibrated, see module docstring).
+ROUNDING_CONSTANT = 4.0
+
+
+@dataclass(frozen=True)
+class PrecisionPrediction:
+    """Largest expected entry of y~ and u~ and the predicted max abs decode error."""
+
+    max_input_entry: float
+    max_output_entry: float
+    decode_error_bound: float
+
+
+def _largest_entry(noise_l2: np.ndarray, *, sigma: float, mean: float, n_noise: int, noise: str) -> float:
+    std = (math.sqrt(2.0) if noise == "laplace" else 1.0) * sigma
+    return float(np.max(noise_l2 * (abs(mean) * math.sqrt(n_noise) + TAIL * std))) + 1.0
+
+
+def predict_decode_error(keys: Keys, unit_roundoff: float) -> PrecisionPrediction:
+    """Predicted max abs error of decoded outputs and states for keys with a noise law."""
+    assert keys.noise_scale is not None, "keys need a designed noise law"
+    common = dict(sigma=keys.noise_scale, mean=keys.noise_mean, n_noise=keys.input_code.n_noise,
+                  noise=keys.noise_kind)
+    m_in = _largest_entry(keys.input_stats.l2_noise, **common)     # type: ignore[arg-type]
+    m_out = _largest_entry(keys.mask_noise_row_norms, **common)    # type: ignore[arg-type]
+    bound = ROUNDING_CONSTANT * unit_roundoff * (
+        math.sqrt(keys.input_code.n_total) * m_in + math.sqrt(keys.output_code.n_total) * m_out)
+    return PrecisionPrediction(m_in, m_out, bound)

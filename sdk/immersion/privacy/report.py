@@ -1,0 +1,123 @@
+"""The privacy and precision report of one immersion, recomputed from the keys actually drawn."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..keys import Keys
+from .accounting import compose_gaussian, compose_laplace
+from .elements import ElementNoise, input_elements, output_elements
+from .precision import predict_decode_error
+from .theorems import gaussian_epsilon, laplace_epsilon
+
+GUARANTEE = (
+    "Element-wise and per step: each single entry of one encoded input y~_k (and of one encoded "
+    "output u~_k) is differentially private with respect to a change of the data within the stated "
+    "L1 (Laplace) or L2 (Gaussian) sensitivity. This is not a guarantee for the whole vector (its "
+    "entries share the same noise draw) nor, unless composed, across steps. It protects against a "
+    "party that sees encoded vectors without the keys; the cloud that runs the target algorithm holds "
+    "Pi1_left and Pi2_left and can decode inputs and states (see THREAT_MODEL.md)."
+)
+
+
+@dataclass(frozen=True)
+class PrivacyReport:
+    """Per-element privacy of y~ and u~ and the predicted decoding error.
+
+    Attributes
+    ----------
+    epsilon_input, epsilon_output:
+        Worst element, by the seed's theorem (Laplace: seed 002 Theorem 1; Gaussian: seed 000
+        Theorem 2), recomputed from the drawn keys and noise scale.
+    epsilon_input_proven, epsilon_output_proven:
+        Laplace: a bound valid for any linear mix of Laplace variables (post-processing, uses
+        ``||N^i||_inf``); it is >= Theorem 1's number. Gaussian: equal to the above (exact).
+    decode_error_bound:
+        Predicted max abs error of decoded outputs and states for ``dtype`` (unit-gain ``g``).
+    """
+
+    noise: str
+    noise_scale: float
+    noise_mean: float
+    epsilon_input: float
+    epsilon_output: float
+    epsilon_input_proven: float
+    epsilon_output_proven: float
+    delta_input: float
+    delta_output: float
+    sensitivity_input: float
+    sensitivity_output: float
+    dtype: str
+    decode_error_bound: float
+    max_encoded_input_entry: float
+    max_encoded_output_entry: float
+    guarantee: str = GUARANTEE
+    epsilon_input_elements: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    epsilon_output_elements: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+
+    def composed(self, steps: int, *, delta: float = 1e-6) -> dict[str, float]:
+        """Per-element epsilon after ``steps`` encodings of the same element (dp-accounting).
+
+        Laplace: PLD accountant on the Theorem-1 per-step epsilon (pure DP per step, so
+        ``steps * epsilon`` is the delta = 0 value). Gaussian: RDP accountant.
+
+        Examples
+        --------
+        >>> from immersion import immerse
+        >>> imm = immerse(lambda x, y: 0.5 * x + y, lambda x, y: x, n_state=1, n_input=1,
+        ...               n_output=1, rng=0)
+        >>> c = imm.report().composed(100, delta=1e-6)
+        >>> c["epsilon_input"] < 100 * imm.report().epsilon_input
+        True
+        """
+        if steps < 1:
+            raise ValueError("steps: expected an integer >= 1")
+        if self.noise == "laplace":
+            return {"epsilon_input": compose_laplace(self.epsilon_input, steps, delta),
+                    "epsilon_output": compose_laplace(self.epsilon_output, steps, delta), "delta": delta}
+        return {"epsilon_input": compose_gaussian(self._multiplier_in, steps, delta),
+                "epsilon_output": compose_gaussian(self._multiplier_out, steps, delta), "delta": delta}
+
+    _multiplier_in: float = field(default=math.inf, repr=False)
+    _multiplier_out: float = field(default=math.inf, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (scalars only)."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_") and not isinstance(v, np.ndarray)}
+
+
+def _epsilons(el: ElementNoise, *, noise: str, sigma: float, delta: float) -> tuple[np.ndarray, np.ndarray, float]:
+    if noise == "laplace":
+        theorem = laplace_epsilon(el.sensitivity, el.noise_l2, sigma)
+        proven = laplace_epsilon(el.sensitivity, el.noise_linf, sigma)
+        return theorem, proven, math.inf
+    sigma_bar = el.noise_l2 * sigma
+    eps = gaussian_epsilon(el.sensitivity, sigma_bar, delta)
+    ratio = sigma_bar / np.maximum(el.sensitivity, 1e-300)
+    return eps, eps, float(np.min(ratio))
+
+
+def privacy_report(keys: Keys, *, sensitivity_input: float, sensitivity_output: float,
+                   delta_input: float, delta_output: float, unit_roundoff: float, dtype: str) -> PrivacyReport:
+    """Build the report for ``keys`` (which carry their noise law)."""
+    assert keys.noise_scale is not None
+    noise, sigma = keys.noise_kind, keys.noise_scale
+    el_in = input_elements(keys, noise=noise, sensitivity=sensitivity_input)
+    el_out = output_elements(keys, noise=noise, sensitivity_output=sensitivity_output,
+                             sensitivity_input=sensitivity_input)
+    e_in, p_in, m_in = _epsilons(el_in, noise=noise, sigma=sigma, delta=delta_input)
+    e_out, p_out, m_out = _epsilons(el_out, noise=noise, sigma=sigma, delta=delta_output)
+    precision = predict_decode_error(keys, unit_roundoff)
+    return PrivacyReport(
+        noise=noise, noise_scale=sigma, noise_mean=keys.noise_mean,
+        epsilon_input=float(e_in.max()), epsilon_output=float(e_out.max()),
+        epsilon_input_proven=float(p_in.max()), epsilon_output_proven=float(p_out.max()),
+        delta_input=delta_input, delta_output=delta_output,
+        sensitivity_input=sensitivity_input, sensitivity_output=sensitivity_output, dtype=dtype,
+        decode_error_bound=precision.decode_error_bound,
+        max_encoded_input_entry=precision.max_input_entry, max_encoded_output_entry=precision.max_output_entry,
+        epsilon_input_elements=e_in, epsilon_output_elements=e_out,
+        _multiplier_in=m_in, _multiplier_out=m_out)
