@@ -1,0 +1,157 @@
+"""Command-line interface: ``immersion ...`` and ``python -m immersion ...`` (click).
+
+``--json`` always prints exactly one JSON object on stdout; progress goes to stderr.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import __version__
+from .errors import ImmersionError
+
+
+class _Group(click.Group):
+    """A click group that turns the SDK's own errors into a one-line message and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ImmersionError as exc:
+            raise click.UsageError(str(exc)) from None
+
+
+@click.group(cls=_Group)
+@click.version_option(__version__, prog_name="immersion")
+def main() -> None:
+    """Privacy in cloud computing through immersion-based coding."""
+
+
+@main.group(cls=_Group)
+def demo() -> None:
+    """Runnable demos (added by plugins)."""
+
+
+@main.group(cls=_Group)
+def bench() -> None:
+    """Side-by-side benchmarks that print ratios."""
+
+
+@bench.command("core")
+@click.option("--steps", type=click.IntRange(5), default=200, show_default=True)
+@click.option("--repeats", type=click.IntRange(1), default=3, show_default=True)
+@click.option("--quick", is_flag=True, help="Only n_state 3 and 100 (a smoke run).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_core_cmd(steps: int, repeats: int, quick: bool, as_json: bool) -> None:
+    """encode + target + decode per step versus plain f, g (n_state 3, 100, 1000, 100000 block)."""
+    from .bench import DEFAULT_SIZES, bench_core
+
+    sizes = DEFAULT_SIZES[:2] if quick else DEFAULT_SIZES
+    result = bench_core(sizes=sizes, steps=steps, repeats=repeats,
+                        progress=lambda msg: click.echo(f"[bench] {msg}", err=True))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"{'n_state':>8} {'keys':>6} {'workload':>13} {'plain us':>10} {'immersed us':>12} {'ratio':>8} {'key MB':>8}")
+    for r in result["results"]:
+        click.echo(f"{r['n_state']:>8} {r['keys']:>6} {r['workload']:>13} {r['plain_step_s'] * 1e6:>10.1f} "
+                   f"{r['immersed_step_s'] * 1e6:>12.1f} {r['step_time_ratio']:>8.2f} {r['key_bytes'] / 1e6:>8.2f}")
+
+
+@main.command("plugins")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def plugins_cmd(as_json: bool) -> None:
+    """List registered plugins, backends, algorithms and commands."""
+    from .plugin_manager import registry
+
+    reg = registry()
+    info = {"plugins": reg.plugin_names(),
+            "backends": {k: s.description for k, s in sorted(reg.backends.items())},
+            "algorithms": {k: s.description for k, s in sorted(reg.algorithms.items())},
+            "commands": sorted(f"{c.parent} {c.name}".strip() for c in reg.commands())}
+    if as_json:
+        click.echo(json.dumps(info))
+        return
+    for section, items in info.items():
+        click.echo(f"{section}:")
+        for item in (items.items() if isinstance(items, dict) else ((i, "") for i in items)):
+            click.echo(f"  {item[0]:24s} {item[1]}")
+
+
+@main.command("report")
+@click.option("--n-state", type=click.IntRange(1), required=True)
+@click.option("--n-input", type=click.IntRange(1), required=True)
+@click.option("--n-output", type=click.IntRange(1), required=True)
+@click.option("--extra-state", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--extra-input", type=click.IntRange(1), default=2, show_default=True)
+@click.option("--extra-output", type=click.IntRange(1), default=2, show_default=True)
+@click.option("--epsilon-input", type=float, default=1e-3, show_default=True)
+@click.option("--epsilon-output", type=float, default=1e-3, show_default=True)
+@click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True)
+@click.option("--keys", "key_kind", type=click.Choice(["auto", "dense", "block"]), default="auto", show_default=True)
+@click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True)
+@click.option("--steps", type=click.IntRange(1), default=1, show_default=True, help="Compose over this many steps.")
+@click.option("--delta", type=float, default=1e-6, show_default=True, help="Delta for the composition.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def report_cmd(n_state: int, n_input: int, n_output: int, extra_state: int, extra_input: int, extra_output: int,
+               epsilon_input: float, epsilon_output: float, noise: str, key_kind: str, dtype: str, steps: int,
+               delta: float, seed: int, as_json: bool) -> None:
+    """Privacy and precision report for a configuration (keys drawn, no algorithm run)."""
+    from .coding import immerse
+
+    imm = immerse(lambda x, y: x, lambda x, y: y[:1].repeat(n_output) if n_input else x, n_state=n_state,
+                  n_input=n_input, n_output=n_output, extra_state=extra_state, extra_input=extra_input,
+                  extra_output=extra_output, epsilon_input=epsilon_input, epsilon_output=epsilon_output,
+                  noise=noise, keys=key_kind, dtype=dtype, tolerance=None, rng=seed)  # type: ignore[arg-type]
+    out = imm.report().as_dict()
+    if steps > 1:
+        out["composed"] = {"steps": steps, **imm.report().composed(steps, delta=delta)}
+    out["keys"] = repr(imm.keys)
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    for key, value in out.items():
+        click.echo(f"{key:28s} {value}")
+
+
+@main.group("keys", cls=_Group)
+def keys_group() -> None:
+    """Create and inspect key files."""
+
+
+@keys_group.command("inspect")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def keys_inspect(path: Path, as_json: bool) -> None:
+    """Check a key file's integrity and print its shapes and fingerprint (never the keys)."""
+    from .keys import load_keys
+
+    keys = load_keys(path)
+    info = {"fingerprint": keys.fingerprint, "kind": keys.kind, **keys.dims, "noise": keys.noise_kind,
+            "noise_scale": keys.noise_scale, "bytes": keys.nbytes}
+    click.echo(json.dumps(info) if as_json else "\n".join(f"{k:14s} {v}" for k, v in info.items()))
+
+
+def _mount_plugin_commands() -> None:
+    from .plugin_manager import registry
+
+    groups = {"": main, "demo": demo, "bench": bench}
+    try:
+        specs = registry().commands()
+    except ImmersionError as exc:  # a broken plugin must not take the whole CLI down
+        print(f"warning: plugin commands unavailable: {exc}", file=sys.stderr)
+        return
+    for spec in specs:
+        parent = groups.get(spec.parent)
+        if parent is None:
+            parent = groups[spec.parent] = click.Group(spec.parent, help=f"{spec.parent} commands")
+            main.add_command(parent)
+        parent.add_command(spec.command, spec.name)
+
+
+_mount_plugin_commands()
