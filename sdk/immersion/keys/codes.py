@@ -52,14 +52,16 @@ class DenseDecoder(DenseEncoder):
 class StructuredEncoder:
     """``y -> Q[:, positions] y`` for a structured code."""
 
-    def __init__(self, transform: OrthogonalTransform, positions: np.ndarray, backend: Any) -> None:
+    def __init__(self, transform: OrthogonalTransform, positions: np.ndarray, backend: Any,
+                 scale: float = 1.0) -> None:
         self._transform = transform
         self._pos = backend.asarray(positions)
         self._backend = backend
+        self._scale = scale
 
     def __call__(self, y: Any) -> Any:
         v = self._backend.zeros(tuple(y.shape[:-1]) + (self._transform.size,))
-        v[..., self._pos] = y
+        v[..., self._pos] = y * self._scale if self._scale != 1.0 else y
         return self._transform.forward(v)
 
 
@@ -67,15 +69,16 @@ class StructuredNoisyEncoder:
     """``(y, s) -> Q [y at signal_pos; s at noise_pos]`` in one transform (seed 002 eq. 16)."""
 
     def __init__(self, transform: OrthogonalTransform, signal_pos: np.ndarray, noise_pos: np.ndarray,
-                 backend: Any) -> None:
+                 backend: Any, scale: float) -> None:
         self._transform = transform
         self._sig = backend.asarray(signal_pos)
         self._noise = backend.asarray(noise_pos)
         self._backend = backend
+        self._scale = scale
 
     def __call__(self, y: Any, s: Any) -> Any:
         v = self._backend.zeros(tuple(y.shape[:-1]) + (self._transform.size,))
-        v[..., self._sig] = y
+        v[..., self._sig] = y * self._scale
         v[..., self._noise] = s
         return self._transform.forward(v)
 
@@ -83,12 +86,15 @@ class StructuredNoisyEncoder:
 class StructuredDecoder:
     """``x -> (Q^T x)[positions]``: the left inverse of a structured code (exact: Q is orthogonal)."""
 
-    def __init__(self, transform: OrthogonalTransform, positions: np.ndarray, backend: Any) -> None:
+    def __init__(self, transform: OrthogonalTransform, positions: np.ndarray, backend: Any,
+                 scale: float = 1.0) -> None:
         self._transform = transform
         self._pos = backend.asarray(positions)
+        self._inv_scale = 1.0 / scale
 
     def __call__(self, x: Any) -> Any:
-        return self._transform.adjoint(x)[..., self._pos]
+        out = self._transform.adjoint(x)[..., self._pos]
+        return out * self._inv_scale if self._inv_scale != 1.0 else out
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,12 +151,17 @@ class DenseCode:
 
 @dataclass(frozen=True, eq=False)
 class StructuredCode:
-    """A code ``Pi = Q[:, signal_pos]``, ``N = Q[:, noise_pos]`` with ``Q`` block-structured orthogonal."""
+    """A code ``Pi = a Q[:, signal_pos]``, ``N = Q[:, noise_pos]``, ``Pi_left = Q[:, signal_pos]^T / a``.
+
+    ``Q`` is block-structured orthogonal; ``a`` (``signal_scale``) is a random positive scalar, so
+    that ``Pi_left`` is not simply ``Pi^T``.
+    """
 
     mix: MixParams
     signal_pos: np.ndarray
     noise_pos: np.ndarray
     flat_pos: np.ndarray
+    signal_scale: float = 1.0
 
     kind = "block"
 
@@ -183,17 +194,19 @@ class StructuredCode:
         return OrthogonalTransform(self.mix, NumpyBackend()).forward(eye).T
 
     def dense_pi(self) -> np.ndarray:
-        return self._columns(self.signal_pos, "Pi")
+        return self._columns(self.signal_pos, "Pi") * self.signal_scale
 
     def dense_pi_left(self) -> np.ndarray:
-        return self.dense_pi().T
+        return self._columns(self.signal_pos, "Pi_left").T / self.signal_scale
 
     def dense_noise_basis(self) -> np.ndarray:
         return self._columns(self.noise_pos, "N")
 
     @cached_property
     def _stats(self) -> tuple[RowStats, np.ndarray]:
-        return structured_row_stats(self.mix, self.noise_pos, self.flat_pos)
+        stats, flat = structured_row_stats(self.mix, self.noise_pos, self.flat_pos)
+        a = self.signal_scale
+        return RowStats(stats.l1_signal * a, stats.l2_signal * a, stats.l2_noise, stats.linf_noise), flat
 
     def row_stats(self) -> RowStats:
         return self._stats[0]
@@ -206,13 +219,14 @@ class StructuredCode:
         return OrthogonalTransform(self.mix, backend)
 
     def encoder(self, backend: Any, transform: OrthogonalTransform | None = None) -> StructuredEncoder:
-        return StructuredEncoder(transform or self.transform(backend), self.signal_pos, backend)
+        return StructuredEncoder(transform or self.transform(backend), self.signal_pos, backend, self.signal_scale)
 
     def decoder(self, backend: Any, transform: OrthogonalTransform | None = None) -> StructuredDecoder:
-        return StructuredDecoder(transform or self.transform(backend), self.signal_pos, backend)
+        return StructuredDecoder(transform or self.transform(backend), self.signal_pos, backend, self.signal_scale)
 
     def noisy_encoder(self, backend: Any, transform: OrthogonalTransform | None = None) -> StructuredNoisyEncoder:
-        return StructuredNoisyEncoder(transform or self.transform(backend), self.signal_pos, self.noise_pos, backend)
+        return StructuredNoisyEncoder(transform or self.transform(backend), self.signal_pos, self.noise_pos, backend,
+                                      self.signal_scale)
 
 
 Code = DenseCode | StructuredCode

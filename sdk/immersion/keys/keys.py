@@ -61,7 +61,8 @@ class Keys:
         for name, (n, m) in size_of.items():
             b = n + m if kind == "dense" else block_size
             params, sig, noise, flat = draw_structured_layout(gen, n, m, b)
-            structured[name] = StructuredCode(params, sig, noise, flat)
+            scale = float(np.exp(gen.uniform(np.log(0.5), np.log(2.0))))
+            structured[name] = StructuredCode(params, sig, noise, flat, scale)
         out_groups = structured["output"].flat_pos.shape[0]
         mask = StructuredMask(beta=1.0, signs=gen.choice([-1.0, 1.0], size=out_groups),
                               source=np.arange(out_groups) % extra_input)

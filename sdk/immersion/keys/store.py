@@ -34,7 +34,7 @@ def key_arrays(keys: "Keys") -> dict[str, np.ndarray]:
             out.update({f"{name}.blocks": m.blocks, f"{name}.tail": m.tail, f"{name}.householder": m.householder,
                         f"{name}.group_ids": m.group_ids, f"{name}.row_perm": m.row_perm,
                         f"{name}.signal_pos": code.signal_pos, f"{name}.noise_pos": code.noise_pos,
-                        f"{name}.flat_pos": code.flat_pos})
+                        f"{name}.flat_pos": code.flat_pos, f"{name}.signal_scale": np.array([code.signal_scale])})
     if isinstance(keys.mask, DenseMask):
         out["mask.pi4"] = keys.mask.pi4
     else:
@@ -117,4 +117,4 @@ def _code(arrays: dict[str, np.ndarray], name: str, kind: str) -> Any:
     if kind == "dense":
         return DenseCode(a["pi"], a["pi_left"], a["noise_basis"])
     mix = MixParams(a["blocks"], a["tail"], a["householder"], a["group_ids"], a["row_perm"])
-    return StructuredCode(mix, a["signal_pos"], a["noise_pos"], a["flat_pos"])
+    return StructuredCode(mix, a["signal_pos"], a["noise_pos"], a["flat_pos"], float(a["signal_scale"][0]))

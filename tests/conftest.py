@@ -1,0 +1,39 @@
+"""Shared fixtures and helpers for the test suite."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("default")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip GPU tests when torch has no CUDA device."""
+    try:
+        import torch
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if has_gpu:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def contractive_system():
+    """A small nonlinear contractive system (3 states, 1 input, 1 output)."""
+    a = np.array([[0.5, 0.2, 0.0], [0.0, 0.4, 0.3], [0.2, 0.0, 0.6]])
+    b = np.array([1.0, -0.5, 0.3])
+
+    def f(x, y):
+        return np.tanh(a @ x + b * y[0])
+
+    def g(x, y):
+        return np.array([np.sin(x[0]) + x[1] * y[0]])
+
+    return f, g

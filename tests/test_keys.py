@@ -1,0 +1,116 @@
+"""Key algebra (seed 002 Proposition 1), block-structured keys, save and load."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from immersion import KeyFileError, Keys, load_keys, save_keys
+from immersion.keys.stats import dense_row_stats
+
+dims = st.fixed_dictionaries({
+    "n_state": st.integers(1, 30), "n_input": st.integers(1, 30), "n_output": st.integers(1, 30),
+    "extra_state": st.integers(1, 12), "extra_input": st.integers(1, 12), "extra_output": st.integers(1, 12)})
+
+
+def _check_algebra(keys: Keys) -> None:
+    for pi, left, name in ((keys.Pi1, keys.Pi1_left, "1"), (keys.Pi2, keys.Pi2_left, "2"), (keys.Pi3, keys.Pi3_left, "3")):
+        assert np.linalg.matrix_rank(pi) == pi.shape[1], f"Pi{name} not full column rank"
+        np.testing.assert_allclose(left @ pi, np.eye(pi.shape[1]), atol=1e-12)
+    np.testing.assert_allclose(keys.Pi1_left @ keys.N1, 0.0, atol=1e-12)
+    assert np.linalg.matrix_rank(keys.N1) == keys.N1.shape[1]
+    assert np.linalg.norm(keys.N1, axis=1).min() > 1e-8, "N1 has a (near) zero row"
+    np.testing.assert_allclose(keys.Pi4 @ keys.Pi1, 0.0, atol=1e-12)      # the mask carries noise only
+    assert np.linalg.norm(keys.Pi4 @ keys.N1, axis=1).min() > 1e-8       # ... and every output gets some
+
+
+@settings(max_examples=30)
+@given(d=dims, kind=st.sampled_from(["dense", "block"]), block=st.integers(1, 9), seed=st.integers(0, 10**6))
+def test_drawn_keys_satisfy_proposition_1(d, kind, block, seed):
+    keys = Keys.draw(**d, kind=kind, block_size=block, rng=seed)
+    assert keys.Pi1.shape == (d["n_input"] + d["extra_input"], d["n_input"])
+    assert keys.N1.shape == (d["n_input"] + d["extra_input"], d["extra_input"])
+    assert keys.Pi4.shape == (d["n_output"] + d["extra_output"], d["n_input"] + d["extra_input"])
+    _check_algebra(keys)
+    assert not np.allclose(keys.Pi3_left, keys.Pi3.T), "Pi_left should not be a plain transpose"
+
+
+@settings(max_examples=30)
+@given(d=dims, block=st.integers(1, 9), seed=st.integers(0, 10**6))
+def test_structured_row_norms_equal_the_dense_ones(d, block, seed):
+    keys = Keys.draw(**d, kind="block", block_size=block, rng=seed)
+    for code in (keys.input_code, keys.state_code, keys.output_code):
+        fast, exact = code.row_stats(), dense_row_stats(code.dense_pi(), code.dense_noise_basis())
+        for field in ("l1_signal", "l2_signal", "l2_noise"):
+            np.testing.assert_allclose(getattr(fast, field), getattr(exact, field), rtol=1e-10, atol=1e-13)
+        assert np.all(fast.linf_noise <= exact.linf_noise * (1 + 1e-10))   # a valid lower bound
+        assert np.all(fast.linf_noise > 0)
+    np.testing.assert_allclose(keys.mask_noise_row_norms, np.linalg.norm(keys.Pi4 @ keys.N1, axis=1), rtol=1e-10)
+
+
+def test_block_keys_apply_in_o_n_b_and_match_dense_views():
+    keys = Keys.draw(n_state=500, n_input=300, n_output=200, extra_state=40, extra_input=30, extra_output=20,
+                     kind="block", block_size=16, rng=2)
+    from immersion.backends import NumpyBackend
+    be = NumpyBackend()
+    y = np.random.default_rng(0).standard_normal((4, 300))
+    s = np.random.default_rng(1).standard_normal((4, 30))
+    enc = keys.input_code.noisy_encoder(be)(y, s)
+    np.testing.assert_allclose(enc, y @ keys.Pi1.T + s @ keys.N1.T, atol=1e-12)
+    np.testing.assert_allclose(keys.input_code.decoder(be)(enc), y, atol=1e-12)
+    # memory: O(n b), far below the dense n~^2
+    assert keys.state_code.nbytes < 540 * 16 * 8 * 2 + 540 * 8 * 6
+
+
+def test_cnn_sized_block_keys_fit_in_memory_budget():
+    """Seed 000's CNN state (1,199,882 entries, n~ - n = 129) with block keys stays well under 1 GB."""
+    keys = Keys.draw(n_state=1_199_882, n_input=1, n_output=1, extra_state=129, kind="block", rng=0)
+    assert keys.state_code.n_total == 1_200_011
+    assert keys.nbytes < 1e9
+    stats = keys.state_code.row_stats()
+    assert stats.l2_noise.min() > 0                       # every element carries noise
+    with pytest.raises(ValueError, match="dense view"):
+        keys.Pi2
+
+
+def test_user_matrices_are_validated_and_usable():
+    rng = np.random.default_rng(0)
+    pi1, pi2, pi3 = rng.standard_normal((4, 2)), rng.standard_normal((3, 2)), rng.standard_normal((3, 1))
+    pi4 = rng.standard_normal((3, 4))
+    keys = Keys.from_matrices(Pi1=pi1, Pi2=pi2, Pi3=pi3, Pi4=pi4)
+    np.testing.assert_allclose(keys.Pi1_left @ keys.N1, 0, atol=1e-12)
+    assert keys.N1.shape == (4, 2)
+    assert not keys.mask_is_generated
+    assert keys.mask_data_row_l1.max() > 0           # this Pi4 lets data into the mask: the report counts it
+
+
+def test_save_load_roundtrip_keeps_every_array(tmp_path):
+    for kind in ("dense", "block"):
+        keys = Keys.draw(n_state=7, n_input=5, n_output=3, kind=kind, block_size=3, rng=4)
+        path = save_keys(keys, tmp_path / f"{kind}.keys")
+        assert (path.stat().st_mode & 0o777) == 0o600
+        loaded = load_keys(path)
+        assert loaded.fingerprint == keys.fingerprint
+        for name in ("Pi1", "Pi1_left", "N1", "Pi2", "Pi3", "Pi3_left", "Pi4"):
+            np.testing.assert_array_equal(getattr(loaded, name), getattr(keys, name))
+    assert sorted(os.listdir(tmp_path)) == ["block.keys", "dense.keys"]   # no temporary files left
+
+
+def test_corrupted_key_file_is_refused(tmp_path):
+    path = save_keys(Keys.draw(n_state=2, n_input=1, n_output=1, rng=0), tmp_path / "k.keys")
+    blob = bytearray(path.read_bytes())
+    blob[-10] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    os.chmod(path, 0o600)
+    with pytest.raises(KeyFileError, match="integrity"):
+        load_keys(path)
+
+
+def test_repr_never_shows_key_material():
+    keys = Keys.draw(n_state=2, n_input=1, n_output=1, rng=0)
+    text = repr(keys)
+    assert "fingerprint=" in text and "[" not in text
+    assert f"{keys.Pi1[0, 0]:.4f}"[:6] not in text
