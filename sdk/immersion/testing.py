@@ -91,8 +91,16 @@ def secret_arrays(imm: Immersion) -> dict[str, np.ndarray]:
 
 
 def assert_target_has_no_secrets(imm: Immersion) -> bytes:
-    """Pickle ``imm.target`` and check that no secret array or noise generator is inside it."""
-    blob = pickle.dumps(imm.target)
+    """Pickle ``imm.target`` and check that no secret array or noise generator is inside it.
+
+    Uses cloudpickle when installed (it also serialises lambdas and local functions, as a real
+    deployment would), else the standard pickle.
+    """
+    try:
+        import cloudpickle
+        blob = cloudpickle.dumps(imm.target)
+    except ImportError:
+        blob = pickle.dumps(imm.target)
     for name, arr in secret_arrays(imm).items():
         for candidate in (arr, arr.T):
             raw = np.ascontiguousarray(candidate, dtype=np.float64).tobytes()
