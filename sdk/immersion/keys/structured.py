@@ -46,14 +46,23 @@ class MixParams:
         return sum(a.nbytes for a in (self.blocks, self.tail, self.householder, self.group_ids, self.row_perm))
 
 
+#: Entries per chunk when drawing blocks or computing row statistics (bounds temporary memory).
+_CHUNK_ENTRIES = 1 << 21
+
+
 def _haar_orthogonal(rng: np.random.Generator, count: int, size: int) -> np.ndarray:
     """``count`` Haar-random orthogonal ``size x size`` matrices (QR with sign fix)."""
+    out = np.empty((count, size, size))
     if count == 0 or size == 0:
-        return np.zeros((count, size, size))
-    q, r = np.linalg.qr(rng.standard_normal((count, size, size)))
-    signs = np.sign(np.diagonal(r, axis1=1, axis2=2))
-    signs[signs == 0] = 1.0
-    return q * signs[:, None, :]
+        return out
+    chunk = max(1, _CHUNK_ENTRIES // (size * size))       # bounded temporaries: peak memory ~ the keys
+    for lo in range(0, count, chunk):
+        hi = min(count, lo + chunk)
+        q, r = np.linalg.qr(rng.standard_normal((hi - lo, size, size)))
+        signs = np.sign(np.diagonal(r, axis1=1, axis2=2))
+        signs[signs == 0] = 1.0
+        out[lo:hi] = q * signs[:, None, :]
+    return out
 
 
 def _split_sizes(total: int, parts: int) -> np.ndarray:
@@ -218,8 +227,11 @@ def structured_row_stats(params: MixParams, noise_pos: np.ndarray,
     parts = []
     if n_full:
         bb = params.blocks.shape[-1]
-        parts.append(_within_block_stats(params.blocks, h[:full].reshape(n_full, bb), z[:full].reshape(n_full, bb),
-                                         is_noise[:full].reshape(n_full, bb), is_flat[:full].reshape(n_full, bb)))
+        shaped = [a[:full].reshape(n_full, bb) for a in (h, z, is_noise, is_flat)]
+        chunk = max(1, _CHUNK_ENTRIES // (bb * bb))
+        for lo in range(0, n_full, chunk):
+            hi = min(n_full, lo + chunk)
+            parts.append(_within_block_stats(params.blocks[lo:hi], *(a[lo:hi] for a in shaped)))
     if params.tail.shape[0]:
         parts.append(_within_block_stats(params.tail[None], h[None, full:], z[None, full:],
                                          is_noise[None, full:], is_flat[None, full:]))
