@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-
 from immersion import immerse
 from immersion.testing import random_contractive_system, run_side_by_side
 

@@ -13,7 +13,6 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-
 from immersion import immerse
 
 DT, G_OVER_L, DAMPING = 0.02, 9.81, 0.2

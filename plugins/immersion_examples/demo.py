@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from immersion import immerse
 
 from .lqr_kalman import build

@@ -9,8 +9,15 @@ Examples
 True
 """
 from .coding import Immersion, TargetAlgorithm, immerse
-from .errors import (ImmersionError, InvalidArgumentError, KeyFileError, NonFiniteError,
-                     OptionalDependencyError, PluginError, PrecisionError)
+from .errors import (
+    ImmersionError,
+    InvalidArgumentError,
+    KeyFileError,
+    NonFiniteError,
+    OptionalDependencyError,
+    PluginError,
+    PrecisionError,
+)
 from .keys import Keys, load_keys, save_keys
 from .privacy import PrivacyReport
 

@@ -32,6 +32,27 @@ def _time_loop(step: Callable[[], None], steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+def _time_pair(imm: Any, f: Callable[..., Any], g: Callable[..., Any], x: np.ndarray, y: np.ndarray,
+               steps: int, repeats: int) -> tuple[float, float, np.ndarray, Any]:
+    """Best-of-``repeats`` per-step times of the plain and the immersed loop, alternating."""
+    state = {"x": x, "xt": imm.encode_state(x)}
+
+    def plain() -> None:
+        g(state["x"], y)
+        state["x"] = f(state["x"], y)
+
+    def immersed() -> None:
+        yt = imm.encode_input(y)
+        imm.decode_output(imm.target.output(state["xt"], yt), yt)
+        state["xt"] = imm.target.step(state["xt"], yt)
+
+    t_plain, t_imm = np.inf, np.inf
+    for _ in range(repeats):
+        t_plain = min(t_plain, _time_loop(plain, steps))
+        t_imm = min(t_imm, _time_loop(immersed, steps))
+    return t_plain, t_imm, state["x"], state["xt"]
+
+
 def bench_core(*, sizes: tuple[tuple[int, str], ...] = DEFAULT_SIZES, steps: int = 200, repeats: int = 3,
                seed: int = 0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Per-step time of plain ``f, g`` and of the immersed loop (encode, ``output``, ``step``, decode).
@@ -50,21 +71,9 @@ def bench_core(*, sizes: tuple[tuple[int, str], ...] = DEFAULT_SIZES, steps: int
             build_s = time.perf_counter() - t_build
             x = rng.standard_normal(n) * 0.1
             y = rng.standard_normal(n) * 0.1
-            state = {"x": x, "xt": imm.encode_state(x)}
             loop_steps = max(5, steps if n <= 1000 else steps // 10)
-
-            def plain() -> None:
-                g(state["x"], y)
-                state["x"] = f(state["x"], y)
-
-            def immersed() -> None:
-                yt = imm.encode_input(y)
-                imm.decode_output(imm.target.output(state["xt"], yt), yt)
-                state["xt"] = imm.target.step(state["xt"], yt)
-
-            t_plain = min(_time_loop(plain, loop_steps) for _ in range(repeats))
-            t_imm = min(_time_loop(immersed, loop_steps) for _ in range(repeats))
-            err = float(np.abs(imm.decode_state(state["xt"]) - state["x"]).max())
+            t_plain, t_imm, x_end, xt_end = _time_pair(imm, f, g, x, y, loop_steps, repeats)
+            err = float(np.abs(imm.decode_state(xt_end) - x_end).max())
             rows.append({"n_state": n, "keys": kind, "workload": name, "plain_step_s": t_plain,
                          "immersed_step_s": t_imm, "step_time_ratio": t_imm / t_plain,
                          "key_build_s": build_s, "key_bytes": imm.keys.nbytes,

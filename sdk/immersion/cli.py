@@ -56,7 +56,8 @@ def bench_core_cmd(steps: int, repeats: int, quick: bool, as_json: bool) -> None
     if as_json:
         click.echo(json.dumps(result))
         return
-    click.echo(f"{'n_state':>8} {'keys':>6} {'workload':>13} {'plain us':>10} {'immersed us':>12} {'ratio':>8} {'key MB':>8}")
+    header = ("n_state", "keys", "workload", "plain us", "immersed us", "ratio", "key MB")
+    click.echo(" ".join(f"{h:>{w}}" for h, w in zip(header, (8, 6, 13, 10, 12, 8, 8), strict=True)))
     for r in result["results"]:
         click.echo(f"{r['n_state']:>8} {r['keys']:>6} {r['workload']:>13} {r['plain_step_s'] * 1e6:>10.1f} "
                    f"{r['immersed_step_s'] * 1e6:>12.1f} {r['step_time_ratio']:>8.2f} {r['key_bytes'] / 1e6:>8.2f}")

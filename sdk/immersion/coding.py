@@ -320,7 +320,8 @@ def _probe_both(f: _Checked, g: _Checked, n_state: int, n_input: int, n_public: 
         if needs_w and n_public is None:
             raise InvalidArgumentError("n_public", "f or g takes a public signal w: give n_public (its length) "
                                        "or probe=(x, y, w)")
-        point = [be.zeros((n_state,)), be.zeros((n_input,)), be.zeros((n_public,)) if needs_w else None]
+        point = [be.zeros((n_state,)), be.zeros((n_input,)),
+                 be.zeros((n_public,)) if needs_w and n_public is not None else None]
     else:
         if not isinstance(probe, tuple) or len(probe) not in (2, 3):
             raise InvalidArgumentError("probe", "expected a tuple (x, y) or (x, y, w)")

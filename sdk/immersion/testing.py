@@ -71,7 +71,7 @@ def random_contractive_system(n_state: int, n_input: int, n_output: int, *,
     """A random nonlinear system whose state stays bounded (tanh of a contraction)."""
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((n_state, n_state))
-    a *= 0.8 / max(np.linalg.norm(a, 2), 1e-12)
+    a *= 0.8 / max(float(np.linalg.norm(a, 2)), 1e-12)
     b, c, d = (rng.standard_normal(s) for s in ((n_state, n_input), (n_output, n_state), (n_output, n_input)))
     bias = rng.standard_normal(n_state) * 0.1
 

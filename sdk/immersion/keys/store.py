@@ -65,7 +65,8 @@ def save_keys(keys: "Keys", path: str | os.PathLike[str], *, overwrite: bool = F
             "mask": "dense" if isinstance(keys.mask, DenseMask) else "structured",
             "mask_is_generated": keys.mask_is_generated}
     buf = io.BytesIO()
-    np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **key_arrays(keys))
+    arrays: dict[str, Any] = {"__meta__": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **key_arrays(keys)}
+    np.savez(buf, **arrays)
     payload = buf.getvalue()
     blob = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".keys-", suffix=".tmp")
