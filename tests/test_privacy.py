@@ -122,3 +122,15 @@ def test_float32_default_epsilon_is_refused_at_default_tolerance():
     f, g = _identity_system(1)
     with pytest.raises(PrecisionError, match="float32"):
         immerse(f, g, n_state=1, n_input=1, n_output=1, backend="torch", dtype="float32", rng=0)
+
+
+@pytest.mark.parametrize("n,n_in,n_out,extra,kind", [(50, 40, 30, 10, "block"), (100, 300, 50, 3, "dense"),
+                                                     (200, 100, 100, 20, "block")])
+def test_prediction_accounts_for_the_gain_of_f_and_g(n, n_in, n_out, extra, kind):
+    """Wide inputs amplify decoding errors through f and g; the estimated input gain covers it."""
+    f, g = random_contractive_system(n, n_in, n_out, seed=1)
+    imm = immerse(f, g, n_state=n, n_input=n_in, n_output=n_out, extra_input=extra, extra_output=extra, keys=kind,
+                  rng=1, tolerance=None)
+    run = run_side_by_side(imm, f, g, x0=np.zeros(n), inputs=np.random.default_rng(1).standard_normal((60, n_in)))
+    assert imm.report().input_gain > 10
+    assert max(run.max_output_error, run.max_state_error) <= imm.report().decode_error_bound

@@ -122,7 +122,7 @@ class Immersion:
 
     def __init__(self, *, keys: Keys, target: TargetAlgorithm, backend: ArrayBackend,
                  noise_rng: np.random.Generator, sensitivity_input: float, sensitivity_output: float,
-                 delta_input: float, delta_output: float) -> None:
+                 delta_input: float, delta_output: float, input_gain: float = 1.0) -> None:
         self.keys, self.target, self.backend = keys, target, backend
         self.n_state, self.n_input, self.n_output = (keys.state_code.n_signal, keys.input_code.n_signal,
                                                      keys.output_code.n_signal)
@@ -134,7 +134,8 @@ class Immersion:
         self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
         self._report_args = dict(sensitivity_input=sensitivity_input, sensitivity_output=sensitivity_output,
                                  delta_input=delta_input, delta_output=delta_output,
-                                 unit_roundoff=backend.unit_roundoff, dtype=backend.dtype_name)
+                                 unit_roundoff=backend.unit_roundoff, dtype=backend.dtype_name,
+                                 input_gain=input_gain)
         self._report: PrivacyReport | None = None
 
     def _array(self, name: str, value: Any, last_dim: int) -> Any:
@@ -294,7 +295,8 @@ def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input:
 
     f_checked = _Checked(f, "f", n_state, _uses_public(f, "f"), be)
     g_checked = _Checked(g, "g", n_output, _uses_public(g, "g"), be)
-    _probe_both(f_checked, g_checked, n_state, n_input, n_public, probe, be)
+    point = _probe_both(f_checked, g_checked, n_state, n_input, n_public, probe, be)
+    input_gain = _estimate_input_gain(f_checked, g_checked, point, be)
 
     drawn = _draw_or_check_keys(keys, n_state, n_input, n_output, extra, block_size, key_rng)
     design = dict(noise=noise, delta_input=delta_in if noise == "gaussian" else None,
@@ -303,17 +305,17 @@ def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input:
     if drawn.noise_scale is None:
         drawn = design_noise(drawn, epsilon_input=epsilon_input, epsilon_output=epsilon_output, **design)  # type: ignore[arg-type]
         if tolerance is not None:
-            _check_precision(drawn, be.unit_roundoff, be.dtype_name, tolerance, epsilon_input, epsilon_output, design)
+            _check_precision(drawn, be, tolerance, epsilon_input, epsilon_output, design, input_gain)
     elif tolerance is not None:
-        _check_precision(drawn, be.unit_roundoff, be.dtype_name, tolerance, None, None, design)
+        _check_precision(drawn, be, tolerance, None, None, design, input_gain)
     target = TargetAlgorithm(f=f_checked, g=g_checked, keys=drawn, backend=be)
     return Immersion(keys=drawn, target=target, backend=be, noise_rng=noise_rng,
                      sensitivity_input=sensitivity_input, sensitivity_output=sensitivity_output,
-                     delta_input=delta_in, delta_output=delta_out)
+                     delta_input=delta_in, delta_output=delta_out, input_gain=input_gain)
 
 
 def _probe_both(f: _Checked, g: _Checked, n_state: int, n_input: int, n_public: int | None,
-                probe: tuple[Any, ...] | None, be: ArrayBackend) -> None:
+                probe: tuple[Any, ...] | None, be: ArrayBackend) -> list[Any]:
     """Call f and g once to check their output shapes (done when ``immerse`` is called)."""
     needs_w = f.uses_public or g.uses_public
     if probe is None:
@@ -332,6 +334,32 @@ def _probe_both(f: _Checked, g: _Checked, n_state: int, n_input: int, n_public: 
             raise InvalidArgumentError("probe", "f or g takes w: give probe=(x, y, w)")
     _probe(f, *point)
     _probe(g, *point)
+    return point
+
+
+#: Random sign directions and relative step of the input-gain probe.
+GAIN_PROBES, GAIN_STEP = 3, 1e-6
+
+
+def _estimate_input_gain(f: _Checked, g: _Checked, point: list[Any], be: ArrayBackend) -> float:
+    """How much ``f`` and ``g`` amplify a small random error in ``y`` (max-norm ratio, >= 1).
+
+    Decoding errors of ``y~`` look like small random vectors; this measures the response to a
+    few random-sign perturbations by finite differences at the probe point, times 2 for safety.
+    """
+    x, y, w = point
+    rng = np.random.default_rng(0)
+    base_f, base_g = be.to_numpy(f(x, y, w)), be.to_numpy(g(x, y, w))
+    step = GAIN_STEP * max(1.0, float(np.abs(be.to_numpy(y)).max()))
+    gain = 1.0
+    for _ in range(GAIN_PROBES):
+        direction = be.asarray(rng.choice([-1.0, 1.0], size=int(y.shape[0])) * step)
+        try:
+            moved_f, moved_g = be.to_numpy(f(x, y + direction, w)), be.to_numpy(g(x, y + direction, w))
+        except Exception:  # noqa: BLE001 - f or g undefined next to the probe point: keep the gain so far
+            continue
+        gain = max(gain, float(np.abs(moved_f - base_f).max()) / step, float(np.abs(moved_g - base_g).max()) / step)
+    return 2.0 * gain
 
 
 def _draw_or_check_keys(keys: Any, n_state: int, n_input: int, n_output: int, extra: dict[str, int],
@@ -353,10 +381,11 @@ def _draw_or_check_keys(keys: Any, n_state: int, n_input: int, n_output: int, ex
     return drawn
 
 
-def _check_precision(keys: Keys, unit_roundoff: float, dtype: str, tolerance: float,
-                     epsilon_input: float | None, epsilon_output: float | None, design: dict[str, Any]) -> None:
+def _check_precision(keys: Keys, be: ArrayBackend, tolerance: float, epsilon_input: float | None,
+                     epsilon_output: float | None, design: dict[str, Any], input_gain: float) -> None:
     """Refuse settings whose predicted decode error exceeds ``tolerance`` (seed002 notes section 5)."""
-    predicted = predict_decode_error(keys, unit_roundoff).decode_error_bound
+    unit_roundoff, dtype = be.unit_roundoff, be.dtype_name
+    predicted = predict_decode_error(keys, unit_roundoff, input_gain=input_gain).decode_error_bound
     if predicted <= tolerance:
         return
     if epsilon_input is None or epsilon_output is None:
@@ -368,7 +397,7 @@ def _check_precision(keys: Keys, unit_roundoff: float, dtype: str, tolerance: fl
     for _ in range(8):  # the error scales like 1/epsilon; a few rounds absorb the constant terms
         scaled = design_noise(keys, epsilon_input=epsilon_input * factor, epsilon_output=epsilon_output * factor,
                               **design)
-        error = predict_decode_error(scaled, unit_roundoff).decode_error_bound
+        error = predict_decode_error(scaled, unit_roundoff, input_gain=input_gain).decode_error_bound
         if error <= tolerance:
             break
         factor *= error / tolerance * 1.01

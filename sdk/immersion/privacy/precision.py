@@ -2,9 +2,10 @@
 
 Decoding cancels noise of size about ``||N^i|| sigma`` to recover a signal of unit scale; in
 floating point the rounding error of that cancellation is about
-``unit_roundoff * sqrt(n~) * (largest noise entry)``. The model below is calibrated on random
-keys (tests/privacy/test_precision.py checks measured errors stay below it); it assumes the
-user's ``g`` has unit gain from its input, so a ``g`` that amplifies must scale the bound.
+``unit_roundoff * sqrt(n~) * (largest noise entry)``. The decoded input's error then passes
+through ``f`` and ``g``; ``input_gain`` (estimated by :func:`immerse` from random probes of
+``f`` and ``g`` around the probe point) scales it. The model is calibrated on random keys and
+systems (tests/test_privacy.py checks measured errors stay below it).
 """
 from __future__ import annotations
 
@@ -36,13 +37,17 @@ def _largest_entry(noise_l2: np.ndarray, *, sigma: float, mean: float, n_noise: 
     return float(np.max(noise_l2 * (abs(mean) * math.sqrt(n_noise) + TAIL * std))) + 1.0
 
 
-def predict_decode_error(keys: Keys, unit_roundoff: float) -> PrecisionPrediction:
-    """Predicted max abs error of decoded outputs and states for keys with a noise law."""
+def predict_decode_error(keys: Keys, unit_roundoff: float, *, input_gain: float = 1.0) -> PrecisionPrediction:
+    """Predicted max abs error of one decoded output (and one state step) for keys with a noise law.
+
+    ``input_gain``: how much ``f`` and ``g`` amplify a small random error in their input ``y``
+    (max-norm ratio; 1 for unit-gain maps).
+    """
     assert keys.noise_scale is not None, "keys need a designed noise law"
     common = dict(sigma=keys.noise_scale, mean=keys.noise_mean, n_noise=keys.input_code.n_noise,
                   noise=keys.noise_kind)
     m_in = _largest_entry(keys.input_stats.l2_noise, **common)     # type: ignore[arg-type]
     m_out = _largest_entry(keys.mask_noise_row_norms, **common)    # type: ignore[arg-type]
     bound = ROUNDING_CONSTANT * unit_roundoff * (
-        math.sqrt(keys.input_code.n_total) * m_in + math.sqrt(keys.output_code.n_total) * m_out)
+        math.sqrt(keys.input_code.n_total) * m_in * max(1.0, input_gain) + math.sqrt(keys.output_code.n_total) * m_out)
     return PrecisionPrediction(m_in, m_out, bound)

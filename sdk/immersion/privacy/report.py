@@ -36,7 +36,8 @@ class PrivacyReport:
         Laplace: a bound valid for any linear mix of Laplace variables (post-processing, uses
         ``||N^i||_inf``); it is >= Theorem 1's number. Gaussian: equal to the above (exact).
     decode_error_bound:
-        Predicted max abs error of decoded outputs and states for ``dtype`` (unit-gain ``g``).
+        Predicted max abs error of a decoded output (and of one state step) for ``dtype``,
+        including ``input_gain``, the estimated amplification of input errors by ``f`` and ``g``.
     """
 
     noise: str
@@ -54,6 +55,7 @@ class PrivacyReport:
     decode_error_bound: float
     max_encoded_input_entry: float
     max_encoded_output_entry: float
+    input_gain: float = 1.0
     guarantee: str = GUARANTEE
     epsilon_input_elements: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     epsilon_output_elements: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
@@ -101,7 +103,8 @@ def _epsilons(el: ElementNoise, *, noise: str, sigma: float, delta: float) -> tu
 
 
 def privacy_report(keys: Keys, *, sensitivity_input: float, sensitivity_output: float,
-                   delta_input: float, delta_output: float, unit_roundoff: float, dtype: str) -> PrivacyReport:
+                   delta_input: float, delta_output: float, unit_roundoff: float, dtype: str,
+                   input_gain: float = 1.0) -> PrivacyReport:
     """Build the report for ``keys`` (which carry their noise law)."""
     assert keys.noise_scale is not None
     noise, sigma = keys.noise_kind, keys.noise_scale
@@ -110,7 +113,7 @@ def privacy_report(keys: Keys, *, sensitivity_input: float, sensitivity_output: 
                              sensitivity_input=sensitivity_input)
     e_in, p_in, m_in = _epsilons(el_in, noise=noise, sigma=sigma, delta=delta_input)
     e_out, p_out, m_out = _epsilons(el_out, noise=noise, sigma=sigma, delta=delta_output)
-    precision = predict_decode_error(keys, unit_roundoff)
+    precision = predict_decode_error(keys, unit_roundoff, input_gain=input_gain)
     return PrivacyReport(
         noise=noise, noise_scale=sigma, noise_mean=keys.noise_mean,
         epsilon_input=float(e_in.max()), epsilon_output=float(e_out.max()),
@@ -119,5 +122,6 @@ def privacy_report(keys: Keys, *, sensitivity_input: float, sensitivity_output: 
         sensitivity_input=sensitivity_input, sensitivity_output=sensitivity_output, dtype=dtype,
         decode_error_bound=precision.decode_error_bound,
         max_encoded_input_entry=precision.max_input_entry, max_encoded_output_entry=precision.max_output_entry,
+        input_gain=input_gain,
         epsilon_input_elements=e_in, epsilon_output_elements=e_out,
         _multiplier_in=m_in, _multiplier_out=m_out)
