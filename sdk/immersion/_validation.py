@@ -40,6 +40,8 @@ def probability(name: str, value: Any) -> float:
 def finite_array(name: str, value: Any, *, last_dim: int | None = None,
                  ndim: int | None = None) -> np.ndarray:
     """Convert ``value`` to a float64 array, checking its trailing length and finiteness."""
+    if np.iscomplexobj(value):
+        raise InvalidArgumentError(name, "expected real numbers, got complex values")
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -56,6 +58,6 @@ def finite_array(name: str, value: Any, *, last_dim: int | None = None,
 
 def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     """Return ``value`` if it is one of ``allowed`` or raise naming ``name``."""
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise InvalidArgumentError(name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
     return str(value)

@@ -90,13 +90,14 @@ def plugins_cmd(as_json: bool) -> None:
 @click.option("--extra-state", type=click.IntRange(1), default=1, show_default=True)
 @click.option("--extra-input", type=click.IntRange(1), default=2, show_default=True)
 @click.option("--extra-output", type=click.IntRange(1), default=2, show_default=True)
-@click.option("--epsilon-input", type=float, default=1e-3, show_default=True)
-@click.option("--epsilon-output", type=float, default=1e-3, show_default=True)
+@click.option("--epsilon-input", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
+@click.option("--epsilon-output", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
 @click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True)
 @click.option("--keys", "key_kind", type=click.Choice(["auto", "dense", "block"]), default="auto", show_default=True)
 @click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True)
 @click.option("--steps", type=click.IntRange(1), default=1, show_default=True, help="Compose over this many steps.")
-@click.option("--delta", type=float, default=1e-6, show_default=True, help="Delta for the composition.")
+@click.option("--delta", type=click.FloatRange(0, 1, max_open=True), default=1e-6, show_default=True,
+              help="Delta for the composition (0 <= delta < 1).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def report_cmd(n_state: int, n_input: int, n_output: int, extra_state: int, extra_input: int, extra_output: int,

@@ -88,7 +88,10 @@ class TargetAlgorithm:
         return self._f.uses_public or self._g.uses_public
 
     def _vector(self, name: str, value: Any, size: int) -> Any:
-        arr = value if self.backend.is_array(value) else self.backend.asarray(np.asarray(value, dtype=np.float64))
+        if self.backend.is_array(value) and not isinstance(value, np.ndarray):   # a tensor of this backend
+            arr = value
+        else:
+            arr = self.backend.asarray(v.finite_array(name, value))
         if tuple(arr.shape) != (size,):
             raise InvalidArgumentError(name, f"expected an encoded vector of shape ({size},), got {tuple(arr.shape)}")
         if not self.backend.all_finite(arr):
@@ -98,6 +101,8 @@ class TargetAlgorithm:
     def _check_public(self, w: Any) -> None:
         if w is None and self.uses_public:
             raise InvalidArgumentError("w", "f or g takes a public signal w; pass it as the third argument")
+        if w is not None and not self.uses_public:
+            raise InvalidArgumentError("w", "neither f nor g takes a public signal w; drop the third argument")
 
     def step(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
         """One step of the target dynamics; call it T times on one ``encoded_input`` for two time scales."""
@@ -139,7 +144,7 @@ class Immersion:
         self._report: PrivacyReport | None = None
 
     def _array(self, name: str, value: Any, last_dim: int) -> Any:
-        if self.backend.is_array(value):
+        if self.backend.is_array(value) and not isinstance(value, np.ndarray):   # a tensor of this backend
             arr = value
             if arr.ndim == 0 or arr.shape[-1] != last_dim:
                 raise InvalidArgumentError(name, f"expected shape (..., {last_dim}), got {tuple(arr.shape)}")
@@ -281,7 +286,10 @@ def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input:
     else:
         delta_in = v.probability("delta_input", 1e-5 if delta_input is None else delta_input)
         delta_out = v.probability("delta_output", 1e-5 if delta_output is None else delta_output)
-    noise_mean_f = float(noise_mean)
+    try:
+        noise_mean_f = float(noise_mean)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError("noise_mean", f"expected a finite number, got {noise_mean!r}") from None
     if not math.isfinite(noise_mean_f):
         raise InvalidArgumentError("noise_mean", f"expected a finite number, got {noise_mean!r}")
     block_size = v.positive_int("block_size", block_size)
@@ -381,10 +389,22 @@ def _draw_or_check_keys(keys: Any, n_state: int, n_input: int, n_output: int, ex
     return drawn
 
 
+#: The suggested epsilons aim at tolerance / SUGGESTION_MARGIN, so that they still work for a
+#: fresh key draw (the worst row of new keys differs a little from this draw's).
+SUGGESTION_MARGIN = 2.0
+
+
 def _check_precision(keys: Keys, be: ArrayBackend, tolerance: float, epsilon_input: float | None,
                      epsilon_output: float | None, design: dict[str, Any], input_gain: float) -> None:
     """Refuse settings whose predicted decode error exceeds ``tolerance`` (seed002 notes section 5)."""
     unit_roundoff, dtype = be.unit_roundoff, be.dtype_name
+
+    def predicted_at(factor: float) -> float:
+        assert epsilon_input is not None and epsilon_output is not None
+        scaled = design_noise(keys, epsilon_input=epsilon_input * factor, epsilon_output=epsilon_output * factor,
+                              **design)
+        return predict_decode_error(scaled, unit_roundoff, input_gain=input_gain).decode_error_bound
+
     predicted = predict_decode_error(keys, unit_roundoff, input_gain=input_gain).decode_error_bound
     if predicted <= tolerance:
         return
@@ -393,17 +413,24 @@ def _check_precision(keys: Keys, be: ArrayBackend, tolerance: float, epsilon_inp
             f"tolerance: these keys' noise gives a predicted decode error {predicted:.3g} in {dtype}, above "
             f"tolerance {tolerance:.3g}", smallest_feasible_epsilon_input=math.nan,
             smallest_feasible_epsilon_output=math.nan)
-    factor, scaled = predicted / tolerance, keys
-    for _ in range(8):  # the error scales like 1/epsilon; a few rounds absorb the constant terms
-        scaled = design_noise(keys, epsilon_input=epsilon_input * factor, epsilon_output=epsilon_output * factor,
-                              **design)
-        error = predict_decode_error(scaled, unit_roundoff, input_gain=input_gain).decode_error_bound
-        if error <= tolerance:
+    goal = tolerance / SUGGESTION_MARGIN
+    floor = predicted_at(1e15)          # noise negligible: what rounding alone costs
+    if floor >= goal:
+        raise PrecisionError(
+            f"tolerance: no epsilon can meet tolerance {tolerance:.3g} in {dtype}: even negligible noise leaves a "
+            f"predicted rounding error of {floor:.3g}. Raise tolerance"
+            f"{' or use float64' if dtype != 'float64' else ''}.",
+            smallest_feasible_epsilon_input=math.nan, smallest_feasible_epsilon_output=math.nan)
+    factor = predicted / goal
+    for _ in range(60):   # the error is (noise term)/factor + floor: converges geometrically
+        error = predicted_at(factor)
+        if error <= goal:
             break
-        factor *= error / tolerance * 1.01
+        factor *= (error - floor) / (goal - floor) * 1.01
     raise PrecisionError(
         f"tolerance: epsilon_input={epsilon_input:.3g}, epsilon_output={epsilon_output:.3g} need noise so large "
         f"that the predicted decode error in {dtype} is {predicted:.3g} > tolerance {tolerance:.3g}. The smallest "
         f"feasible epsilons at this ratio are about epsilon_input={epsilon_input * factor:.3g}, "
-        f"epsilon_output={epsilon_output * factor:.3g} (or raise tolerance, or use float64).",
+        f"epsilon_output={epsilon_output * factor:.3g} (with a {SUGGESTION_MARGIN:g}x margin for a fresh key draw), "
+        f"or raise tolerance{', or use float64' if dtype != 'float64' else ''}.",
         smallest_feasible_epsilon_input=epsilon_input * factor, smallest_feasible_epsilon_output=epsilon_output * factor)

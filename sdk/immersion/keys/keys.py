@@ -100,7 +100,8 @@ class Keys:
                 raise InvalidArgumentError(pi_name, f"must have full column rank {p.shape[1]}, "
                                            f"got rank {np.linalg.matrix_rank(p)}")
             pl = np.linalg.pinv(p) if left is None else _matrix(left_name, left, shape=(p.shape[1], p.shape[0]))
-            if not np.allclose(pl @ p, np.eye(p.shape[1]), atol=1e-9 * max(1.0, np.abs(pl).max() * np.abs(p).max())):
+            scale = max(1.0, np.abs(pl).max() * np.abs(p).max())
+            if not np.allclose(pl @ p, np.eye(p.shape[1]), rtol=0.0, atol=1e-9 * scale):
                 raise InvalidArgumentError(left_name, f"is not a left inverse of {pi_name} ({left_name} @ {pi_name} != I)")
             if n is None:
                 basis = null_space(pl)

@@ -56,6 +56,8 @@ def save_keys(keys: "Keys", path: str | os.PathLike[str], *, overwrite: bool = F
     ('0o600', True)
     """
     target = Path(path)
+    if target.is_dir():
+        raise KeyFileError(f"path: {target} is a folder; give a file name")
     if target.exists() and not overwrite:
         raise KeyFileError(f"path: {target} exists; pass overwrite=True to replace it")
     if not target.parent.is_dir():
@@ -107,7 +109,7 @@ def load_keys(path: str | os.PathLike[str]) -> "Keys":
         codes = {name: _code(arrays, name, meta["codes"][name]) for name in _CODES}
         mask: Any = (DenseMask(arrays["mask.pi4"]) if meta["mask"] == "dense" else
                      StructuredMask(float(arrays["mask.beta"][0]), arrays["mask.signs"], arrays["mask.source"]))
-    except (KeyError, ValueError, OSError) as exc:
+    except (KeyError, ValueError, OSError, TypeError, AttributeError, IndexError) as exc:
         raise KeyFileError(f"path: {source} is malformed ({exc})") from None
     return Keys(codes["input"], codes["state"], codes["output"], mask,
                 meta["noise_kind"], meta["noise_scale"], meta["noise_mean"], meta["mask_is_generated"])

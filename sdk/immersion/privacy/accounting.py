@@ -20,10 +20,13 @@ def compose_laplace(epsilon_step: float, steps: int, delta: float) -> float:
     """
     if steps == 1 and delta == 0:
         return epsilon_step
+    basic = steps * epsilon_step          # pure-DP composition: always valid
+    if delta == 0 or epsilon_step > 10.0 or epsilon_step <= 0.0:  # the PLD grid cannot represent huge per-step epsilons
+        return basic
     event = dpa.SelfComposedDpEvent(dpa.LaplaceDpEvent(noise_multiplier=1.0 / epsilon_step), steps)
     accountant = pld.PLDAccountant(value_discretization_interval=min(1e-4, epsilon_step / 100.0))
     accountant.compose(event)
-    return float(min(accountant.get_epsilon(delta), steps * epsilon_step))
+    return float(min(accountant.get_epsilon(delta), basic))
 
 
 def compose_gaussian(noise_multiplier: float, steps: int, delta: float) -> float:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from ..keys import Keys
 from .elements import input_elements, output_elements
 from .theorems import gaussian_min_sigma_bar, laplace_scale_for
@@ -34,6 +35,10 @@ def design_noise(keys: Keys, *, noise: str, epsilon_input: float, epsilon_output
                                epsilon=epsilon_input, delta=delta_input)
     out_needed = _unit_scale_needed(el_out.sensitivity, el_out.noise_l2, noise=noise,
                                     epsilon=epsilon_output, delta=delta_output)
+    for name, value in (("epsilon_input", sigma), ("epsilon_output", out_needed),
+                        ("epsilon_input", out_needed / sigma if sigma > 0 else np.inf)):
+        if not (np.isfinite(value) and 1e-300 < value < 1e300):
+            raise InvalidArgumentError(name, "is outside the range whose noise scale is representable in float64")
     if not keys.mask_is_generated:
         return keys.with_noise(kind=noise, scale=max(sigma, out_needed), mean=noise_mean)  # type: ignore[arg-type]
     return keys.with_noise(kind=noise, scale=sigma, mean=noise_mean,  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from ..keys import Keys
 from .accounting import compose_gaussian, compose_laplace
 from .elements import ElementNoise, input_elements, output_elements
@@ -75,8 +76,10 @@ class PrivacyReport:
         >>> c["epsilon_input"] < 100 * imm.report().epsilon_input
         True
         """
-        if steps < 1:
-            raise ValueError("steps: expected an integer >= 1")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise InvalidArgumentError("steps", f"expected an integer >= 1, got {steps!r}")
+        if not 0 <= delta < 1 or (self.noise == "gaussian" and delta == 0):
+            raise InvalidArgumentError("delta", f"expected 0 <= delta < 1 (> 0 for Gaussian noise), got {delta!r}")
         if self.noise == "laplace":
             return {"epsilon_input": compose_laplace(self.epsilon_input, steps, delta),
                     "epsilon_output": compose_laplace(self.epsilon_output, steps, delta), "delta": delta}
