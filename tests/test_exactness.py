@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from immersion import immerse
 from immersion.testing import assert_close_to_plain, random_contractive_system, run_side_by_side
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from immersion import KeyFileError, Keys, load_keys, save_keys
 from immersion.keys.stats import dense_row_stats
 
@@ -73,7 +72,7 @@ def test_cnn_sized_block_keys_fit_in_memory_budget():
     stats = keys.state_code.row_stats()
     assert stats.l2_noise.min() > 0                       # every element carries noise
     with pytest.raises(ValueError, match="dense view"):
-        keys.Pi2
+        _ = keys.Pi2
 
 
 def test_user_matrices_are_validated_and_usable():

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from immersion import PluginError, immerse
 from immersion.hookspecs import AlgorithmSpec, BackendSpec, hookimpl
 from immersion.plugin_manager import build_registry, registry

@@ -5,10 +5,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from immersion import PrecisionError, immerse
-from immersion.privacy import (compose_laplace, gaussian_epsilon, gaussian_min_sigma_bar, laplace_epsilon,
-                               predict_decode_error)
+from immersion.privacy import (
+    compose_laplace,
+    gaussian_epsilon,
+    gaussian_min_sigma_bar,
+    laplace_epsilon,
+    predict_decode_error,
+)
 from immersion.testing import random_contractive_system, run_side_by_side
 
 

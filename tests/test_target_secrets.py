@@ -5,7 +5,6 @@ import pickle
 
 import numpy as np
 import pytest
-
 from immersion import immerse
 from immersion.testing import assert_target_has_no_secrets
 

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from immersion import immerse
-from immersion.testing import random_contractive_system, run_side_by_side
+from immersion.testing import random_contractive_system
 
 torch = pytest.importorskip("torch")
 
