@@ -40,18 +40,21 @@ def probability(name: str, value: Any) -> float:
 def finite_array(name: str, value: Any, *, last_dim: int | None = None,
                  ndim: int | None = None) -> np.ndarray:
     """Convert ``value`` to a float64 array, checking its trailing length and finiteness."""
-    if np.iscomplexobj(value):
-        raise InvalidArgumentError(name, "expected real numbers, got complex values")
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(name, f"expected an array of numbers ({exc})") from None
+    if isinstance(value, np.ndarray) and value.dtype == np.float64:
+        arr = value                               # fast path: the common case on every step
+    else:
+        if np.iscomplexobj(value):
+            raise InvalidArgumentError(name, "expected real numbers, got complex values")
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(name, f"expected an array of numbers ({exc})") from None
     if ndim is not None and arr.ndim != ndim:
         raise InvalidArgumentError(name, f"expected {ndim} dimension(s), got shape {arr.shape}")
     if last_dim is not None and (arr.ndim == 0 or arr.shape[-1] != last_dim):
         raise InvalidArgumentError(
             name, f"expected shape (..., {last_dim}), got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
+    if not np.isfinite(arr).all():
         raise NonFiniteError(name, "contains NaN or inf")
     return arr
 

@@ -11,8 +11,9 @@ import numpy as np
 
 from .coding import immerse
 
-#: (n_state, keys) settings of the issue: small dense, medium dense, and 100,000 with block keys.
-DEFAULT_SIZES: tuple[tuple[int, str], ...] = ((3, "dense"), (100, "dense"), (1000, "dense"), (100_000, "block"))
+#: (n_state, keys) settings: small and medium dense, 1000 both ways, and 100,000 with block keys.
+DEFAULT_SIZES: tuple[tuple[int, str], ...] = ((3, "dense"), (100, "dense"), (1000, "dense"), (1000, "block"),
+                                              (100_000, "block"))
 
 
 def _algorithms(n: int, rng: np.random.Generator) -> dict[str, tuple[Callable[..., Any], Callable[..., Any]]]:

@@ -19,7 +19,7 @@ from .keys import Keys
 from .privacy import PrivacyReport, design_noise, predict_decode_error, privacy_report
 
 #: Largest immersed dimension for which ``keys="auto"`` draws dense keys.
-AUTO_DENSE_LIMIT = 1024
+AUTO_DENSE_LIMIT = 512
 
 
 def _uses_public(fn: Callable[..., Any], name: str) -> bool:
@@ -239,7 +239,7 @@ def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input:
         default 1e-5); ``noise_mean`` is the mean ``mu`` of ``s_k``.
     keys:
         ``"dense"``, ``"block"`` (structured, for large dimensions), ``"auto"`` (dense up to
-        1024 immersed entries) or a :class:`Keys` object (drawn earlier, loaded, or user matrices).
+        512 immersed entries) or a :class:`Keys` object (drawn earlier, loaded, or user matrices).
     block_size:
         Block size of structured keys (memory and time O(n * block_size)).
     tolerance:

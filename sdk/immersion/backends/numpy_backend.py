@@ -45,7 +45,7 @@ class NumpyBackend:
         return np.add.reduceat(values, starts, axis=-1)
 
     def all_finite(self, value: Any) -> bool:
-        return bool(np.all(np.isfinite(value)))
+        return bool(np.isfinite(value).all())
 
     def noise_stream(self, rng: np.random.Generator) -> "NumpyNoise":
         return NumpyNoise(rng, self._dtype)
