@@ -26,6 +26,18 @@ def design_noise(keys: Keys, *, noise: str, epsilon_input: float, epsilon_output
     sigma meets ``epsilon_input`` exactly at the worst element of y~. For generated keys the
     mask ``Pi4`` is then rescaled so the worst element of u~ meets ``epsilon_output`` exactly;
     a user's ``Pi4`` is kept as given and sigma is raised if the output needs more noise.
+
+    Examples
+    --------
+    >>> from immersion import Keys
+    >>> from immersion.privacy import privacy_report
+    >>> keys = design_noise(Keys.draw(n_state=2, n_input=1, n_output=1, rng=0), noise="laplace",
+    ...                     epsilon_input=0.01, epsilon_output=0.02, delta_input=None, delta_output=None,
+    ...                     sensitivity_input=1.0, sensitivity_output=1.0, noise_mean=0.0)
+    >>> r = privacy_report(keys, sensitivity_input=1.0, sensitivity_output=1.0, delta_input=0.0,
+    ...                    delta_output=0.0, unit_roundoff=2.0 ** -53, dtype="float64")
+    >>> round(r.epsilon_input, 12), round(r.epsilon_output, 12)
+    (0.01, 0.02)
     """
     probe = keys.with_noise(kind=noise, scale=1.0, mean=noise_mean)   # type: ignore[arg-type]
     el_in = input_elements(probe, noise=noise, sensitivity=sensitivity_input)

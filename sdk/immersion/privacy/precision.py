@@ -42,6 +42,14 @@ def predict_decode_error(keys: Keys, unit_roundoff: float, *, input_gain: float 
 
     ``input_gain``: how much ``f`` and ``g`` amplify a small random error in their input ``y``
     (max-norm ratio; 1 for unit-gain maps).
+
+    Examples
+    --------
+    >>> from immersion import immerse
+    >>> imm = immerse(lambda x, y: x, lambda x, y: y, n_state=1, n_input=1, n_output=1, rng=0)
+    >>> bound = predict_decode_error(imm.keys, 2.0 ** -53).decode_error_bound
+    >>> 1e-13 < bound < 1e-9          # float64, epsilon = 1e-3
+    True
     """
     assert keys.noise_scale is not None, "keys need a designed noise law"
     common = dict(sigma=keys.noise_scale, mean=keys.noise_mean, n_noise=keys.input_code.n_noise,
