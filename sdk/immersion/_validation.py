@@ -59,6 +59,22 @@ def finite_array(name: str, value: Any, *, last_dim: int | None = None,
     return arr
 
 
+def backend_array(backend: Any, name: str, value: Any, *, last_dim: int, ndim: int | None = None) -> Any:
+    """``value`` as an array of ``backend``, with trailing length ``last_dim`` and finite entries.
+
+    Tensors of the backend are checked in place (no copy to numpy); anything else goes through
+    :func:`finite_array`.
+    """
+    if backend.is_array(value) and not isinstance(value, np.ndarray):
+        if value.ndim == 0 or value.shape[-1] != last_dim or (ndim is not None and value.ndim != ndim):
+            want = f"({last_dim},)" if ndim == 1 else f"(..., {last_dim})"
+            raise InvalidArgumentError(name, f"expected shape {want}, got {tuple(value.shape)}")
+        if not backend.all_finite(value):
+            raise NonFiniteError(name, "contains NaN or inf")
+        return backend.asarray(value)
+    return backend.asarray(finite_array(name, value, last_dim=last_dim, ndim=ndim))
+
+
 def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     """Return ``value`` if it is one of ``allowed`` or raise naming ``name``."""
     if not isinstance(value, str) or value not in allowed:

@@ -5,7 +5,6 @@ User side: :class:`Immersion` (keys, encoder, decoder, report). Cloud side:
 """
 from __future__ import annotations
 
-import inspect
 import math
 import secrets
 from typing import Any, Callable, Literal
@@ -14,109 +13,15 @@ import numpy as np
 
 from . import _validation as v
 from .backends import ArrayBackend, make_backend
-from .errors import InvalidArgumentError, NonFiniteError, PrecisionError
+from .errors import InvalidArgumentError
 from .keys import Keys
-from .privacy import PrivacyReport, design_noise, predict_decode_error, privacy_report
+from .privacy import PrivacyReport, design_noise, privacy_report
+from .privacy.precision import refuse_infeasible_precision
+from .probing import estimate_input_gain, probe_both, uses_public
+from .target import CheckedFunction, TargetAlgorithm
 
 #: Largest immersed dimension for which ``keys="auto"`` draws dense keys.
 AUTO_DENSE_LIMIT = 512
-
-
-def _uses_public(fn: Callable[..., Any], name: str) -> bool:
-    """True if ``fn`` takes a third positional argument ``w`` (public, unencoded)."""
-    if not callable(fn):
-        raise InvalidArgumentError(name, f"expected a callable {name}(x, y) or {name}(x, y, w), got {fn!r}")
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return True
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    required = [p for p in positional if p.default is p.empty]
-    if len(required) > 3 or len(positional) < 2:
-        raise InvalidArgumentError(name, f"must take (x, y) or (x, y, w); its signature is {inspect.signature(fn)}")
-    return len(positional) >= 3
-
-
-class _Checked:
-    """Calls a user function and checks its result's shape and finiteness (names the function)."""
-
-    def __init__(self, fn: Callable[..., Any], name: str, n_out: int, uses_public: bool, backend: ArrayBackend) -> None:
-        self.fn, self.name, self.n_out, self.uses_public, self._backend = fn, name, n_out, uses_public, backend
-
-    def __call__(self, x: Any, y: Any, w: Any) -> Any:
-        out = self.fn(x, y, w) if self.uses_public else self.fn(x, y)
-        if not self._backend.is_array(out):
-            out = self._backend.asarray(np.asarray(out, dtype=np.float64))
-        shape = tuple(out.shape)
-        if shape != (self.n_out,):
-            if self.n_out == 1 and shape in ((), (1, 1)):
-                out = out.reshape((1,))
-            else:
-                raise InvalidArgumentError(self.name, f"returned shape {shape}, expected ({self.n_out},)")
-        if not self._backend.all_finite(out):
-            raise NonFiniteError(self.name, "returned NaN or inf")
-        return out
-
-    def __getstate__(self) -> dict[str, Any]:
-        return self.__dict__
-
-
-class TargetAlgorithm:
-    """The cloud-side algorithm of seed 002 eq. 17 (and Corollary 1 for two time scales).
-
-    ``step``: ``x~+ = Pi2 f(Pi2_left x~, Pi1_left y~, w)``;
-    ``output``: ``u~ = Pi3 g(Pi2_left x~, Pi1_left y~, w) + Pi4 y~``.
-    Holds no ``N1``, no ``Pi3_left`` and no noise generator (it pickles without them).
-    """
-
-    def __init__(self, *, f: _Checked, g: _Checked, keys: Keys, backend: ArrayBackend) -> None:
-        self._f, self._g, self.backend = f, g, backend
-        self.n_state_encoded = keys.state_code.n_total
-        self.n_input_encoded = keys.input_code.n_total
-        self.n_output_encoded = keys.output_code.n_total
-        self._state_in = keys.state_code.decoder(backend)
-        self._state_out = keys.state_code.encoder(backend)
-        self._input_in = keys.input_code.decoder(backend)
-        self._output_out = keys.output_code.encoder(backend)
-        self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
-
-    @property
-    def uses_public(self) -> bool:
-        """True if ``f`` or ``g`` takes the public signal ``w``."""
-        return self._f.uses_public or self._g.uses_public
-
-    def _vector(self, name: str, value: Any, size: int) -> Any:
-        if self.backend.is_array(value) and not isinstance(value, np.ndarray):   # a tensor of this backend
-            arr = value
-        else:
-            arr = self.backend.asarray(v.finite_array(name, value))
-        if tuple(arr.shape) != (size,):
-            raise InvalidArgumentError(name, f"expected an encoded vector of shape ({size},), got {tuple(arr.shape)}")
-        if not self.backend.all_finite(arr):
-            raise NonFiniteError(name, "contains NaN or inf")
-        return arr
-
-    def _check_public(self, w: Any) -> None:
-        if w is None and self.uses_public:
-            raise InvalidArgumentError("w", "f or g takes a public signal w; pass it as the third argument")
-        if w is not None and not self.uses_public:
-            raise InvalidArgumentError("w", "neither f nor g takes a public signal w; drop the third argument")
-
-    def step(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
-        """One step of the target dynamics; call it T times on one ``encoded_input`` for two time scales."""
-        self._check_public(w)
-        xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
-        yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
-        return self._state_out(self._f(self._state_in(xt), self._input_in(yt), w))
-
-    def output(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
-        """The encoded output ``u~`` of the current state and input."""
-        self._check_public(w)
-        xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
-        yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
-        return self._output_out(self._g(self._state_in(xt), self._input_in(yt), w)) + self._mask(yt)
 
 
 class Immersion:
@@ -144,14 +49,7 @@ class Immersion:
         self._report: PrivacyReport | None = None
 
     def _array(self, name: str, value: Any, last_dim: int) -> Any:
-        if self.backend.is_array(value) and not isinstance(value, np.ndarray):   # a tensor of this backend
-            arr = value
-            if arr.ndim == 0 or arr.shape[-1] != last_dim:
-                raise InvalidArgumentError(name, f"expected shape (..., {last_dim}), got {tuple(arr.shape)}")
-            if not self.backend.all_finite(arr):
-                raise NonFiniteError(name, "contains NaN or inf")
-            return self.backend.asarray(arr)
-        return self.backend.asarray(v.finite_array(name, value, last_dim=last_dim))
+        return v.backend_array(self.backend, name, value, last_dim=last_dim)
 
     def encode_state(self, state: Any) -> Any:
         """``x~0 = Pi2 x0`` (seed 002: the state starts on the manifold, without noise)."""
@@ -197,16 +95,6 @@ def _resolve_rng(rng: Any, secure: bool) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
     raise InvalidArgumentError("rng", f"expected None, an int seed or a numpy Generator, got {type(rng).__name__}")
-
-
-def _probe(fn: _Checked, x: Any, y: Any, w: Any) -> None:
-    try:
-        fn(x, y, w)
-    except (InvalidArgumentError, NonFiniteError):
-        raise
-    except Exception as exc:  # the user's code failed on the probe point: say where
-        raise InvalidArgumentError(fn.name, f"raised {type(exc).__name__} when probed at "
-                                   f"(x={x!r}, y={y!r}): {exc}; pass probe=(x, y[, w]) with a valid point") from exc
 
 
 def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input: int, n_output: int, *,
@@ -301,10 +189,10 @@ def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input:
     gen = _resolve_rng(rng, secure)
     key_rng, noise_rng = gen.spawn(2)
 
-    f_checked = _Checked(f, "f", n_state, _uses_public(f, "f"), be)
-    g_checked = _Checked(g, "g", n_output, _uses_public(g, "g"), be)
-    point = _probe_both(f_checked, g_checked, n_state, n_input, n_public, probe, be)
-    input_gain = _estimate_input_gain(f_checked, g_checked, point, be)
+    f_checked = CheckedFunction(f, "f", n_state, uses_public(f, "f"), be)
+    g_checked = CheckedFunction(g, "g", n_output, uses_public(g, "g"), be)
+    point = probe_both(f_checked, g_checked, n_state, n_input, n_public, probe, be)
+    input_gain = estimate_input_gain(f_checked, g_checked, point, be)
 
     drawn = _draw_or_check_keys(keys, n_state, n_input, n_output, extra, block_size, key_rng)
     design = dict(noise=noise, delta_input=delta_in if noise == "gaussian" else None,
@@ -313,61 +201,13 @@ def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input:
     if drawn.noise_scale is None:
         drawn = design_noise(drawn, epsilon_input=epsilon_input, epsilon_output=epsilon_output, **design)  # type: ignore[arg-type]
         if tolerance is not None:
-            _check_precision(drawn, be, tolerance, epsilon_input, epsilon_output, design, input_gain)
+            refuse_infeasible_precision(drawn, be, tolerance, epsilon_input, epsilon_output, design, input_gain)
     elif tolerance is not None:
-        _check_precision(drawn, be, tolerance, None, None, design, input_gain)
+        refuse_infeasible_precision(drawn, be, tolerance, None, None, design, input_gain)
     target = TargetAlgorithm(f=f_checked, g=g_checked, keys=drawn, backend=be)
     return Immersion(keys=drawn, target=target, backend=be, noise_rng=noise_rng,
                      sensitivity_input=sensitivity_input, sensitivity_output=sensitivity_output,
                      delta_input=delta_in, delta_output=delta_out, input_gain=input_gain)
-
-
-def _probe_both(f: _Checked, g: _Checked, n_state: int, n_input: int, n_public: int | None,
-                probe: tuple[Any, ...] | None, be: ArrayBackend) -> list[Any]:
-    """Call f and g once to check their output shapes (done when ``immerse`` is called)."""
-    needs_w = f.uses_public or g.uses_public
-    if probe is None:
-        if needs_w and n_public is None:
-            raise InvalidArgumentError("n_public", "f or g takes a public signal w: give n_public (its length) "
-                                       "or probe=(x, y, w)")
-        point = [be.zeros((n_state,)), be.zeros((n_input,)),
-                 be.zeros((n_public,)) if needs_w and n_public is not None else None]
-    else:
-        if not isinstance(probe, tuple) or len(probe) not in (2, 3):
-            raise InvalidArgumentError("probe", "expected a tuple (x, y) or (x, y, w)")
-        point = [be.asarray(v.finite_array("probe[0]", probe[0], ndim=1, last_dim=n_state)),
-                 be.asarray(v.finite_array("probe[1]", probe[1], ndim=1, last_dim=n_input)),
-                 probe[2] if len(probe) == 3 else None]
-        if needs_w and point[2] is None:
-            raise InvalidArgumentError("probe", "f or g takes w: give probe=(x, y, w)")
-    _probe(f, *point)
-    _probe(g, *point)
-    return point
-
-
-#: Random sign directions and relative step of the input-gain probe.
-GAIN_PROBES, GAIN_STEP = 3, 1e-6
-
-
-def _estimate_input_gain(f: _Checked, g: _Checked, point: list[Any], be: ArrayBackend) -> float:
-    """How much ``f`` and ``g`` amplify a small random error in ``y`` (max-norm ratio, >= 1).
-
-    Decoding errors of ``y~`` look like small random vectors; this measures the response to a
-    few random-sign perturbations by finite differences at the probe point, times 2 for safety.
-    """
-    x, y, w = point
-    rng = np.random.default_rng(0)
-    base_f, base_g = be.to_numpy(f(x, y, w)), be.to_numpy(g(x, y, w))
-    step = GAIN_STEP * max(1.0, float(np.abs(be.to_numpy(y)).max()))
-    gain = 1.0
-    for _ in range(GAIN_PROBES):
-        direction = be.asarray(rng.choice([-1.0, 1.0], size=int(y.shape[0])) * step)
-        try:
-            moved_f, moved_g = be.to_numpy(f(x, y + direction, w)), be.to_numpy(g(x, y + direction, w))
-        except Exception:  # noqa: BLE001 - f or g undefined next to the probe point: keep the gain so far
-            continue
-        gain = max(gain, float(np.abs(moved_f - base_f).max()) / step, float(np.abs(moved_g - base_g).max()) / step)
-    return 2.0 * gain
 
 
 def _draw_or_check_keys(keys: Any, n_state: int, n_input: int, n_output: int, extra: dict[str, int],
@@ -387,50 +227,3 @@ def _draw_or_check_keys(keys: Any, n_state: int, n_input: int, n_output: int, ex
                       block_size=block_size, rng=rng, **extra)
     drawn.validate()
     return drawn
-
-
-#: The suggested epsilons aim at tolerance / SUGGESTION_MARGIN, so that they still work for a
-#: fresh key draw (the worst row of new keys differs a little from this draw's).
-SUGGESTION_MARGIN = 2.0
-
-
-def _check_precision(keys: Keys, be: ArrayBackend, tolerance: float, epsilon_input: float | None,
-                     epsilon_output: float | None, design: dict[str, Any], input_gain: float) -> None:
-    """Refuse settings whose predicted decode error exceeds ``tolerance`` (seed002 notes section 5)."""
-    unit_roundoff, dtype = be.unit_roundoff, be.dtype_name
-
-    def predicted_at(factor: float) -> float:
-        assert epsilon_input is not None and epsilon_output is not None
-        scaled = design_noise(keys, epsilon_input=epsilon_input * factor, epsilon_output=epsilon_output * factor,
-                              **design)
-        return predict_decode_error(scaled, unit_roundoff, input_gain=input_gain).decode_error_bound
-
-    predicted = predict_decode_error(keys, unit_roundoff, input_gain=input_gain).decode_error_bound
-    if predicted <= tolerance:
-        return
-    if epsilon_input is None or epsilon_output is None:
-        raise PrecisionError(
-            f"tolerance: these keys' noise gives a predicted decode error {predicted:.3g} in {dtype}, above "
-            f"tolerance {tolerance:.3g}", smallest_feasible_epsilon_input=math.nan,
-            smallest_feasible_epsilon_output=math.nan)
-    goal = tolerance / SUGGESTION_MARGIN
-    floor = predicted_at(1e15)          # noise negligible: what rounding alone costs
-    if floor >= goal:
-        raise PrecisionError(
-            f"tolerance: no epsilon can meet tolerance {tolerance:.3g} in {dtype}: even negligible noise leaves a "
-            f"predicted rounding error of {floor:.3g}. Raise tolerance"
-            f"{' or use float64' if dtype != 'float64' else ''}.",
-            smallest_feasible_epsilon_input=math.nan, smallest_feasible_epsilon_output=math.nan)
-    factor = predicted / goal
-    for _ in range(60):   # the error is (noise term)/factor + floor: converges geometrically
-        error = predicted_at(factor)
-        if error <= goal:
-            break
-        factor *= (error - floor) / (goal - floor) * 1.01
-    raise PrecisionError(
-        f"tolerance: epsilon_input={epsilon_input:.3g}, epsilon_output={epsilon_output:.3g} need noise so large "
-        f"that the predicted decode error in {dtype} is {predicted:.3g} > tolerance {tolerance:.3g}. The smallest "
-        f"feasible epsilons at this ratio are about epsilon_input={epsilon_input * factor:.3g}, "
-        f"epsilon_output={epsilon_output * factor:.3g} (with a {SUGGESTION_MARGIN:g}x margin for a fresh key draw), "
-        f"or raise tolerance{', or use float64' if dtype != 'float64' else ''}.",
-        smallest_feasible_epsilon_input=epsilon_input * factor, smallest_feasible_epsilon_output=epsilon_output * factor)

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ..backends import ArrayBackend
+from ..errors import PrecisionError
 from ..keys import Keys
 
 #: Tail factor: a Laplace/Gaussian element exceeds this many standard deviations with
@@ -59,3 +62,54 @@ def predict_decode_error(keys: Keys, unit_roundoff: float, *, input_gain: float 
     bound = ROUNDING_CONSTANT * unit_roundoff * (
         math.sqrt(keys.input_code.n_total) * m_in * max(1.0, input_gain) + math.sqrt(keys.output_code.n_total) * m_out)
     return PrecisionPrediction(m_in, m_out, bound)
+
+
+# ---------------------------------------------------------------- refusing infeasible settings
+#: The suggested epsilons aim at tolerance / SUGGESTION_MARGIN, so that they still work for a
+#: fresh key draw (the worst row of new keys differs a little from this draw's).
+SUGGESTION_MARGIN = 2.0
+
+
+def refuse_infeasible_precision(keys: Keys, be: ArrayBackend, tolerance: float, epsilon_input: float | None,
+                     epsilon_output: float | None, design: dict[str, Any], input_gain: float) -> None:
+    """Refuse settings whose predicted decode error exceeds ``tolerance`` (seed002 notes section 5)."""
+    from .design import design_noise
+
+    unit_roundoff, dtype = be.unit_roundoff, be.dtype_name
+
+    def predicted_at(factor: float) -> float:
+        assert epsilon_input is not None and epsilon_output is not None
+        scaled = design_noise(keys, epsilon_input=epsilon_input * factor, epsilon_output=epsilon_output * factor,
+                              **design)
+        return predict_decode_error(scaled, unit_roundoff, input_gain=input_gain).decode_error_bound
+
+    predicted = predict_decode_error(keys, unit_roundoff, input_gain=input_gain).decode_error_bound
+    if predicted <= tolerance:
+        return
+    if epsilon_input is None or epsilon_output is None:
+        raise PrecisionError(
+            f"tolerance: these keys' noise gives a predicted decode error {predicted:.3g} in {dtype}, above "
+            f"tolerance {tolerance:.3g}", smallest_feasible_epsilon_input=math.nan,
+            smallest_feasible_epsilon_output=math.nan)
+    goal = tolerance / SUGGESTION_MARGIN
+    floor = predicted_at(1e15)          # noise negligible: what rounding alone costs
+    if floor >= goal:
+        raise PrecisionError(
+            f"tolerance: no epsilon can meet tolerance {tolerance:.3g} in {dtype}: even negligible noise leaves a "
+            f"predicted rounding error of {floor:.3g}. Raise tolerance"
+            f"{' or use float64' if dtype != 'float64' else ''}.",
+            smallest_feasible_epsilon_input=math.nan, smallest_feasible_epsilon_output=math.nan)
+    factor = predicted / goal
+    for _ in range(60):   # the error is (noise term)/factor + floor: converges geometrically
+        error = predicted_at(factor)
+        if error <= goal:
+            break
+        factor *= (error - floor) / (goal - floor) * 1.01
+    raise PrecisionError(
+        f"tolerance: epsilon_input={epsilon_input:.3g}, epsilon_output={epsilon_output:.3g} need noise so large "
+        f"that the predicted decode error in {dtype} is {predicted:.3g} > tolerance {tolerance:.3g}. The smallest "
+        f"feasible epsilons at this ratio are about epsilon_input={epsilon_input * factor:.3g}, "
+        f"epsilon_output={epsilon_output * factor:.3g} (with a {SUGGESTION_MARGIN:g}x margin for a fresh key draw), "
+        f"or raise tolerance{', or use float64' if dtype != 'float64' else ''}.",
+        smallest_feasible_epsilon_input=epsilon_input * factor, smallest_feasible_epsilon_output=epsilon_output * factor)
+

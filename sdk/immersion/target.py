@@ -1,0 +1,83 @@
+"""The cloud side of seed 002 eq. 17: the target algorithm and the checked user functions."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _validation as v
+from .backends import ArrayBackend
+from .errors import InvalidArgumentError, NonFiniteError
+from .keys import Keys
+
+
+class CheckedFunction:
+    """Calls a user function and checks its result's shape and finiteness (names the function)."""
+
+    def __init__(self, fn: Callable[..., Any], name: str, n_out: int, uses_public: bool, backend: ArrayBackend) -> None:
+        self.fn, self.name, self.n_out, self.uses_public, self._backend = fn, name, n_out, uses_public, backend
+
+    def __call__(self, x: Any, y: Any, w: Any) -> Any:
+        out = self.fn(x, y, w) if self.uses_public else self.fn(x, y)
+        if not self._backend.is_array(out):
+            out = self._backend.asarray(np.asarray(out, dtype=np.float64))
+        shape = tuple(out.shape)
+        if shape != (self.n_out,):
+            if self.n_out == 1 and shape in ((), (1, 1)):
+                out = out.reshape((1,))
+            else:
+                raise InvalidArgumentError(self.name, f"returned shape {shape}, expected ({self.n_out},)")
+        if not self._backend.all_finite(out):
+            raise NonFiniteError(self.name, "returned NaN or inf")
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__
+
+
+class TargetAlgorithm:
+    """The cloud-side algorithm of seed 002 eq. 17 (and Corollary 1 for two time scales).
+
+    ``step``: ``x~+ = Pi2 f(Pi2_left x~, Pi1_left y~, w)``;
+    ``output``: ``u~ = Pi3 g(Pi2_left x~, Pi1_left y~, w) + Pi4 y~``.
+    Holds no ``N1``, no ``Pi3_left`` and no noise generator (it pickles without them).
+    """
+
+    def __init__(self, *, f: CheckedFunction, g: CheckedFunction, keys: Keys, backend: ArrayBackend) -> None:
+        self._f, self._g, self.backend = f, g, backend
+        self.n_state_encoded = keys.state_code.n_total
+        self.n_input_encoded = keys.input_code.n_total
+        self.n_output_encoded = keys.output_code.n_total
+        self._state_in = keys.state_code.decoder(backend)
+        self._state_out = keys.state_code.encoder(backend)
+        self._input_in = keys.input_code.decoder(backend)
+        self._output_out = keys.output_code.encoder(backend)
+        self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
+
+    @property
+    def uses_public(self) -> bool:
+        """True if ``f`` or ``g`` takes the public signal ``w``."""
+        return self._f.uses_public or self._g.uses_public
+
+    def _vector(self, name: str, value: Any, size: int) -> Any:
+        return v.backend_array(self.backend, name, value, last_dim=size, ndim=1)
+
+    def _check_public(self, w: Any) -> None:
+        if w is None and self.uses_public:
+            raise InvalidArgumentError("w", "f or g takes a public signal w; pass it as the third argument")
+        if w is not None and not self.uses_public:
+            raise InvalidArgumentError("w", "neither f nor g takes a public signal w; drop the third argument")
+
+    def step(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
+        """One step of the target dynamics; call it T times on one ``encoded_input`` for two time scales."""
+        self._check_public(w)
+        xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
+        yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
+        return self._state_out(self._f(self._state_in(xt), self._input_in(yt), w))
+
+    def output(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
+        """The encoded output ``u~`` of the current state and input."""
+        self._check_public(w)
+        xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
+        yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
+        return self._output_out(self._g(self._state_in(xt), self._input_in(yt), w)) + self._mask(yt)
