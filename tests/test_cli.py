@@ -326,3 +326,20 @@ def test_report_with_an_absurd_epsilon_fails_without_traceback(tmp_path: Path) -
                "--epsilon-input", "1e300", "--steps", "3", cwd=tmp_path)
     assert "Traceback" not in proc.stderr
     assert proc.returncode == 2 or (proc.returncode == 0 and one_json_object(proc.stdout))
+
+
+def test_keys_new_writes_a_usable_key_file(tmp_path: Path) -> None:
+    from immersion import immerse, load_keys
+
+    path = tmp_path / "ctrl.keys"
+    result = CliRunner().invoke(main, ["keys", "new", "--n-state", "3", "--n-input", "1", "--n-output", "1",
+                                       "--epsilon-input", "0.01", "--seed", "4", "--out", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.output)
+    keys = load_keys(path)
+    assert info["fingerprint"] == keys.fingerprint and (path.stat().st_mode & 0o777) == 0o600
+    imm = immerse(lambda x, y: 0.5 * x + y[0], lambda x, y: x[:1], 3, 1, 1, keys=keys)
+    assert imm.report().epsilon_input == pytest.approx(0.01, rel=1e-9)
+    again = CliRunner().invoke(main, ["keys", "new", "--n-state", "3", "--n-input", "1", "--n-output", "1",
+                                      "--out", str(path)])
+    assert again.exit_code == 2 and "exists" in again.output      # no silent overwrite

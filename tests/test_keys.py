@@ -113,3 +113,28 @@ def test_repr_never_shows_key_material():
     text = repr(keys)
     assert "fingerprint=" in text and "[" not in text
     assert f"{keys.Pi1[0, 0]:.4f}"[:6] not in text
+
+
+def test_draw_keys_gives_the_keys_immerse_draws_and_they_survive_a_round_trip(tmp_path):
+    from immersion import draw_keys, immerse
+
+    def f(x, y):
+        return 0.5 * x + y
+
+    def g(x, y):
+        return 2.0 * x
+
+    keys = draw_keys(2, 2, 2, epsilon_input=1e-2, epsilon_output=5e-3, sensitivity_input=3.0, noise="gaussian",
+                     rng=5)
+    imm = immerse(f, g, 2, 2, 2, epsilon_input=1e-2, epsilon_output=5e-3, sensitivity_input=3.0, noise="gaussian",
+                  rng=5)
+    assert keys.fingerprint == imm.keys.fingerprint
+    loaded = load_keys(save_keys(keys, tmp_path / "k.keys"))
+    assert loaded.noise == keys.noise                       # law, sensitivities and deltas travel with the keys
+    again = immerse(f, g, 2, 2, 2, keys=loaded, rng=9)     # design options are not needed again
+    for field in ("epsilon_input", "epsilon_output", "sensitivity_input", "delta_input", "noise_scale"):
+        assert getattr(again.report(), field) == getattr(imm.report(), field)
+    y = np.array([0.3, -0.1])
+    yt = again.encode_input(y)
+    np.testing.assert_allclose(again.decode_state(again.target.step(again.encode_state(np.zeros(2)), yt)), y,
+                               atol=1e-9)

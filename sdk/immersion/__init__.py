@@ -18,11 +18,13 @@ from .errors import (
     PluginError,
     PrecisionError,
 )
-from .keys import Keys, load_keys, save_keys
+from .keygen import draw_keys
+from .keys import Keys, NoiseLaw, load_keys, save_keys
 from .privacy import PrivacyReport
 
 __version__ = "0.1.0"
 
-__all__ = ["immerse", "Immersion", "TargetAlgorithm", "Keys", "load_keys", "save_keys", "PrivacyReport",
+__all__ = ["immerse", "draw_keys", "Immersion", "TargetAlgorithm", "Keys", "NoiseLaw", "load_keys", "save_keys",
+           "PrivacyReport",
            "ImmersionError", "InvalidArgumentError", "NonFiniteError", "PrecisionError", "KeyFileError",
            "OptionalDependencyError", "PluginError", "__version__"]

@@ -83,37 +83,61 @@ def plugins_cmd(as_json: bool) -> None:
             click.echo(f"  {item[0]:24s} {item[1]}")
 
 
+def _key_options(fn: Any) -> Any:
+    """Options shared by ``report`` and ``keys new``: dimensions, privacy targets, key kind, seed."""
+    options = [
+        click.option("--n-state", type=click.IntRange(1), required=True),
+        click.option("--n-input", type=click.IntRange(1), required=True),
+        click.option("--n-output", type=click.IntRange(1), required=True),
+        click.option("--extra-state", type=click.IntRange(1), default=1, show_default=True),
+        click.option("--extra-input", type=click.IntRange(1), default=2, show_default=True),
+        click.option("--extra-output", type=click.IntRange(1), default=2, show_default=True),
+        click.option("--epsilon-input", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True),
+        click.option("--epsilon-output", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True),
+        click.option("--sensitivity-input", type=click.FloatRange(min=0, min_open=True), default=1.0,
+                     show_default=True),
+        click.option("--sensitivity-output", type=click.FloatRange(min=0, min_open=True), default=1.0,
+                     show_default=True),
+        click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True),
+        click.option("--keys", "key_kind", type=click.Choice(["auto", "dense", "block"]), default="auto",
+                     show_default=True),
+        click.option("--block-size", type=click.IntRange(1), default=32, show_default=True),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _draw(params: dict[str, Any], rng: Any, secure: bool = False) -> Any:
+    from .keygen import draw_keys
+
+    names = ("n_state", "n_input", "n_output")
+    options = {k: params[k] for k in ("extra_state", "extra_input", "extra_output", "epsilon_input",
+                                      "epsilon_output", "sensitivity_input", "sensitivity_output", "noise",
+                                      "block_size")}
+    return draw_keys(*(params[k] for k in names), keys=params["key_kind"], rng=rng, secure=secure, **options)
+
+
 @main.command("report")
-@click.option("--n-state", type=click.IntRange(1), required=True)
-@click.option("--n-input", type=click.IntRange(1), required=True)
-@click.option("--n-output", type=click.IntRange(1), required=True)
-@click.option("--extra-state", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--extra-input", type=click.IntRange(1), default=2, show_default=True)
-@click.option("--extra-output", type=click.IntRange(1), default=2, show_default=True)
-@click.option("--epsilon-input", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
-@click.option("--epsilon-output", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
-@click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True)
-@click.option("--keys", "key_kind", type=click.Choice(["auto", "dense", "block"]), default="auto", show_default=True)
+@_key_options
 @click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True)
 @click.option("--steps", type=click.IntRange(1), default=1, show_default=True, help="Compose over this many steps.")
 @click.option("--delta", type=click.FloatRange(0, 1, max_open=True), default=1e-6, show_default=True,
               help="Delta for the composition (0 <= delta < 1).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def report_cmd(n_state: int, n_input: int, n_output: int, extra_state: int, extra_input: int, extra_output: int,
-               epsilon_input: float, epsilon_output: float, noise: str, key_kind: str, dtype: str, steps: int,
-               delta: float, seed: int, as_json: bool) -> None:
-    """Privacy and precision report for a configuration (keys drawn, no algorithm run)."""
-    from .coding import immerse
+def report_cmd(dtype: str, steps: int, delta: float, seed: int, as_json: bool, **params: Any) -> None:
+    """Privacy and precision report for a configuration (keys drawn, no algorithm run; unit-gain f, g)."""
+    import numpy as np
 
-    imm = immerse(lambda x, y: x, lambda x, y: y[:1].repeat(n_output) if n_input else x, n_state=n_state,
-                  n_input=n_input, n_output=n_output, extra_state=extra_state, extra_input=extra_input,
-                  extra_output=extra_output, epsilon_input=epsilon_input, epsilon_output=epsilon_output,
-                  noise=noise, keys=key_kind, dtype=dtype, tolerance=None, rng=seed)  # type: ignore[arg-type]
-    out = imm.report().as_dict()
+    from .privacy import privacy_report
+
+    keys = _draw(params, seed)
+    report = privacy_report(keys, unit_roundoff=float(np.finfo(dtype).eps) / 2, dtype=dtype)
+    out = report.as_dict()
     if steps > 1:
-        out["composed"] = {"steps": steps, **imm.report().composed(steps, delta=delta)}
-    out["keys"] = repr(imm.keys)
+        out["composed"] = {"steps": steps, **report.composed(steps, delta=delta)}
+    out["keys"] = repr(keys)
     if as_json:
         click.echo(json.dumps(out))
         return
@@ -124,6 +148,24 @@ def report_cmd(n_state: int, n_input: int, n_output: int, extra_state: int, extr
 @main.group("keys", cls=_Group)
 def keys_group() -> None:
     """Create and inspect key files."""
+
+
+@keys_group.command("new")
+@_key_options
+@click.option("--out", "path", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Key file to write (mode 0600).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing file.")
+@click.option("--seed", type=int, default=None, help="Reproducible keys (default: OS entropy).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def keys_new(path: Path, overwrite: bool, seed: int | None, as_json: bool, **params: Any) -> None:
+    """Draw keys with a designed noise law and save them; use later with immerse(..., keys=load_keys(FILE))."""
+    from .keys import save_keys
+
+    keys = _draw(params, seed, secure=seed is None)
+    save_keys(keys, path, overwrite=overwrite)
+    info = {"path": str(path), "fingerprint": keys.fingerprint, "kind": keys.kind, **keys.dims,
+            "noise": keys.noise_kind, "noise_scale": keys.noise_scale, "bytes": keys.nbytes}
+    click.echo(json.dumps(info) if as_json else "\n".join(f"{k:14s} {v}" for k, v in info.items()))
 
 
 @keys_group.command("inspect")

@@ -5,8 +5,6 @@ User side: :class:`Immersion` (keys, encoder, decoder, report). Cloud side:
 """
 from __future__ import annotations
 
-import math
-import secrets
 from typing import Any, Callable, Literal
 
 import numpy as np
@@ -14,14 +12,12 @@ import numpy as np
 from . import _validation as v
 from .backends import ArrayBackend, make_backend
 from .errors import InvalidArgumentError
+from .keygen import NoiseTargets, draw_geometry, split_rng, validated_dims
 from .keys import Keys
-from .privacy import PrivacyReport, design_noise, privacy_report
+from .privacy import PrivacyReport, privacy_report
 from .privacy.precision import refuse_infeasible_precision
 from .probing import estimate_input_gain, probe_both, uses_public
 from .target import CheckedFunction, TargetAlgorithm
-
-#: Largest immersed dimension for which ``keys="auto"`` draws dense keys.
-AUTO_DENSE_LIMIT = 512
 
 
 class Immersion:
@@ -31,8 +27,7 @@ class Immersion:
     """
 
     def __init__(self, *, keys: Keys, target: TargetAlgorithm, backend: ArrayBackend,
-                 noise_rng: np.random.Generator, sensitivity_input: float, sensitivity_output: float,
-                 delta_input: float, delta_output: float, input_gain: float = 1.0) -> None:
+                 noise_rng: np.random.Generator, input_gain: float = 1.0) -> None:
         self.keys, self.target, self.backend = keys, target, backend
         self.n_state, self.n_input, self.n_output = (keys.state_code.n_signal, keys.input_code.n_signal,
                                                      keys.output_code.n_signal)
@@ -42,9 +37,7 @@ class Immersion:
         self._state_dec = keys.state_code.decoder(backend)
         self._output_dec = keys.output_code.decoder(backend)
         self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
-        self._report_args = dict(sensitivity_input=sensitivity_input, sensitivity_output=sensitivity_output,
-                                 delta_input=delta_input, delta_output=delta_output,
-                                 unit_roundoff=backend.unit_roundoff, dtype=backend.dtype_name,
+        self._report_args = dict(unit_roundoff=backend.unit_roundoff, dtype=backend.dtype_name,
                                  input_gain=input_gain)
         self._report: PrivacyReport | None = None
 
@@ -59,9 +52,10 @@ class Immersion:
         """``y~ = Pi1 y + N1 s`` with fresh noise ``s`` on every call (eq. 16); ``y`` may be batched."""
         arr = self._array("y", y, self.n_input)
         s_shape = tuple(arr.shape[:-1]) + (self.keys.input_code.n_noise,)
-        assert self.keys.noise_scale is not None
-        draw = self._noise.laplace if self.keys.noise_kind == "laplace" else self._noise.normal
-        return self._input_enc(arr, draw(s_shape, self.keys.noise_mean, self.keys.noise_scale))
+        law = self.keys.noise
+        assert law is not None
+        draw = self._noise.laplace if law.kind == "laplace" else self._noise.normal
+        return self._input_enc(arr, draw(s_shape, law.mean, law.scale))
 
     def decode_output(self, encoded_output: Any, encoded_input: Any) -> Any:
         """``u = Pi3_left (u~ - Pi4 y~)`` (eq. 18), with the ``y~`` the output was computed from."""
@@ -81,20 +75,6 @@ class Immersion:
 
     def __repr__(self) -> str:
         return f"Immersion({self.keys!r}, backend={self.backend.name}/{self.backend.dtype_name})"
-
-
-def _resolve_rng(rng: Any, secure: bool) -> np.random.Generator:
-    if secure:
-        if rng is not None:
-            raise InvalidArgumentError("rng", "pass either rng or secure=True, not both")
-        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(secrets.randbits(256))))
-    if rng is None or isinstance(rng, (int, np.integer, np.random.SeedSequence)):
-        if isinstance(rng, (int, np.integer)) and rng < 0:
-            raise InvalidArgumentError("rng", f"expected a non-negative seed, got {rng}")
-        return np.random.default_rng(rng)
-    if isinstance(rng, np.random.Generator):
-        return rng
-    raise InvalidArgumentError("rng", f"expected None, an int seed or a numpy Generator, got {type(rng).__name__}")
 
 
 def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input: int, n_output: int, *,
@@ -156,74 +136,43 @@ def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input:
     >>> bool(np.allclose(x1, A @ [1.0, -1.0] + [0.0, 0.5], atol=1e-9))
     True
     """
-    n_state = v.positive_int("n_state", n_state)
-    n_input = v.positive_int("n_input", n_input)
-    n_output = v.positive_int("n_output", n_output)
-    extra = {name: v.positive_int(name, val) for name, val in
-             (("extra_state", extra_state), ("extra_input", extra_input), ("extra_output", extra_output))}
-    epsilon_input = v.positive_float("epsilon_input", epsilon_input)
-    epsilon_output = v.positive_float("epsilon_output", epsilon_output)
-    sensitivity_input = v.positive_float("sensitivity_input", sensitivity_input)
-    sensitivity_output = v.positive_float("sensitivity_output", sensitivity_output)
-    noise = v.one_of("noise", noise, ("laplace", "gaussian"))  # type: ignore[assignment]
-    if noise == "laplace":
-        for name, val in (("delta_input", delta_input), ("delta_output", delta_output)):
-            if val not in (None, 0, 0.0):
-                raise InvalidArgumentError(name, "Laplace noise gives pure DP (delta = 0); use noise='gaussian'")
-        delta_in, delta_out = 0.0, 0.0
-    else:
-        delta_in = v.probability("delta_input", 1e-5 if delta_input is None else delta_input)
-        delta_out = v.probability("delta_output", 1e-5 if delta_output is None else delta_output)
-    try:
-        noise_mean_f = float(noise_mean)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError("noise_mean", f"expected a finite number, got {noise_mean!r}") from None
-    if not math.isfinite(noise_mean_f):
-        raise InvalidArgumentError("noise_mean", f"expected a finite number, got {noise_mean!r}")
+    dims = validated_dims(n_state=n_state, n_input=n_input, n_output=n_output, extra_state=extra_state,
+                          extra_input=extra_input, extra_output=extra_output)
+    targets = NoiseTargets.validated(noise=noise, epsilon_input=epsilon_input, epsilon_output=epsilon_output,
+                                     delta_input=delta_input, delta_output=delta_output,
+                                     sensitivity_input=sensitivity_input, sensitivity_output=sensitivity_output,
+                                     noise_mean=noise_mean)
     block_size = v.positive_int("block_size", block_size)
     if tolerance is not None:
         tolerance = v.positive_float("tolerance", tolerance)
     if n_public is not None:
         n_public = v.positive_int("n_public", n_public)
     be = make_backend(backend, dtype=dtype, device=device)
-    gen = _resolve_rng(rng, secure)
-    key_rng, noise_rng = gen.spawn(2)
+    key_rng, noise_rng = split_rng(rng, secure)
 
-    f_checked = CheckedFunction(f, "f", n_state, uses_public(f, "f"), be)
-    g_checked = CheckedFunction(g, "g", n_output, uses_public(g, "g"), be)
-    point = probe_both(f_checked, g_checked, n_state, n_input, n_public, probe, be)
+    f_checked = CheckedFunction(f, "f", dims["n_state"], uses_public(f, "f"), be)
+    g_checked = CheckedFunction(g, "g", dims["n_output"], uses_public(g, "g"), be)
+    point = probe_both(f_checked, g_checked, dims["n_state"], dims["n_input"], n_public, probe, be)
     input_gain = estimate_input_gain(f_checked, g_checked, point, be)
 
-    drawn = _draw_or_check_keys(keys, n_state, n_input, n_output, extra, block_size, key_rng)
-    design = dict(noise=noise, delta_input=delta_in if noise == "gaussian" else None,
-                  delta_output=delta_out if noise == "gaussian" else None,
-                  sensitivity_input=sensitivity_input, sensitivity_output=sensitivity_output, noise_mean=noise_mean_f)
-    if drawn.noise_scale is None:
-        drawn = design_noise(drawn, epsilon_input=epsilon_input, epsilon_output=epsilon_output, **design)  # type: ignore[arg-type]
-        if tolerance is not None:
-            refuse_infeasible_precision(drawn, be, tolerance, epsilon_input, epsilon_output, design, input_gain)
-    elif tolerance is not None:
-        refuse_infeasible_precision(drawn, be, tolerance, None, None, design, input_gain)
-    target = TargetAlgorithm(f=f_checked, g=g_checked, keys=drawn, backend=be)
-    return Immersion(keys=drawn, target=target, backend=be, noise_rng=noise_rng,
-                     sensitivity_input=sensitivity_input, sensitivity_output=sensitivity_output,
-                     delta_input=delta_in, delta_output=delta_out, input_gain=input_gain)
-
-
-def _draw_or_check_keys(keys: Any, n_state: int, n_input: int, n_output: int, extra: dict[str, int],
-                        block_size: int, rng: np.random.Generator) -> Keys:
+    designed_here = not (isinstance(keys, Keys) and keys.noise is not None)
     if isinstance(keys, Keys):
-        expected = {"n_state": n_state, "n_input": n_input, "n_output": n_output}
-        got = {k: keys.dims[k] for k in expected}
-        if got != expected:
-            raise InvalidArgumentError("keys", f"were made for {got}, but f/g have {expected}")
-        keys.validate()
-        return keys
-    kind = v.one_of("keys", keys, ("auto", "dense", "block"))
-    if kind == "auto":
-        largest = max(n_state + extra["extra_state"], n_input + extra["extra_input"], n_output + extra["extra_output"])
-        kind = "dense" if largest <= AUTO_DENSE_LIMIT else "block"
-    drawn = Keys.draw(n_state=n_state, n_input=n_input, n_output=n_output, kind=kind,  # type: ignore[arg-type]
-                      block_size=block_size, rng=rng, **extra)
-    drawn.validate()
-    return drawn
+        drawn = _checked_user_keys(keys, dims)
+    else:
+        drawn = draw_geometry(keys, dims, block_size, key_rng)
+    if designed_here:
+        drawn = targets.apply(drawn)
+    if tolerance is not None:
+        refuse_infeasible_precision(drawn, be, tolerance, targets if designed_here else None, input_gain)
+    target = TargetAlgorithm(f=f_checked, g=g_checked, keys=drawn, backend=be)
+    return Immersion(keys=drawn, target=target, backend=be, noise_rng=noise_rng, input_gain=input_gain)
+
+
+def _checked_user_keys(keys: Keys, dims: dict[str, int]) -> Keys:
+    """Keys given by the user: they must match f and g's dimensions and pass validation."""
+    expected = {k: dims[k] for k in ("n_state", "n_input", "n_output")}
+    got = {k: keys.dims[k] for k in expected}
+    if got != expected:
+        raise InvalidArgumentError("keys", f"were made for {got}, but f/g have {expected}")
+    keys.validate()
+    return keys

@@ -18,6 +18,24 @@ NoiseKind = Literal["laplace", "gaussian"]
 Mask = DenseMask | StructuredMask
 
 
+@dataclass(frozen=True)
+class NoiseLaw:
+    """The law of ``s_k`` and the data bounds it was designed for (seed 002 Theorem 1, seed 000 Theorem 2).
+
+    ``scale`` is the Laplace scale b (or the Gaussian standard deviation) and ``mean`` the mean
+    ``mu`` of every entry of ``s_k``. Sensitivities are L1 for Laplace and L2 for Gaussian;
+    deltas are 0 for Laplace.
+    """
+
+    kind: NoiseKind
+    scale: float
+    mean: float = 0.0
+    sensitivity_input: float = 1.0
+    sensitivity_output: float = 1.0
+    delta_input: float = 0.0
+    delta_output: float = 0.0
+
+
 @dataclass(frozen=True, eq=False)
 class Keys:
     """Secret keys of one immersion. Frozen; ``repr`` shows shapes and a fingerprint only.
@@ -39,9 +57,7 @@ class Keys:
     state_code: Code
     output_code: Code
     mask: Mask
-    noise_kind: NoiseKind = "laplace"
-    noise_scale: float | None = None
-    noise_mean: float = 0.0
+    noise: NoiseLaw | None = None
     mask_is_generated: bool = True
 
     # ------------------------------------------------------------------ construction
@@ -84,11 +100,14 @@ class Keys:
     def from_matrices(cls, *, Pi1: Any, Pi2: Any, Pi3: Any, Pi4: Any, N1: Any = None,
                       Pi1_left: Any = None, Pi2_left: Any = None, Pi3_left: Any = None,
                       noise: NoiseKind = "laplace", noise_scale: float | None = None,
-                      noise_mean: float = 0.0) -> "Keys":
+                      noise_mean: float = 0.0, sensitivity_input: float = 1.0, sensitivity_output: float = 1.0,
+                      delta_input: float = 0.0, delta_output: float = 0.0) -> "Keys":
         """Keys from user matrices, validated (full column rank, left inverses, kernel basis).
 
         Missing left inverses default to the pseudo-inverse; a missing ``N1`` to an orthonormal
-        basis of ``ker(Pi1_left)``. ``noise_scale=None`` lets :func:`immerse` design it.
+        basis of ``ker(Pi1_left)``. ``noise_scale=None`` lets :func:`immerse` design the noise
+        from its epsilon targets; a given ``noise_scale`` is used as is, for data within the
+        given sensitivities.
         """
         from scipy.linalg import null_space
 
@@ -113,17 +132,19 @@ class Keys:
         state_code = code("Pi2", Pi2, "Pi2_left", Pi2_left, None, None)
         output_code = code("Pi3", Pi3, "Pi3_left", Pi3_left, None, None)
         pi4 = _matrix("Pi4", Pi4, shape=(output_code.n_total, input_code.n_total))
-        keys = cls(input_code, state_code, output_code, DenseMask(pi4), noise, noise_scale, noise_mean, False)
+        law = None if noise_scale is None else NoiseLaw(noise, noise_scale, noise_mean, sensitivity_input,
+                                                         sensitivity_output, delta_input, delta_output)
+        keys = cls(input_code, state_code, output_code, DenseMask(pi4), law, False)
         keys.validate()
         return keys
 
-    def with_noise(self, *, kind: NoiseKind, scale: float, mean: float, mask_scale: float = 1.0) -> "Keys":
+    def with_noise(self, law: NoiseLaw, *, mask_scale: float = 1.0) -> "Keys":
         """These keys with a designed noise law (and the generated mask rescaled by ``mask_scale``)."""
         mask = self.mask
         if mask_scale != 1.0:
             mask = (DenseMask(mask.pi4 * mask_scale) if isinstance(mask, DenseMask)
                     else dataclasses.replace(mask, beta=mask.beta * mask_scale))
-        return dataclasses.replace(self, mask=mask, noise_kind=kind, noise_scale=scale, noise_mean=mean)
+        return dataclasses.replace(self, mask=mask, noise=law)
 
     # ------------------------------------------------------------------ checks
     def validate(self, *, rtol: float = 1e-9) -> None:
@@ -143,6 +164,22 @@ class Keys:
             scale = np.abs(pl).max() * np.abs(n1).max() * pl.shape[1]
             if np.abs(pl @ n1).max() > rtol * max(scale, 1e-300):
                 raise InvalidArgumentError("N1", "columns must lie in ker(Pi1_left): Pi1_left @ N1 != 0")
+
+    # ------------------------------------------------------------------ noise law
+    @property
+    def noise_kind(self) -> str:
+        """``"laplace"`` or ``"gaussian"`` (``"undesigned"`` before a noise law is set)."""
+        return self.noise.kind if self.noise else "undesigned"
+
+    @property
+    def noise_scale(self) -> float | None:
+        """Laplace scale sigma (or Gaussian standard deviation) of every entry of ``s_k``."""
+        return self.noise.scale if self.noise else None
+
+    @property
+    def noise_mean(self) -> float:
+        """Mean ``mu`` of every entry of ``s_k``."""
+        return self.noise.mean if self.noise else 0.0
 
     # ------------------------------------------------------------------ dense views
     @property
@@ -228,7 +265,7 @@ class Keys:
         for name, arr in sorted(key_arrays(self).items()):
             digest.update(name.encode())
             digest.update(np.ascontiguousarray(arr).tobytes())
-        digest.update(repr((self.noise_kind, self.noise_scale, self.noise_mean)).encode())
+        digest.update(repr(self.noise).encode())
         return digest.hexdigest()[:16]
 
     def __repr__(self) -> str:

@@ -1,6 +1,7 @@
 """Saving and loading keys: one file, SHA-256 integrity check, owner-only permissions, atomic write."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -62,7 +63,7 @@ def save_keys(keys: "Keys", path: str | os.PathLike[str], *, overwrite: bool = F
         raise KeyFileError(f"path: {target} exists; pass overwrite=True to replace it")
     if not target.parent.is_dir():
         raise KeyFileError(f"path: folder {target.parent} does not exist")
-    meta = {"noise_kind": keys.noise_kind, "noise_scale": keys.noise_scale, "noise_mean": keys.noise_mean,
+    meta = {"noise": None if keys.noise is None else dataclasses.asdict(keys.noise),
             "codes": {name: getattr(keys, f"{name}_code").kind for name in _CODES},
             "mask": "dense" if isinstance(keys.mask, DenseMask) else "structured",
             "mask_is_generated": keys.mask_is_generated}
@@ -87,7 +88,7 @@ def save_keys(keys: "Keys", path: str | os.PathLike[str], *, overwrite: bool = F
 
 def load_keys(path: str | os.PathLike[str]) -> "Keys":
     """Read keys written by :func:`save_keys`; refuse truncated, altered or foreign files."""
-    from .keys import Keys
+    from .keys import Keys, NoiseLaw
 
     source = Path(path)
     try:
@@ -109,10 +110,11 @@ def load_keys(path: str | os.PathLike[str]) -> "Keys":
         codes = {name: _code(arrays, name, meta["codes"][name]) for name in _CODES}
         mask: Any = (DenseMask(arrays["mask.pi4"]) if meta["mask"] == "dense" else
                      StructuredMask(float(arrays["mask.beta"][0]), arrays["mask.signs"], arrays["mask.source"]))
+        law = None if meta["noise"] is None else NoiseLaw(**meta["noise"])
+        generated = bool(meta["mask_is_generated"])
     except (KeyError, ValueError, OSError, TypeError, AttributeError, IndexError) as exc:
         raise KeyFileError(f"path: {source} is malformed ({exc})") from None
-    return Keys(codes["input"], codes["state"], codes["output"], mask,
-                meta["noise_kind"], meta["noise_scale"], meta["noise_mean"], meta["mask_is_generated"])
+    return Keys(codes["input"], codes["state"], codes["output"], mask, law, generated)
 
 
 def _code(arrays: dict[str, np.ndarray], name: str, kind: str) -> Any:

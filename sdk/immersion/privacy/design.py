@@ -1,10 +1,12 @@
 """Noise design: the smallest noise (and mask) scale meeting per-element epsilon targets."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..keys import Keys
+from ..keys import Keys, NoiseLaw
 from .elements import input_elements, output_elements
 from .theorems import gaussian_min_sigma_bar, laplace_scale_for
 
@@ -34,15 +36,13 @@ def design_noise(keys: Keys, *, noise: str, epsilon_input: float, epsilon_output
     >>> keys = design_noise(Keys.draw(n_state=2, n_input=1, n_output=1, rng=0), noise="laplace",
     ...                     epsilon_input=0.01, epsilon_output=0.02, delta_input=None, delta_output=None,
     ...                     sensitivity_input=1.0, sensitivity_output=1.0, noise_mean=0.0)
-    >>> r = privacy_report(keys, sensitivity_input=1.0, sensitivity_output=1.0, delta_input=0.0,
-    ...                    delta_output=0.0, unit_roundoff=2.0 ** -53, dtype="float64")
+    >>> r = privacy_report(keys, unit_roundoff=2.0 ** -53, dtype="float64")
     >>> round(r.epsilon_input, 12), round(r.epsilon_output, 12)
     (0.01, 0.02)
     """
-    probe = keys.with_noise(kind=noise, scale=1.0, mean=noise_mean)   # type: ignore[arg-type]
-    el_in = input_elements(probe, noise=noise, sensitivity=sensitivity_input)
-    el_out = output_elements(probe, noise=noise, sensitivity_output=sensitivity_output,
-                             sensitivity_input=sensitivity_input)
+    law = NoiseLaw(noise, 1.0, noise_mean, sensitivity_input, sensitivity_output,  # type: ignore[arg-type]
+                   delta_input or 0.0, delta_output or 0.0)
+    el_in, el_out = input_elements(keys, law), output_elements(keys, law)
     sigma = _unit_scale_needed(el_in.sensitivity, el_in.noise_l2, noise=noise,
                                epsilon=epsilon_input, delta=delta_input)
     out_needed = _unit_scale_needed(el_out.sensitivity, el_out.noise_l2, noise=noise,
@@ -52,6 +52,5 @@ def design_noise(keys: Keys, *, noise: str, epsilon_input: float, epsilon_output
         if not (np.isfinite(value) and 1e-300 < value < 1e300):
             raise InvalidArgumentError(name, "is outside the range whose noise scale is representable in float64")
     if not keys.mask_is_generated:
-        return keys.with_noise(kind=noise, scale=max(sigma, out_needed), mean=noise_mean)  # type: ignore[arg-type]
-    return keys.with_noise(kind=noise, scale=sigma, mean=noise_mean,  # type: ignore[arg-type]
-                           mask_scale=out_needed / sigma)
+        return keys.with_noise(dataclasses.replace(law, scale=max(sigma, out_needed)))
+    return keys.with_noise(dataclasses.replace(law, scale=sigma), mask_scale=out_needed / sigma)

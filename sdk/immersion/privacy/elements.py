@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..keys import Keys
+from ..keys import Keys, NoiseLaw
 
 
 @dataclass(frozen=True)
@@ -21,14 +21,14 @@ class ElementNoise:
     noise_linf: np.ndarray
 
 
-def input_elements(keys: Keys, *, noise: str, sensitivity: float) -> ElementNoise:
+def input_elements(keys: Keys, law: NoiseLaw) -> ElementNoise:
     """Elements of ``y~ = Pi1 y + N1 s``: sensitivity ``||Pi1^i|| Delta`` (1-norm for Laplace, 2-norm for Gaussian)."""
     st = keys.input_stats
-    rows = st.l1_signal if noise == "laplace" else st.l2_signal
-    return ElementNoise(rows * sensitivity, st.l2_noise, st.linf_noise)
+    rows = st.l1_signal if law.kind == "laplace" else st.l2_signal
+    return ElementNoise(rows * law.sensitivity_input, st.l2_noise, st.linf_noise)
 
 
-def output_elements(keys: Keys, *, noise: str, sensitivity_output: float, sensitivity_input: float) -> ElementNoise:
+def output_elements(keys: Keys, law: NoiseLaw) -> ElementNoise:
     """Elements of ``u~ = Pi3 u + Pi4 Pi1 y + Pi4 N1 s``.
 
     Theorem 1 counts only ``||Pi3^j|| Delta_u``; when a user's ``Pi4`` lets input data into the
@@ -36,7 +36,7 @@ def output_elements(keys: Keys, *, noise: str, sensitivity_output: float, sensit
     keys have ``Pi4 Pi1 = 0``, so for them the two agree.
     """
     st = keys.output_stats
-    rows = st.l1_signal if noise == "laplace" else st.l2_signal
-    sens = rows * sensitivity_output + keys.mask_data_row_l1 * sensitivity_input
+    rows = st.l1_signal if law.kind == "laplace" else st.l2_signal
+    sens = rows * law.sensitivity_output + keys.mask_data_row_l1 * law.sensitivity_input
     l2 = keys.mask_noise_row_norms
     return ElementNoise(sens, l2, keys.mask_noise_row_linf)

@@ -54,9 +54,9 @@ def predict_decode_error(keys: Keys, unit_roundoff: float, *, input_gain: float 
     >>> 1e-13 < bound < 1e-9          # float64, epsilon = 1e-3
     True
     """
-    assert keys.noise_scale is not None, "keys need a designed noise law"
-    common = dict(sigma=keys.noise_scale, mean=keys.noise_mean, n_noise=keys.input_code.n_noise,
-                  noise=keys.noise_kind)
+    law = keys.noise
+    assert law is not None, "keys need a designed noise law"
+    common = dict(sigma=law.scale, mean=law.mean, n_noise=keys.input_code.n_noise, noise=law.kind)
     m_in = _largest_entry(keys.input_stats.l2_noise, **common)     # type: ignore[arg-type]
     m_out = _largest_entry(keys.mask_noise_row_norms, **common)    # type: ignore[arg-type]
     bound = ROUNDING_CONSTANT * unit_roundoff * (
@@ -70,23 +70,24 @@ def predict_decode_error(keys: Keys, unit_roundoff: float, *, input_gain: float 
 SUGGESTION_MARGIN = 2.0
 
 
-def refuse_infeasible_precision(keys: Keys, be: ArrayBackend, tolerance: float, epsilon_input: float | None,
-                     epsilon_output: float | None, design: dict[str, Any], input_gain: float) -> None:
-    """Refuse settings whose predicted decode error exceeds ``tolerance`` (seed002 notes section 5)."""
-    from .design import design_noise
+def refuse_infeasible_precision(keys: Keys, be: ArrayBackend, tolerance: float, targets: Any,
+                                input_gain: float) -> None:
+    """Refuse settings whose predicted decode error exceeds ``tolerance`` (seed002 notes section 5).
 
+    ``targets`` (a :class:`immersion.keygen.NoiseTargets`, or None for keys that came with their
+    own noise law) lets the message name the smallest feasible epsilons, with a margin of
+    ``SUGGESTION_MARGIN`` so that they also work for a fresh key draw.
+    """
     unit_roundoff, dtype = be.unit_roundoff, be.dtype_name
 
     def predicted_at(factor: float) -> float:
-        assert epsilon_input is not None and epsilon_output is not None
-        scaled = design_noise(keys, epsilon_input=epsilon_input * factor, epsilon_output=epsilon_output * factor,
-                              **design)
-        return predict_decode_error(scaled, unit_roundoff, input_gain=input_gain).decode_error_bound
+        return predict_decode_error(targets.apply(keys, scale=factor), unit_roundoff,
+                                    input_gain=input_gain).decode_error_bound
 
     predicted = predict_decode_error(keys, unit_roundoff, input_gain=input_gain).decode_error_bound
     if predicted <= tolerance:
         return
-    if epsilon_input is None or epsilon_output is None:
+    if targets is None:
         raise PrecisionError(
             f"tolerance: these keys' noise gives a predicted decode error {predicted:.3g} in {dtype}, above "
             f"tolerance {tolerance:.3g}", smallest_feasible_epsilon_input=math.nan,
@@ -105,11 +106,11 @@ def refuse_infeasible_precision(keys: Keys, be: ArrayBackend, tolerance: float, 
         if error <= goal:
             break
         factor *= (error - floor) / (goal - floor) * 1.01
+    eps_in, eps_out = targets.epsilon_input, targets.epsilon_output
     raise PrecisionError(
-        f"tolerance: epsilon_input={epsilon_input:.3g}, epsilon_output={epsilon_output:.3g} need noise so large "
+        f"tolerance: epsilon_input={eps_in:.3g}, epsilon_output={eps_out:.3g} need noise so large "
         f"that the predicted decode error in {dtype} is {predicted:.3g} > tolerance {tolerance:.3g}. The smallest "
-        f"feasible epsilons at this ratio are about epsilon_input={epsilon_input * factor:.3g}, "
-        f"epsilon_output={epsilon_output * factor:.3g} (with a {SUGGESTION_MARGIN:g}x margin for a fresh key draw), "
+        f"feasible epsilons at this ratio are about epsilon_input={eps_in * factor:.3g}, "
+        f"epsilon_output={eps_out * factor:.3g} (with a {SUGGESTION_MARGIN:g}x margin for a fresh key draw), "
         f"or raise tolerance{', or use float64' if dtype != 'float64' else ''}.",
-        smallest_feasible_epsilon_input=epsilon_input * factor, smallest_feasible_epsilon_output=epsilon_output * factor)
-
+        smallest_feasible_epsilon_input=eps_in * factor, smallest_feasible_epsilon_output=eps_out * factor)

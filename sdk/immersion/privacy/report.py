@@ -105,24 +105,21 @@ def _epsilons(el: ElementNoise, *, noise: str, sigma: float, delta: float) -> tu
     return eps, eps, float(np.min(ratio))
 
 
-def privacy_report(keys: Keys, *, sensitivity_input: float, sensitivity_output: float,
-                   delta_input: float, delta_output: float, unit_roundoff: float, dtype: str,
-                   input_gain: float = 1.0) -> PrivacyReport:
-    """Build the report for ``keys`` (which carry their noise law)."""
-    assert keys.noise_scale is not None
-    noise, sigma = keys.noise_kind, keys.noise_scale
-    el_in = input_elements(keys, noise=noise, sensitivity=sensitivity_input)
-    el_out = output_elements(keys, noise=noise, sensitivity_output=sensitivity_output,
-                             sensitivity_input=sensitivity_input)
-    e_in, p_in, m_in = _epsilons(el_in, noise=noise, sigma=sigma, delta=delta_input)
-    e_out, p_out, m_out = _epsilons(el_out, noise=noise, sigma=sigma, delta=delta_output)
+def privacy_report(keys: Keys, *, unit_roundoff: float, dtype: str, input_gain: float = 1.0) -> PrivacyReport:
+    """Build the report for ``keys`` from their noise law (kind, scale, sensitivities, deltas)."""
+    law = keys.noise
+    assert law is not None, "keys need a designed noise law"
+    noise, sigma = law.kind, law.scale
+    el_in, el_out = input_elements(keys, law), output_elements(keys, law)
+    e_in, p_in, m_in = _epsilons(el_in, noise=noise, sigma=sigma, delta=law.delta_input)
+    e_out, p_out, m_out = _epsilons(el_out, noise=noise, sigma=sigma, delta=law.delta_output)
     precision = predict_decode_error(keys, unit_roundoff, input_gain=input_gain)
     return PrivacyReport(
-        noise=noise, noise_scale=sigma, noise_mean=keys.noise_mean,
+        noise=noise, noise_scale=sigma, noise_mean=law.mean,
         epsilon_input=float(e_in.max()), epsilon_output=float(e_out.max()),
         epsilon_input_proven=float(p_in.max()), epsilon_output_proven=float(p_out.max()),
-        delta_input=delta_input, delta_output=delta_output,
-        sensitivity_input=sensitivity_input, sensitivity_output=sensitivity_output, dtype=dtype,
+        delta_input=law.delta_input, delta_output=law.delta_output,
+        sensitivity_input=law.sensitivity_input, sensitivity_output=law.sensitivity_output, dtype=dtype,
         decode_error_bound=precision.decode_error_bound,
         max_encoded_input_entry=precision.max_input_entry, max_encoded_output_entry=precision.max_output_entry,
         input_gain=input_gain,
