@@ -91,3 +91,12 @@ def test_same_seed_gives_same_keys_and_noise(contractive_system):
     np.testing.assert_array_equal(a.encode_input(np.array([1.0])), b.encode_input(np.array([1.0])))
     c = immerse(f, g, n_state=3, n_input=1, n_output=1, secure=True)
     assert c.keys.fingerprint != a.keys.fingerprint
+
+
+def test_advance_equals_output_then_step(contractive_system):
+    f, g = contractive_system
+    imm = immerse(f, g, n_state=3, n_input=1, n_output=1, rng=2)
+    xt, yt = imm.encode_state(np.array([0.1, 0.2, 0.3])), imm.encode_input(np.array([0.4]))
+    ut, xt_next = imm.target.advance(xt, yt)
+    np.testing.assert_array_equal(ut, imm.target.output(xt, yt))
+    np.testing.assert_array_equal(xt_next, imm.target.step(xt, yt))

@@ -1,12 +1,24 @@
 """Small argument checks shared by the public API (one place, one wording)."""
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
 import numpy as np
 
 from .errors import InvalidArgumentError, NonFiniteError
+
+
+#: Below this many entries a Python loop checks finiteness faster than a numpy call.
+_SMALL = 64
+
+
+def all_finite(arr: np.ndarray) -> bool:
+    """True if every entry of a float array is finite (fast for the small vectors of control loops)."""
+    if arr.size <= _SMALL:
+        return all(map(math.isfinite, arr.ravel().tolist()))
+    return bool(np.isfinite(arr).all())
 
 
 def positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
@@ -54,7 +66,7 @@ def finite_array(name: str, value: Any, *, last_dim: int | None = None,
     if last_dim is not None and (arr.ndim == 0 or arr.shape[-1] != last_dim):
         raise InvalidArgumentError(
             name, f"expected shape (..., {last_dim}), got shape {arr.shape}")
-    if not np.isfinite(arr).all():
+    if not all_finite(arr):
         raise NonFiniteError(name, "contains NaN or inf")
     return arr
 

@@ -75,6 +75,18 @@ class TargetAlgorithm:
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
         return self._state_out(self._f(self._state_in(xt), self._input_in(yt), w))
 
+    def advance(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> tuple[Any, Any]:
+        """``(output, step)`` of one sample in one call, decoding ``x~`` and ``y~`` once.
+
+        Equal to ``(self.output(x~, y~, w), self.step(x~, y~, w))``; a controller in the cloud
+        calls this once per sample.
+        """
+        self._check_public(w)
+        xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
+        yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
+        x, y = self._state_in(xt), self._input_in(yt)
+        return self._output_out(self._g(x, y, w)) + self._mask(yt), self._state_out(self._f(x, y, w))
+
     def output(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
         """The encoded output ``u~`` of the current state and input."""
         self._check_public(w)

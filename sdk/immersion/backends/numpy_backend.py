@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import all_finite
 from ..errors import InvalidArgumentError
 
 
@@ -45,7 +46,7 @@ class NumpyBackend:
         return np.add.reduceat(values, starts, axis=-1)
 
     def all_finite(self, value: Any) -> bool:
-        return bool(np.isfinite(value).all())
+        return all_finite(np.asarray(value))
 
     def noise_stream(self, rng: np.random.Generator) -> "NumpyNoise":
         return NumpyNoise(rng, self._dtype)

@@ -1,0 +1,178 @@
+"""Closed loops of the reactor: plain and immersed side by side, in one process (seed 002 section VI-B)."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from immersion import ImmersionError, immerse
+
+from .model import ReactorController, ReactorParameters
+
+#: A state norm above this (or NaN/inf) counts as divergence.
+DIVERGENCE_LIMIT = 1e6
+
+
+class ReactorDivergenceError(ImmersionError):
+    """The closed loop left every reasonable bound (usually: sampling period too large)."""
+
+
+class Cloud(Protocol):
+    """What the user side needs from the cloud: the target's ``advance`` (local or remote)."""
+
+    def advance(self, encoded_state: Any, encoded_input: Any) -> tuple[Any, Any]:
+        ...
+
+
+class ReactorPlant:
+    """Eqs. 47-48 integrated by forward Euler with ``substeps`` per control sample.
+
+    The delayed ``x1(t - d(t))`` is interpolated linearly on the stored trajectory; before
+    ``t = 0`` the history is the constant initial value.
+    """
+
+    def __init__(self, params: ReactorParameters, *, dt: float, substeps: int, samples: int) -> None:
+        self.params, self.h = params, dt / substeps
+        self.substeps = substeps
+        self.x = np.array(params.initial_state, dtype=float)
+        self.x1_history = np.empty(samples * substeps + 1)
+        self.x1_history[0] = self.x[0]
+        self.i = 0
+
+    @property
+    def t(self) -> float:
+        return self.i * self.h
+
+    def measure(self) -> np.ndarray:
+        """The measurement ``y = x1``."""
+        return self.x[:1].copy()
+
+    def _x1_at(self, s: float) -> float:
+        if s <= 0.0:
+            return float(self.x1_history[0])
+        pos = s / self.h
+        lo = min(int(pos), self.i)
+        hi = min(lo + 1, self.i)
+        w = pos - lo
+        return float((1.0 - w) * self.x1_history[lo] + w * self.x1_history[hi])
+
+    def advance(self, u: float) -> None:
+        """Hold ``u`` for one control period."""
+        for _ in range(self.substeps):
+            t = self.t
+            x1_delayed = self._x1_at(t - self.params.delay(t))
+            self.x = self.x + self.h * self.params.rhs(t, self.x, x1_delayed, u)
+            self.i += 1
+            self.x1_history[self.i] = self.x[0]
+        norm = float(np.linalg.norm(self.x))
+        if not math.isfinite(norm) or norm > DIVERGENCE_LIMIT:
+            raise ReactorDivergenceError(
+                f"dt: the closed loop diverged at t = {self.t:.3g} s (state norm {norm:.3g}) with sampling period "
+                f"{self.h * self.substeps:g} s; use a smaller --dt (the notes check 0.001 to 0.1)")
+
+
+@dataclass
+class ReactorRun:
+    """Trajectories and timings of one side-by-side run (arrays indexed by control sample)."""
+
+    t: np.ndarray
+    y_plain: np.ndarray
+    y_immersed: np.ndarray
+    y_encoded: np.ndarray           # (samples, n~_y): what the cloud sees
+    u_plain: np.ndarray
+    u_decoded: np.ndarray
+    u_encoded: np.ndarray
+    x_plain: np.ndarray             # plant states (samples + 1, 2)
+    x_immersed: np.ndarray
+    controller_state_error: np.ndarray
+    step_s_plain: np.ndarray        # controller time per sample
+    step_s_immersed: np.ndarray     # encode + cloud + decode per sample
+    round_trip_s: np.ndarray        # time of the cloud call alone (remote: the network round trip)
+    report: Any = None
+    keys: str = ""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def run_reactor(*, steps: int = 2000, dt: float = 0.01, substeps: int = 10, epsilon_input: float = 1e-3,
+                epsilon_output: float = 1e-3, seed: int = 0, params: ReactorParameters | None = None,
+                cloud_factory: Any = None) -> ReactorRun:
+    """Run the plain and the immersed closed loop from the paper's initial state.
+
+    ``cloud_factory(imm)`` returns the cloud side; by default the local ``imm.target``. The
+    remote mode passes a factory that ships the target to an ``immersion serve`` process.
+    """
+    params = params or ReactorParameters()
+    ctrl = ReactorController(dt=dt)
+    imm = immerse(ctrl.f, ctrl.g, n_state=3, n_input=1, n_output=1, extra_state=1, extra_input=2,
+                  extra_output=2, epsilon_input=epsilon_input, epsilon_output=epsilon_output, rng=seed,
+                  probe=(ctrl.initial_state, np.array([params.initial_state[0]])))
+    cloud: Cloud = imm.target if cloud_factory is None else cloud_factory(imm)
+    plants = [ReactorPlant(params, dt=dt, substeps=substeps, samples=steps) for _ in range(2)]
+    xc, xc_enc = ctrl.initial_state.copy(), imm.encode_state(ctrl.initial_state)
+    rec: dict[str, list[Any]] = {k: [] for k in ("y_p", "y_i", "y_e", "u_p", "u_d", "u_e", "xerr", "tp", "ti", "rt")}
+    x_plain, x_imm = [plants[0].x.copy()], [plants[1].x.copy()]
+    clock = time.perf_counter
+    for _ in range(steps):
+        y_p, y_i = plants[0].measure(), plants[1].measure()
+        t0 = clock()
+        u_p = ctrl.g(xc, y_p)
+        xc = ctrl.f(xc, y_p)
+        t1 = clock()
+        y_enc = imm.encode_input(y_i)                       # user
+        t2 = clock()
+        u_enc, xc_enc = cloud.advance(xc_enc, y_enc)         # cloud: encoded data only
+        t3 = clock()
+        u_i = imm.decode_output(u_enc, y_enc)               # user
+        t4 = clock()
+        if not math.isfinite(float(u_p[0])):
+            raise ReactorDivergenceError(f"dt: the plain controller produced a non-finite control at t = "
+                                         f"{plants[0].t:.3g} s; use a smaller --dt")
+        plants[0].advance(float(u_p[0]))
+        plants[1].advance(float(u_i[0]))
+        x_plain.append(plants[0].x.copy())
+        x_imm.append(plants[1].x.copy())
+        for key, value in (("y_p", y_p[0]), ("y_i", y_i[0]), ("y_e", np.asarray(y_enc)), ("u_p", u_p[0]),
+                           ("u_d", u_i[0]), ("u_e", np.asarray(u_enc)), ("tp", t1 - t0), ("ti", t4 - t1),
+                           ("rt", t3 - t2)):
+            rec[key].append(value)
+        rec["xerr"].append(float(np.abs(imm.decode_state(xc_enc) - xc).max()))
+    return ReactorRun(
+        t=np.arange(steps) * dt, y_plain=np.array(rec["y_p"]), y_immersed=np.array(rec["y_i"]),
+        y_encoded=np.array(rec["y_e"]), u_plain=np.array(rec["u_p"]), u_decoded=np.array(rec["u_d"]),
+        u_encoded=np.array(rec["u_e"]), x_plain=np.array(x_plain), x_immersed=np.array(x_imm),
+        controller_state_error=np.array(rec["xerr"]), step_s_plain=np.array(rec["tp"]),
+        step_s_immersed=np.array(rec["ti"]), round_trip_s=np.array(rec["rt"]), report=imm.report(),
+        keys=repr(imm.keys))
+
+
+def summary(run: ReactorRun, *, remote: bool = False) -> dict[str, Any]:
+    """The JSON figures of ``immersion demo reactor``."""
+    u_scale = max(1.0, float(np.abs(run.u_plain).max()))
+    out = {
+        "steps": int(run.t.size),
+        "dt": float(run.t[1] - run.t[0]) if run.t.size > 1 else None,
+        "max_abs_u": float(np.abs(run.u_plain).max()),
+        "max_abs_u_error": float(np.abs(run.u_plain - run.u_decoded).max()),
+        "max_rel_u_error": float(np.abs(run.u_plain - run.u_decoded).max()) / u_scale,
+        "max_abs_state_error": float(np.abs(run.x_plain - run.x_immersed).max()),
+        "max_abs_controller_state_error": float(run.controller_state_error.max()),
+        "final_state_norm_plain": float(np.linalg.norm(run.x_plain[-1])),
+        "final_state_norm_immersed": float(np.linalg.norm(run.x_immersed[-1])),
+        "epsilon_input": run.report.epsilon_input,
+        "epsilon_output": run.report.epsilon_output,
+        "epsilon_input_proven": run.report.epsilon_input_proven,
+        "decode_error_bound": run.report.decode_error_bound,
+        "step_time_ratio": float(np.median(run.step_s_immersed) / np.median(run.step_s_plain)),
+        "step_time_ratio_mean": float(run.step_s_immersed.sum() / run.step_s_plain.sum()),
+        "plain_step_us_median": float(np.median(run.step_s_plain) * 1e6),
+        "immersed_step_us_median": float(np.median(run.step_s_immersed) * 1e6),
+        "keys": run.keys,
+        "remote": remote,
+    }
+    if remote:
+        out["round_trip_us_median"] = float(np.median(run.round_trip_s) * 1e6)
+        out["round_trip_us_p99"] = float(np.percentile(run.round_trip_s, 99) * 1e6)
+    return out
