@@ -62,7 +62,7 @@ def test_conformance_of_registered_algorithms(name, spec, backend):
     """Decode-exactness, target-has-no-secrets and shape checks for every registered algorithm."""
     algo = spec.build()
     imm = immerse(algo.f, algo.g, n_state=algo.n_state, n_input=algo.n_input, n_output=algo.n_output,
-                  backend=backend, rng=0)
+                  backend=backend, rng=0, probe=(algo.initial_state, np.zeros(algo.n_input)))
     inputs = np.random.default_rng(1).standard_normal((100, algo.n_input)) * 0.1
     run = run_side_by_side(imm, algo.f, algo.g, x0=algo.initial_state, inputs=inputs)
     assert_close_to_plain(run, rtol=1e-9)

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from immersion import ImmersionError, immerse
+from immersion import ImmersionError, NonFiniteError, immerse
 
 from .model import ReactorController, ReactorParameters
 
@@ -96,6 +96,11 @@ class ReactorRun:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
+def _diverged(t: float, who: str) -> ReactorDivergenceError:
+    return ReactorDivergenceError(f"dt: {who} produced non-finite values at t = {t:.3g} s; use a smaller --dt "
+                                  "(the notes check 0.001 to 0.1)")
+
+
 def run_reactor(*, steps: int = 2000, dt: float = 0.01, substeps: int = 10, epsilon_input: float = 1e-3,
                 epsilon_output: float = 1e-3, seed: int = 0, params: ReactorParameters | None = None,
                 cloud_factory: Any = None) -> ReactorRun:
@@ -123,13 +128,15 @@ def run_reactor(*, steps: int = 2000, dt: float = 0.01, substeps: int = 10, epsi
         t1 = clock()
         y_enc = imm.encode_input(y_i)                       # user
         t2 = clock()
-        u_enc, xc_enc = cloud.advance(xc_enc, y_enc)         # cloud: encoded data only
+        try:
+            u_enc, xc_enc = cloud.advance(xc_enc, y_enc)     # cloud: encoded data only
+        except NonFiniteError:
+            raise _diverged(plants[1].t, "the immersed controller") from None
         t3 = clock()
         u_i = imm.decode_output(u_enc, y_enc)               # user
         t4 = clock()
-        if not math.isfinite(float(u_p[0])):
-            raise ReactorDivergenceError(f"dt: the plain controller produced a non-finite control at t = "
-                                         f"{plants[0].t:.3g} s; use a smaller --dt")
+        if not (math.isfinite(float(u_p[0])) and np.isfinite(xc).all()):
+            raise _diverged(plants[0].t, "the plain controller")
         plants[0].advance(float(u_p[0]))
         plants[1].advance(float(u_i[0]))
         x_plain.append(plants[0].x.copy())

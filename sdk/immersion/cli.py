@@ -63,6 +63,17 @@ def bench_core_cmd(steps: int, repeats: int, quick: bool, as_json: bool) -> None
                    f"{r['immersed_step_s'] * 1e6:>12.1f} {r['step_time_ratio']:>8.2f} {r['key_bytes'] / 1e6:>8.2f}")
 
 
+@main.command("serve")
+@click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True,
+              help="ZeroMQ address to listen on; use tcp://0.0.0.0:PORT to accept other machines.")
+@click.option("--max-requests", type=click.IntRange(1), default=None, help="Stop after this many requests.")
+def serve_cmd(bind: str, max_requests: int | None) -> None:
+    """Run the cloud side: receive public target matrices, then encoded vectors (extra: remote)."""
+    from .remote import serve
+
+    serve(bind, max_requests=max_requests)
+
+
 @main.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plugins_cmd(as_json: bool) -> None:

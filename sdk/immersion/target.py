@@ -9,6 +9,7 @@ from . import _validation as v
 from .backends import ArrayBackend
 from .errors import InvalidArgumentError, NonFiniteError
 from .keys import Keys
+from .keys.codes import DenseDecoder, DenseEncoder, DenseMaskOp
 
 
 class CheckedFunction:
@@ -53,6 +54,25 @@ class TargetAlgorithm:
         self._input_in = keys.input_code.decoder(backend)
         self._output_out = keys.output_code.encoder(backend)
         self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_matrices(cls, *, f: CheckedFunction, g: CheckedFunction, backend: ArrayBackend, Pi1_left: np.ndarray,
+                      Pi2: np.ndarray, Pi2_left: np.ndarray, Pi3: np.ndarray, Pi4: np.ndarray) -> "TargetAlgorithm":
+        """A target from the five public dense matrices of eq. 17 (what a remote cloud receives)."""
+        shapes = {"Pi2": (Pi2_left.shape[1], f.n_out), "Pi2_left": (f.n_out, Pi2.shape[0]),
+                  "Pi3": (Pi4.shape[0], g.n_out), "Pi1_left": (Pi1_left.shape[0], Pi4.shape[1])}
+        for name, arr in (("Pi1_left", Pi1_left), ("Pi2", Pi2), ("Pi2_left", Pi2_left), ("Pi3", Pi3), ("Pi4", Pi4)):
+            if arr.ndim != 2 or not np.isfinite(arr).all():
+                raise InvalidArgumentError(name, "expected a finite 2-D matrix")
+            if name in shapes and arr.shape != shapes[name]:
+                raise InvalidArgumentError(name, f"expected shape {shapes[name]}, got {arr.shape}")
+        self = cls.__new__(cls)
+        self._f, self._g, self.backend = f, g, backend
+        self.n_state_encoded, self.n_input_encoded, self.n_output_encoded = Pi2.shape[0], Pi4.shape[1], Pi4.shape[0]
+        self._state_in, self._state_out = DenseDecoder(Pi2_left, backend), DenseEncoder(Pi2, backend)
+        self._input_in, self._output_out = DenseDecoder(Pi1_left, backend), DenseEncoder(Pi3, backend)
+        self._mask = DenseMaskOp(Pi4, backend)
+        return self
 
     @property
     def uses_public(self) -> bool:
