@@ -7,7 +7,6 @@ import threading
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
 from immersion.cli import main
 from immersion_reactor.model import ReactorController, ReactorParameters
 from immersion_reactor.simulation import ReactorDivergenceError, run_reactor, summary

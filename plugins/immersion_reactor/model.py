@@ -53,14 +53,14 @@ class ReactorParameters:
 
 
 def _rho_zeta_delta(x_c: np.ndarray, y: float) -> tuple[float, float, float, float]:
-    """The controller's ``rho_k``, ``zeta_k``, ``Delta_k`` (eq. 50) and ``v = z + r y + l rho y``."""
-    z, r, l = float(x_c[0]), float(x_c[1]), float(x_c[2])
+    """The controller's ``rho_k``, ``zeta_k``, ``Delta_k`` (eq. 50) and ``v = z + r y + l rho y`` (``ell`` is l)."""
+    z, r, ell = float(x_c[0]), float(x_c[1]), float(x_c[2])
     y2 = y * y
     rho = (0.1 + y2) ** 2 + 1.01
-    v = z + r * y + l * rho * y
+    v = z + r * y + ell * rho * y
     zeta = v / math.sqrt(r)
     p = 1.02 + 0.2 * y2 + y2 * y2
-    delta = (2.0 * (2.0 * l * l + l ** 4 * p) * (1.0404 + 1.224 * y2 + 10.56 * y2 ** 2 + 6.0 * y2 ** 3
+    delta = (2.0 * (2.0 * ell * ell + ell ** 4 * p) * (1.0404 + 1.224 * y2 + 10.56 * y2 ** 2 + 6.0 * y2 ** 3
                                                   + 25.0 * y2 ** 4) + 4.0 * y2 * y2 * p ** 4)
     return rho, zeta, delta, v
 

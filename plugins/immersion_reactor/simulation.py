@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-
 from immersion import ImmersionError, NonFiniteError, immerse
 
 from .model import ReactorController, ReactorParameters

@@ -9,7 +9,6 @@ import numpy as np
 
 from .errors import InvalidArgumentError, NonFiniteError
 
-
 #: Below this many entries a Python loop checks finiteness faster than a numpy call.
 _SMALL = 64
 
