@@ -117,3 +117,12 @@ def test_summary_reports_the_ratio_from_the_same_run(paper_run):
     out = summary(paper_run)
     assert out["step_time_ratio"] == pytest.approx(
         np.median(paper_run.step_s_immersed) / np.median(paper_run.step_s_plain))
+
+
+def test_cli_overrides_plant_parameters_and_refuses_unknown_ones():
+    ok = CliRunner().invoke(main, ["demo", "reactor", "--steps", "100", "--json", "--set", "theta1=3",
+                                   "--set", "x1_0=-0.2"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["max_rel_u_error"] <= 1e-9
+    bad = CliRunner().invoke(main, ["demo", "reactor", "--set", "nosuch=1"])
+    assert bad.exit_code == 2 and "--set" in bad.output and "Traceback" not in bad.output

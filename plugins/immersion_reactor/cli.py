@@ -17,6 +17,28 @@ def _free_loopback_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _parameters(overrides: tuple[str, ...]) -> Any:
+    """``ReactorParameters`` with ``NAME=VALUE`` overrides (``x1_0``, ``x2_0`` set the initial state)."""
+    import dataclasses
+
+    from .model import ReactorParameters
+
+    fields = {f.name for f in dataclasses.fields(ReactorParameters)} - {"initial_state"}
+    values: dict[str, float] = {}
+    for item in overrides:
+        name, sep, raw = item.partition("=")
+        if not sep or (name not in fields and name not in ("x1_0", "x2_0")):
+            raise click.BadParameter(f"{item!r}: expected NAME=VALUE with NAME in {sorted(fields | {'x1_0', 'x2_0'})}",
+                                     param_hint="--set")
+        try:
+            values[name] = float(raw)
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: {raw!r} is not a number", param_hint="--set") from None
+    defaults = ReactorParameters()
+    initial = (values.pop("x1_0", defaults.initial_state[0]), values.pop("x2_0", defaults.initial_state[1]))
+    return ReactorParameters(initial_state=initial, **values)
+
+
 def _remote_factory(address: str, dt: float, timeout_s: float) -> Any:
     from immersion.remote import RemoteTarget
 
@@ -40,11 +62,16 @@ def _remote_factory(address: str, dt: float, timeout_s: float) -> Any:
 @click.option("--remote", is_flag=True, help="Run the cloud side in a separate `immersion serve` process (loopback).")
 @click.option("--connect", default=None, metavar="ADDRESS",
               help="Use an `immersion serve` already running at ADDRESS (e.g. tcp://10.0.0.5:5555).")
+@click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE",
+              help="Override a plant parameter of eqs. 47-48, e.g. --set theta1=3 --set x1_0=-0.2.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def reactor_command(steps: int, dt: float, substeps: int, epsilon_input: float, epsilon_output: float, seed: int,
-                    plot_dir: Path | None, remote: bool, connect: str | None, as_json: bool) -> None:
+                    plot_dir: Path | None, remote: bool, connect: str | None, overrides: tuple[str, ...],
+                    as_json: bool) -> None:
     """Two-stage reactor with delayed recycle under its adaptive controller, run through immerse(f, g)."""
     from .simulation import run_reactor, summary
+
+    params = _parameters(overrides)
 
     server = None
     address = connect
@@ -55,7 +82,7 @@ def reactor_command(steps: int, dt: float, substeps: int, epsilon_input: float, 
     try:
         factory = None if address is None else _remote_factory(address, dt, timeout_s=30.0)
         run = run_reactor(steps=steps, dt=dt, substeps=substeps, epsilon_input=epsilon_input,
-                          epsilon_output=epsilon_output, seed=seed, cloud_factory=factory)
+                          epsilon_output=epsilon_output, seed=seed, params=params, cloud_factory=factory)
     finally:
         if server is not None:
             from immersion.remote import stop_server
