@@ -1,8 +1,8 @@
 """Secret keys: dense and block-structured codes, validation, save/load."""
 from .codes import DenseCode, DenseMask, StructuredCode, StructuredMask
-from .keys import Keys, NoiseLaw
+from .keys import Keys, NoiseLaw, draw_code
 from .stats import RowStats
 from .store import load_keys, save_keys
 
-__all__ = ["Keys", "NoiseLaw", "DenseCode", "StructuredCode", "DenseMask", "StructuredMask", "RowStats",
+__all__ = ["Keys", "NoiseLaw", "draw_code", "DenseCode", "StructuredCode", "DenseMask", "StructuredMask", "RowStats",
            "load_keys", "save_keys"]

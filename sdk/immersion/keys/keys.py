@@ -36,6 +36,38 @@ class NoiseLaw:
     delta_output: float = 0.0
 
 
+def draw_structured_code(n: int, extra: int, *, block_size: int, rng: np.random.Generator) -> StructuredCode:
+    """One code ``y -> Pi y + N s`` (n -> n + extra) with block size ``block_size``.
+
+    ``block_size >= n + extra`` gives a single dense block (densify it with :func:`densified`).
+    """
+    params, sig, noise, flat = draw_structured_layout(rng, n, extra, block_size)
+    scale = float(np.exp(rng.uniform(np.log(0.5), np.log(2.0))))
+    return StructuredCode(params, sig, noise, flat, scale)
+
+
+def densified(code: Code) -> DenseCode:
+    """``code`` with its matrices materialised (fast for small sizes)."""
+    if isinstance(code, DenseCode):
+        return code
+    return DenseCode(code.dense_pi(), code.dense_pi_left(), code.dense_noise_basis())
+
+
+def draw_code(n: int, extra: int, *, kind: Literal["dense", "block"] = "block", block_size: int = 32,
+              rng: Any = None) -> Code:
+    """A single code, e.g. for a model vector in federated learning (seed 000: ``Pi1, Pi1_left, N1``).
+
+    Examples
+    --------
+    >>> code = draw_code(10, 3, kind="dense", rng=0)
+    >>> code.dense_pi().shape, bool(np.allclose(code.dense_pi_left() @ code.dense_noise_basis(), 0))
+    ((13, 10), True)
+    """
+    gen = np.random.default_rng(rng)
+    code = draw_structured_code(n, extra, block_size=n + extra if kind == "dense" else block_size, rng=gen)
+    return densified(code) if kind == "dense" else code
+
+
 @dataclass(frozen=True, eq=False)
 class Keys:
     """Secret keys of one immersion. Frozen; ``repr`` shows shapes and a fingerprint only.
@@ -73,12 +105,8 @@ class Keys:
         gen = np.random.default_rng(rng)
         size_of = {"input": (n_input, extra_input), "state": (n_state, extra_state),
                    "output": (n_output, extra_output)}
-        structured = {}
-        for name, (n, m) in size_of.items():
-            b = n + m if kind == "dense" else block_size
-            params, sig, noise, flat = draw_structured_layout(gen, n, m, b)
-            scale = float(np.exp(gen.uniform(np.log(0.5), np.log(2.0))))
-            structured[name] = StructuredCode(params, sig, noise, flat, scale)
+        structured = {name: draw_structured_code(n, m, block_size=n + m if kind == "dense" else block_size, rng=gen)
+                      for name, (n, m) in size_of.items()}
         out_groups = structured["output"].flat_pos.shape[0]
         mask = StructuredMask(beta=1.0, signs=gen.choice([-1.0, 1.0], size=out_groups),
                               source=np.arange(out_groups) % extra_input)
@@ -87,14 +115,9 @@ class Keys:
 
     def densified(self) -> "Keys":
         """The same keys with every code materialised as explicit matrices (fast for small sizes)."""
-        def dense(code: Code) -> DenseCode:
-            if isinstance(code, DenseCode):
-                return code
-            n = code.dense_noise_basis()
-            return DenseCode(code.dense_pi(), code.dense_pi_left(), n)
         return dataclasses.replace(
-            self, input_code=dense(self.input_code), state_code=dense(self.state_code),
-            output_code=dense(self.output_code), mask=DenseMask(self.Pi4))
+            self, input_code=densified(self.input_code), state_code=densified(self.state_code),
+            output_code=densified(self.output_code), mask=DenseMask(self.Pi4))
 
     @classmethod
     def from_matrices(cls, *, Pi1: Any, Pi2: Any, Pi3: Any, Pi4: Any, N1: Any = None,
