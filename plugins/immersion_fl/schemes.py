@@ -1,0 +1,205 @@
+"""Federated schemes: plain FedAvg and the immersion-coded SIFL variants (seeds 000 and 003).
+
+Each scheme splits a round into what the server broadcasts, what a client uploads, what the
+aggregator forwards and what the server keeps. ``global_model`` is the decoded model a key holder
+would see (used to evaluate accuracy and to compare with FedAvg).
+
+* ``fedavg``: the reference.
+* ``sifl-m1`` (seed 000 Algorithm 1): ``w~ = Pi1 w + N1 r`` with fresh ``r`` each round; clients
+  run the target optimizer (decode once, train, lift the change); the server decodes the aggregate.
+* ``sifl-m2`` (seed 000 Algorithm 2): the aggregator adds a right-side code ``Pi2`` (1 x p) and
+  noise ``R2 N2``; the server decodes ``Pi1`` only and re-encodes the p columns; clients recover
+  ``w~ = w' Pi2^R``.
+* ``sifl-rm`` (seed 003): the same algebra as M1 with the random-matrix key shape of that paper
+  (``m = n + 1``: one noise column, ``M = Pi1_left``, ``G = Pi1``) and a fresh offset each round;
+  the paper gives no DP analysis, so none is reported for it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from immersion import InvalidArgumentError
+from immersion.keys import DenseCode, draw_code
+from scipy.linalg import null_space
+
+from .client import Client
+from .optimizers import lift_change
+
+
+@dataclass
+class FedAvg:
+    """Plain federated averaging (seed 000 eq. 2)."""
+
+    name: str = "fedavg"
+    key_bytes: int = 0
+    n_encoded: int = 0
+
+    def setup(self, w0: Any) -> None:
+        self.w = w0.clone()
+        self.n_encoded = int(w0.numel())
+
+    def broadcast(self, round_t: int) -> Any:
+        return self.w
+
+    def client_upload(self, client: Client, received: Any, round_t: int) -> Any:
+        return client.train(received, round_t)
+
+    def aggregate(self, uploads: list[Any], weights: list[float]) -> Any:
+        return sum(w * u for w, u in zip(weights, uploads, strict=True))
+
+    def server_update(self, aggregated: Any) -> None:
+        self.w = aggregated
+
+    def global_model(self) -> Any:
+        return self.w
+
+    def privacy(self, clients: list[Client]) -> dict[str, float | None]:
+        return {"epsilon_local": None, "epsilon_global": None}
+
+
+@dataclass
+class SiflM1(FedAvg):
+    """SIFL M1 (and, with ``extra=1`` and no DP figures, the random-matrix SIFL of seed 003)."""
+
+    name: str = "sifl-m1"
+    extra: int = 201
+    kind: str = "auto"
+    block_size: int = 32
+    noise_scale: float = 1.0
+    epsilon_local: float = 1.0
+    clip: float = 1000.0
+    report_dp: bool = True
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    backend: Any = None
+
+    def setup(self, w0: Any) -> None:
+        n = int(w0.numel())
+        kind = self.kind if self.kind != "auto" else ("dense" if n + self.extra <= 512 else "block")
+        self.code = draw_code(n, self.extra, kind=kind, block_size=self.block_size, rng=self.rng)  # type: ignore[arg-type]
+        be = self.backend
+        self._encode = self.code.encoder(be)
+        self._decode = self.code.decoder(be)
+        self._encode_noisy = self.code.noisy_encoder(be)
+        self._noise = be.noise_stream(self.rng)
+        self.key_bytes = self.code.nbytes
+        self.n_encoded = self.code.n_total
+        self.w = w0.clone()
+
+    def _fresh_noise(self, rows: tuple[int, ...] = ()) -> Any:
+        return self._noise.laplace(rows + (self.code.n_noise,), 0.0, self.noise_scale)
+
+    def broadcast(self, round_t: int) -> Any:
+        return self._encode_noisy(self.w, self._fresh_noise())     # eq. 19, fresh offset every round
+
+    def client_upload(self, client: Client, received: Any, round_t: int) -> Any:
+        w_start = self._decode(received)                            # the client holds Pi1_left (seed 000 notes 12a)
+        w_end = client.train(w_start, round_t)
+        return lift_change(received, w_start, w_end, self._encode)
+
+    def server_update(self, aggregated: Any) -> None:
+        self.w = self._decode(aggregated)                            # eq. 21
+
+    def design_noise(self, clients: list[Client]) -> None:
+        """Laplace scale meeting ``epsilon_local`` (seed 000 eq. 41, Remark 3: Delta = 2C/|D_i|)."""
+        stats = self.code.row_stats()
+        delta = 2 * self.clip / min(c.n_samples for c in clients)
+        self.noise_scale = float(np.max(stats.l1_signal * delta / (stats.l2_noise * self.epsilon_local)))
+
+    def privacy(self, clients: list[Client]) -> dict[str, float | None]:
+        if not self.report_dp:
+            return {"epsilon_local": None, "epsilon_global": None}
+        stats = self.code.row_stats()
+        delta_local = 2 * self.clip / min(c.n_samples for c in clients)
+        delta_global = 2 * self.clip / sum(c.n_samples for c in clients)
+        eps = stats.l1_signal / (stats.l2_noise * self.noise_scale)
+        # M1 broadcasts the decoded global model re-encoded with the same law: eq. 41 with Delta_global
+        return {"epsilon_local": float(np.max(eps * delta_local)), "epsilon_global": float(np.max(eps * delta_global))}
+
+
+@dataclass
+class SiflM2(SiflM1):
+    """SIFL M2: aggregator coding ``w' = w~ Pi2 + R2 N2`` with ``p >= 2`` columns (seed 000 eqs. 22-33)."""
+
+    name: str = "sifl-m2"
+    p: int = 2
+
+    def setup(self, w0: Any) -> None:
+        if self.p < 2:
+            raise InvalidArgumentError("p", f"sifl-m2 needs p >= 2, got {self.p}")
+        super().setup(w0)
+        torch = _torch()
+        pi2 = self.rng.uniform(0.5, 1.5, size=(1, self.p)) * self.rng.choice([-1.0, 1.0], size=(1, self.p))
+        pi2_right = pi2.T / float((pi2 @ pi2.T)[0, 0])               # Pi2 Pi2^R = 1
+        n2 = null_space(pi2_right.T).T                              # (p-1) x p with N2 Pi2^R = 0
+        as_t = {"dtype": torch.float64, "device": self.w.device}
+        self.pi2, self.pi2_right, self.n2 = (torch.as_tensor(a, **as_t) for a in (pi2, pi2_right, n2))
+        self.w_bar: Any = None                                      # the server's n x p matrix (as p rows)
+        self.key_bytes += pi2.nbytes + pi2_right.nbytes + n2.nbytes
+
+    def broadcast(self, round_t: int) -> Any:
+        if self.w_bar is None:                                      # round 0: a plain M1 vector
+            return super().broadcast(round_t)
+        return self._encode_noisy(self.w_bar, self._fresh_noise((self.p,)))   # eq. 26: p encoded columns
+
+    def client_upload(self, client: Client, received: Any, round_t: int) -> Any:
+        encoded = received if received.dim() == 1 else self.pi2_right[:, 0] @ received   # eq. 32
+        return super().client_upload(client, encoded, round_t)
+
+    def aggregate(self, uploads: list[Any], weights: list[float]) -> Any:
+        w_tilde = super().aggregate(uploads, weights)
+        r2 = self._noise.laplace((self.p - 1, self.code.n_total), 0.0, self.noise_scale)
+        return self.pi2[0][:, None] * w_tilde[None, :] + self.n2.T @ r2        # eq. 31, as p rows
+
+    def server_update(self, aggregated: Any) -> None:
+        self.w_bar = self._decode(aggregated)                       # eq. 25: decode Pi1 only, p rows
+
+    def _pi2_right_norm(self) -> float:
+        return float(self.pi2_right.norm())
+
+    def design_noise(self, clients: list[Client]) -> None:
+        """Laplace scale meeting ``epsilon_local`` by seed 000 eq. 41 (with the ``||Pi2^R||`` factor)."""
+        super().design_noise(clients)
+        self.noise_scale /= self._pi2_right_norm()
+
+    def privacy(self, clients: list[Client]) -> dict[str, float | None]:
+        """Eq. 41 (local) and eq. 42 (global, the paper's form, which seed000 notes section 12 call optimistic)."""
+        stats = self.code.row_stats()
+        delta_local = 2 * self.clip / min(c.n_samples for c in clients)
+        delta_global = 2 * self.clip / sum(c.n_samples for c in clients)
+        local = stats.l1_signal * delta_local / (stats.l2_noise * self.noise_scale * self._pi2_right_norm())
+        pi1_left_norm = (float(np.linalg.norm(self.code.pi_left, 2)) if isinstance(self.code, DenseCode)
+                         else 1.0 / self.code.signal_scale)                  # block: Pi1_left = Q_S^T / a
+        n2_norm = float(np.linalg.norm(self.n2.cpu().numpy(), 2))
+        denom = stats.l2_noise * self.noise_scale + stats.l2_signal * pi1_left_norm * n2_norm * self.noise_scale
+        glob = stats.l1_signal[:, None] * delta_global * np.abs(self.pi2.cpu().numpy())[0][None, :] / denom[:, None]
+        return {"epsilon_local": float(local.max()), "epsilon_global": float(glob.max())}
+
+    def global_model(self) -> Any:
+        """``w = w_bar Pi2^R``: what a holder of Pi2^R (clients, aggregator) decodes."""
+        return self.pi2_right[:, 0] @ self.w_bar if self.w_bar is not None else self.w
+
+
+def _torch() -> Any:
+    import torch
+    return torch
+
+
+SCHEMES = ("fedavg", "sifl-m1", "sifl-m2", "sifl-rm")
+
+
+def make_scheme(name: str, *, backend: Any, rng: np.random.Generator, extra: int | None, p: int,
+                epsilon_local: float, clip: float, kind: str, block_size: int) -> FedAvg:
+    """A fresh scheme object by name."""
+    if name == "fedavg":
+        return FedAvg()
+    common = {"backend": backend, "rng": rng, "epsilon_local": epsilon_local, "clip": clip, "kind": kind,
+              "block_size": block_size}
+    if name == "sifl-m1":
+        return SiflM1(extra=extra or 201, **common)
+    if name == "sifl-m2":
+        return SiflM2(extra=extra or 201, p=p, **common)
+    if name == "sifl-rm":
+        return SiflM1(name="sifl-rm", extra=extra or 1, report_dp=False, **common)
+    raise InvalidArgumentError("scheme", f"expected one of {', '.join(SCHEMES)}, got {name!r}")
