@@ -77,12 +77,71 @@ class RunResult:
         }
 
 
-def _clients(cfg: RunConfig, data: Dataset, model: FlatModel, torch: Any) -> list[Client]:
+def make_client(cfg: RunConfig, data: Dataset, model: FlatModel, index: int, torch: Any) -> Client:
+    """Client ``index`` with its share of the training data (same split on every engine)."""
     parts = split_clients(data.y_train, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed)
-    x = torch.as_tensor(data.x_train, dtype=torch.float64)
-    y = torch.as_tensor(data.y_train, dtype=torch.long)
-    return [Client(i, x[idx], y[idx], model, make_optimizer(cfg.optimizer, cfg.lr), cfg.local_epochs,
-                   cfg.batch_size, cfg.seed, cfg.clip) for i, idx in enumerate(parts)]
+    idx = parts[index]
+    return Client(index, torch.as_tensor(data.x_train[idx], dtype=torch.float64),
+                  torch.as_tensor(data.y_train[idx], dtype=torch.long), model,
+                  make_optimizer(cfg.optimizer, cfg.lr), cfg.local_epochs, cfg.batch_size, cfg.seed, cfg.clip)
+
+
+def build_model_for(cfg: RunConfig, data: Dataset) -> FlatModel:
+    return FlatModel(build_model(cfg.model, image_shape=data.image_shape, n_classes=data.n_classes,
+                                 hidden=cfg.hidden))
+
+
+@dataclass
+class Server:
+    """Server-side state of a run: the scheme, FedAvg beside it, the test set and the history."""
+
+    cfg: RunConfig
+    model: FlatModel
+    scheme: FedAvg
+    plain: FedAvg | None
+    x_test: Any
+    y_test: Any
+    result: RunResult
+
+    @classmethod
+    def create(cls, cfg: RunConfig, data: Dataset, client_sizes: list[int]) -> "Server":
+        import torch
+
+        if cfg.rounds < 1:
+            raise InvalidArgumentError("rounds", f"expected >= 1, got {cfg.rounds}")
+        model = build_model_for(cfg, data)
+        w0 = model.initial_vector(cfg.seed)
+        backend = make_backend("torch", dtype="float64", device="cpu")
+        scheme = make_scheme(cfg.scheme, backend=backend, rng=np.random.default_rng([cfg.seed, 1]), extra=cfg.extra,
+                             p=cfg.p, epsilon_local=cfg.epsilon_local, clip=cfg.clip, kind=cfg.keys,
+                             block_size=cfg.block_size)
+        scheme.setup(w0)
+        if hasattr(scheme, "design_noise"):
+            scheme.design_noise(client_sizes)
+        plain = FedAvg() if cfg.compare_plain and cfg.scheme != "fedavg" else None
+        if plain is not None:
+            plain.setup(w0)
+        result = RunResult(cfg, n_params=model.n_params, n_encoded=scheme.n_encoded, key_bytes=scheme.key_bytes,
+                           privacy=scheme.privacy(client_sizes))
+        return cls(cfg, model, scheme, plain, torch.as_tensor(data.x_test, dtype=torch.float64),
+                   torch.as_tensor(data.y_test, dtype=torch.long), result)
+
+    def record(self, t: int, seconds: float, seconds_plain: float | None,
+               progress: Callable[[str], None] | None) -> None:
+        res = self.result
+        res.round_s.append(seconds)
+        acc, loss = self.model.evaluate(self.scheme.global_model(), self.x_test, self.y_test)
+        res.accuracy.append(acc)
+        res.loss.append(loss)
+        if self.plain is not None and seconds_plain is not None:
+            res.round_s_plain.append(seconds_plain)
+            acc_p, loss_p = self.model.evaluate(self.plain.global_model(), self.x_test, self.y_test)
+            res.accuracy_plain.append(acc_p)
+            res.loss_plain.append(loss_p)
+            res.diff_vs_plain.append(float((self.scheme.global_model() - self.plain.global_model()).abs().max()))
+        if progress:
+            diff = f", max|w - w_fedavg| {res.diff_vs_plain[-1]:.2e}" if res.diff_vs_plain else ""
+            progress(f"round {t + 1}/{self.cfg.rounds}: accuracy {acc:.4f}{diff}")
 
 
 def _round(scheme: FedAvg, clients: list[Client], weights: list[float], t: int) -> float:
@@ -93,48 +152,32 @@ def _round(scheme: FedAvg, clients: list[Client], weights: list[float], t: int) 
     return time.perf_counter() - start
 
 
-def run_federated(cfg: RunConfig, *, progress: Callable[[str], None] | None = None) -> RunResult:
-    """Run ``cfg.scheme`` for ``cfg.rounds`` rounds, with plain FedAvg in lockstep if ``compare_plain``."""
+def run_federated(cfg: RunConfig, *, engine: str = "local",
+                  progress: Callable[[str], None] | None = None) -> RunResult:
+    """Run ``cfg.scheme`` for ``cfg.rounds`` rounds, with plain FedAvg in lockstep if ``compare_plain``.
+
+    ``engine="local"`` runs the clients in this process; ``engine="flower"`` runs them as Flower
+    ClientApps under Flower's simulation runtime, with the same scheme code.
+    """
+    if engine == "flower":
+        from .flower_engine import run_flower
+
+        return run_flower(cfg, progress=progress)
+    if engine != "local":
+        raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
     import torch
 
-    if cfg.rounds < 1:
-        raise InvalidArgumentError("rounds", f"expected >= 1, got {cfg.rounds}")
     data = load_dataset(cfg.dataset, seed=cfg.seed)
-    model = FlatModel(build_model(cfg.model, image_shape=data.image_shape, n_classes=data.n_classes,
-                                  hidden=cfg.hidden))
-    clients = _clients(cfg, data, model, torch)
+    model = build_model_for(cfg, data)
+    clients = [make_client(cfg, data, model, i, torch) for i in range(cfg.clients)]
+    server = Server.create(cfg, data, [c.n_samples for c in clients])
     total = sum(c.n_samples for c in clients)
     weights = [c.n_samples / total for c in clients]                 # |D_i| / |D| (eq. 2)
-    w0 = model.initial_vector(cfg.seed)
-    backend = make_backend("torch", dtype="float64", device="cpu")
-    scheme = make_scheme(cfg.scheme, backend=backend, rng=np.random.default_rng([cfg.seed, 1]), extra=cfg.extra,
-                         p=cfg.p, epsilon_local=cfg.epsilon_local, clip=cfg.clip, kind=cfg.keys,
-                         block_size=cfg.block_size)
-    scheme.setup(w0)
-    if hasattr(scheme, "design_noise"):
-        scheme.design_noise(clients)
-    plain = FedAvg() if cfg.compare_plain and cfg.scheme != "fedavg" else None
-    if plain is not None:
-        plain.setup(w0)
-    x_test = torch.as_tensor(data.x_test, dtype=torch.float64)
-    y_test = torch.as_tensor(data.y_test, dtype=torch.long)
-    result = RunResult(cfg, n_params=model.n_params, n_encoded=scheme.n_encoded, key_bytes=scheme.key_bytes,
-                       privacy=scheme.privacy(clients))
     for t in range(cfg.rounds):
-        result.round_s.append(_round(scheme, clients, weights, t))
-        acc, loss = model.evaluate(scheme.global_model(), x_test, y_test)
-        result.accuracy.append(acc)
-        result.loss.append(loss)
-        if plain is not None:
-            result.round_s_plain.append(_round(plain, clients, weights, t))
-            acc_p, loss_p = model.evaluate(plain.global_model(), x_test, y_test)
-            result.accuracy_plain.append(acc_p)
-            result.loss_plain.append(loss_p)
-            result.diff_vs_plain.append(float((scheme.global_model() - plain.global_model()).abs().max()))
-        if progress:
-            diff = f", max|w - w_fedavg| {result.diff_vs_plain[-1]:.2e}" if plain is not None else ""
-            progress(f"round {t + 1}/{cfg.rounds}: accuracy {acc:.4f}{diff}")
-    return result
+        seconds = _round(server.scheme, clients, weights, t)
+        seconds_plain = _round(server.plain, clients, weights, t) if server.plain is not None else None
+        server.record(t, seconds, seconds_plain, progress)
+    return server.result
 
 
 def stderr_progress(message: str) -> None:

@@ -29,6 +29,60 @@ from .optimizers import lift_change
 
 
 @dataclass
+class ClientKit:
+    """What a client holds to run the target optimizer: ``Pi1`` (lift), ``Pi1_left`` (decode),
+    and for M2 the aggregator's ``Pi2^R`` (seed 000 notes section 1: clients can decode)."""
+
+    encode: Any
+    decode: Any
+    pi2_right: Any = None
+
+    @staticmethod
+    def arrays(code: Any, pi2_right: np.ndarray | None) -> dict[str, np.ndarray]:
+        """The kit as plain arrays (sent once in the handshake); ``N1`` is not among them."""
+        if isinstance(code, DenseCode):
+            out = {"pi": code.pi, "pi_left": code.pi_left}
+        else:
+            m = code.mix
+            out = {"blocks": m.blocks, "tail": m.tail, "householder": m.householder, "group_ids": m.group_ids,
+                   "row_perm": m.row_perm, "signal_pos": code.signal_pos, "signal_scale": np.array([code.signal_scale])}
+        if pi2_right is not None:
+            out["pi2_right"] = pi2_right
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], backend: Any) -> "ClientKit":
+        """Rebuild a kit on the client side (Flower engine)."""
+        from immersion.keys.codes import DenseDecoder, DenseEncoder, StructuredDecoder, StructuredEncoder
+        from immersion.keys.structured import MixParams, OrthogonalTransform
+
+        if "pi" in arrays:
+            enc, dec = DenseEncoder(arrays["pi"], backend), DenseDecoder(arrays["pi_left"], backend)
+        else:
+            mix = MixParams(arrays["blocks"], arrays["tail"], arrays["householder"], arrays["group_ids"],
+                            arrays["row_perm"])
+            transform, scale = OrthogonalTransform(mix, backend), float(arrays["signal_scale"][0])
+            enc = StructuredEncoder(transform, arrays["signal_pos"], backend, scale)
+            dec = StructuredDecoder(transform, arrays["signal_pos"], backend, scale)
+        pi2_right = backend.asarray(arrays["pi2_right"][:, 0]) if "pi2_right" in arrays else None
+        return cls(enc, dec, pi2_right)
+
+
+def client_upload(kit: ClientKit | None, client: Client, received: Any, round_t: int) -> Any:
+    """One client's round, identical on every engine.
+
+    FedAvg (no kit): train from the broadcast model. SIFL: recover ``w~`` (M2: ``w' Pi2^R``,
+    eq. 32), decode once, train with the ordinary optimizer, lift the change (seed 000 section 7).
+    """
+    if kit is None:
+        return client.train(received, round_t)
+    encoded = received if (kit.pi2_right is None or received.dim() == 1) else kit.pi2_right @ received
+    w_start = kit.decode(encoded)
+    w_end = client.train(w_start, round_t)
+    return lift_change(encoded, w_start, w_end, kit.encode)
+
+
+@dataclass
 class FedAvg:
     """Plain federated averaging (seed 000 eq. 2)."""
 
@@ -43,8 +97,14 @@ class FedAvg:
     def broadcast(self, round_t: int) -> Any:
         return self.w
 
+    kit: ClientKit | None = None
+
     def client_upload(self, client: Client, received: Any, round_t: int) -> Any:
-        return client.train(received, round_t)
+        return client_upload(self.kit, client, received, round_t)
+
+    def kit_arrays(self) -> dict[str, np.ndarray]:
+        """What the handshake sends each client (nothing for FedAvg)."""
+        return {}
 
     def aggregate(self, uploads: list[Any], weights: list[float]) -> Any:
         return sum(w * u for w, u in zip(weights, uploads, strict=True))
@@ -55,7 +115,8 @@ class FedAvg:
     def global_model(self) -> Any:
         return self.w
 
-    def privacy(self, clients: list[Client]) -> dict[str, float | None]:
+    def privacy(self, sizes: list[int]) -> dict[str, float | None]:
+        """Per-element epsilons given the clients' dataset sizes |D_i| (none for FedAvg)."""
         return {"epsilon_local": None, "epsilon_global": None}
 
 
@@ -82,6 +143,7 @@ class SiflM1(FedAvg):
         self._encode = self.code.encoder(be)
         self._decode = self.code.decoder(be)
         self._encode_noisy = self.code.noisy_encoder(be)
+        self.kit = ClientKit(self._encode, self._decode)
         self._noise = be.noise_stream(self.rng)
         self.key_bytes = self.code.nbytes
         self.n_encoded = self.code.n_total
@@ -93,26 +155,24 @@ class SiflM1(FedAvg):
     def broadcast(self, round_t: int) -> Any:
         return self._encode_noisy(self.w, self._fresh_noise())     # eq. 19, fresh offset every round
 
-    def client_upload(self, client: Client, received: Any, round_t: int) -> Any:
-        w_start = self._decode(received)                            # the client holds Pi1_left (seed 000 notes 12a)
-        w_end = client.train(w_start, round_t)
-        return lift_change(received, w_start, w_end, self._encode)
+    def kit_arrays(self) -> dict[str, np.ndarray]:
+        return ClientKit.arrays(self.code, None)
 
     def server_update(self, aggregated: Any) -> None:
         self.w = self._decode(aggregated)                            # eq. 21
 
-    def design_noise(self, clients: list[Client]) -> None:
+    def design_noise(self, sizes: list[int]) -> None:
         """Laplace scale meeting ``epsilon_local`` (seed 000 eq. 41, Remark 3: Delta = 2C/|D_i|)."""
         stats = self.code.row_stats()
-        delta = 2 * self.clip / min(c.n_samples for c in clients)
+        delta = 2 * self.clip / min(sizes)
         self.noise_scale = float(np.max(stats.l1_signal * delta / (stats.l2_noise * self.epsilon_local)))
 
-    def privacy(self, clients: list[Client]) -> dict[str, float | None]:
+    def privacy(self, sizes: list[int]) -> dict[str, float | None]:
         if not self.report_dp:
             return {"epsilon_local": None, "epsilon_global": None}
         stats = self.code.row_stats()
-        delta_local = 2 * self.clip / min(c.n_samples for c in clients)
-        delta_global = 2 * self.clip / sum(c.n_samples for c in clients)
+        delta_local = 2 * self.clip / min(sizes)
+        delta_global = 2 * self.clip / sum(sizes)
         eps = stats.l1_signal / (stats.l2_noise * self.noise_scale)
         # M1 broadcasts the decoded global model re-encoded with the same law: eq. 41 with Delta_global
         return {"epsilon_local": float(np.max(eps * delta_local)), "epsilon_global": float(np.max(eps * delta_global))}
@@ -135,6 +195,8 @@ class SiflM2(SiflM1):
         n2 = null_space(pi2_right.T).T                              # (p-1) x p with N2 Pi2^R = 0
         as_t = {"dtype": torch.float64, "device": self.w.device}
         self.pi2, self.pi2_right, self.n2 = (torch.as_tensor(a, **as_t) for a in (pi2, pi2_right, n2))
+        self._pi2_right_array = pi2_right
+        self.kit = ClientKit(self._encode, self._decode, self.pi2_right[:, 0])
         self.w_bar: Any = None                                      # the server's n x p matrix (as p rows)
         self.key_bytes += pi2.nbytes + pi2_right.nbytes + n2.nbytes
 
@@ -143,9 +205,8 @@ class SiflM2(SiflM1):
             return super().broadcast(round_t)
         return self._encode_noisy(self.w_bar, self._fresh_noise((self.p,)))   # eq. 26: p encoded columns
 
-    def client_upload(self, client: Client, received: Any, round_t: int) -> Any:
-        encoded = received if received.dim() == 1 else self.pi2_right[:, 0] @ received   # eq. 32
-        return super().client_upload(client, encoded, round_t)
+    def kit_arrays(self) -> dict[str, np.ndarray]:
+        return ClientKit.arrays(self.code, self._pi2_right_array)
 
     def aggregate(self, uploads: list[Any], weights: list[float]) -> Any:
         w_tilde = super().aggregate(uploads, weights)
@@ -158,16 +219,16 @@ class SiflM2(SiflM1):
     def _pi2_right_norm(self) -> float:
         return float(self.pi2_right.norm())
 
-    def design_noise(self, clients: list[Client]) -> None:
+    def design_noise(self, sizes: list[int]) -> None:
         """Laplace scale meeting ``epsilon_local`` by seed 000 eq. 41 (with the ``||Pi2^R||`` factor)."""
-        super().design_noise(clients)
+        super().design_noise(sizes)
         self.noise_scale /= self._pi2_right_norm()
 
-    def privacy(self, clients: list[Client]) -> dict[str, float | None]:
+    def privacy(self, sizes: list[int]) -> dict[str, float | None]:
         """Eq. 41 (local) and eq. 42 (global, the paper's form, which seed000 notes section 12 call optimistic)."""
         stats = self.code.row_stats()
-        delta_local = 2 * self.clip / min(c.n_samples for c in clients)
-        delta_global = 2 * self.clip / sum(c.n_samples for c in clients)
+        delta_local = 2 * self.clip / min(sizes)
+        delta_global = 2 * self.clip / sum(sizes)
         local = stats.l1_signal * delta_local / (stats.l2_noise * self.noise_scale * self._pi2_right_norm())
         pi1_left_norm = (float(np.linalg.norm(self.code.pi_left, 2)) if isinstance(self.code, DenseCode)
                          else 1.0 / self.code.signal_scale)                  # block: Pi1_left = Q_S^T / a
