@@ -104,7 +104,8 @@ class Server:
     result: RunResult
 
     @classmethod
-    def create(cls, cfg: RunConfig, data: Dataset, client_sizes: list[int]) -> "Server":
+    def create(cls, cfg: RunConfig, data: Dataset, client_sizes: list[int] | None = None) -> "Server":
+        """Draw keys and set up the scheme; with ``client_sizes`` also calibrate the noise (else later)."""
         import torch
 
         if cfg.rounds < 1:
@@ -116,15 +117,21 @@ class Server:
                              p=cfg.p, epsilon_local=cfg.epsilon_local, clip=cfg.clip, kind=cfg.keys,
                              block_size=cfg.block_size)
         scheme.setup(w0)
-        if hasattr(scheme, "design_noise"):
-            scheme.design_noise(client_sizes)
         plain = FedAvg() if cfg.compare_plain and cfg.scheme != "fedavg" else None
         if plain is not None:
             plain.setup(w0)
-        result = RunResult(cfg, n_params=model.n_params, n_encoded=scheme.n_encoded, key_bytes=scheme.key_bytes,
-                           privacy=scheme.privacy(client_sizes))
-        return cls(cfg, model, scheme, plain, torch.as_tensor(data.x_test, dtype=torch.float64),
-                   torch.as_tensor(data.y_test, dtype=torch.long), result)
+        result = RunResult(cfg, n_params=model.n_params, n_encoded=scheme.n_encoded, key_bytes=scheme.key_bytes)
+        server = cls(cfg, model, scheme, plain, torch.as_tensor(data.x_test, dtype=torch.float64),
+                     torch.as_tensor(data.y_test, dtype=torch.long), result)
+        if client_sizes is not None:
+            server.calibrate(client_sizes)
+        return server
+
+    def calibrate(self, client_sizes: list[int]) -> None:
+        """Design the round noise for ``epsilon_local`` and record the privacy figures (needs |D_i|)."""
+        if hasattr(self.scheme, "design_noise"):
+            self.scheme.design_noise(client_sizes)
+        self.result.privacy = self.scheme.privacy(client_sizes)
 
     def record(self, t: int, seconds: float, seconds_plain: float | None,
                progress: Callable[[str], None] | None) -> None:
