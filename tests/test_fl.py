@@ -106,3 +106,72 @@ def test_fl_run_cli_prints_one_json_object(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["accuracy.png", "loss.png"]
     bad = CliRunner().invoke(main, ["fl", "run", "--dataset", "nowhere"])
     assert bad.exit_code == 2 and "dataset" in bad.output
+
+
+def test_failing_clients_are_left_out_and_the_round_completes(caplog):
+    from immersion_fl.faults import FaultPlan
+
+    plan = FaultPlan({(0, 0): "raise", (1, 1): "malformed", (2, 1): "wrong-shape", (3, 2): "timeout"})
+    cfg = RunConfig(scheme="sifl-m1", hidden=(16,), clients=5, rounds=3, client_timeout=2.0, seed=4)
+    with caplog.at_level("WARNING", logger="immersion.fl"):
+        result = run_federated(cfg, faults=plan)
+    reasons = {(d["round"], d["client"]): d["reason"] for d in result.dropped}
+    assert set(reasons) == {(0, 0), (1, 1), (1, 2), (2, 3)}
+    assert "RuntimeError" in reasons[(0, 0)] and "NaN" in reasons[(1, 1)]
+    assert "wrong shape" in reasons[(1, 2)] and "timed out" in reasons[(2, 3)]
+    assert "client 0 left out" in caplog.text
+    assert max(result.diff_vs_plain) <= 1e-9           # FedAvg left out the same clients: still equal
+    clean = run_federated(RunConfig(scheme="sifl-m1", hidden=(16,), clients=5, rounds=3, seed=4))
+    assert clean.accuracy != result.accuracy or clean.loss != result.loss   # the faults did change the run
+
+
+def test_resume_from_a_checkpoint_gives_the_uninterrupted_result(tmp_path):
+    cfg = RunConfig(scheme="sifl-m2", optimizer="momentum", hidden=(16,), clients=3, rounds=4, seed=6)
+    full = run_federated(cfg)
+    run_federated(cfg, checkpoint=tmp_path, stop_after=2)          # interrupted after two rounds
+    assert {p.name for p in tmp_path.iterdir()} == {"keys.npz", "state.npz"}
+    assert all((p.stat().st_mode & 0o777) == 0o600 for p in tmp_path.iterdir())
+    resumed = run_federated(cfg, checkpoint=tmp_path, resume=True)
+    assert resumed.accuracy == full.accuracy and resumed.diff_vs_plain == full.diff_vs_plain
+    other = RunConfig(scheme="sifl-m2", optimizer="momentum", hidden=(16,), clients=3, rounds=4, seed=7)
+    with pytest.raises(Exception, match="another configuration"):
+        run_federated(other, checkpoint=tmp_path, resume=True)
+
+
+flower = pytest.importorskip  # alias to keep the skip reason readable below
+
+
+@pytest.fixture(scope="module")
+def flwr_available():
+    return flower("flwr")
+
+
+@pytest.mark.slow
+def test_flower_engine_matches_fedavg_for_every_scheme_and_optimizer(flwr_available):
+    """Both engines run the same scheme code: every scheme x optimizer, every round, within 1e-9."""
+    for scheme in ("sifl-m1", "sifl-m2", "sifl-rm"):
+        for optimizer in ("sgd", "momentum", "adam"):
+            cfg = RunConfig(scheme=scheme, optimizer=optimizer, lr=0.01 if optimizer == "adam" else 0.05,
+                            hidden=(8,), clients=3, rounds=2, batch_size=64, seed=3)
+            flower_run = run_federated(cfg, engine="flower")
+            local_run = run_federated(cfg)
+            assert max(flower_run.diff_vs_plain) <= 1e-9, (scheme, optimizer)
+            assert flower_run.accuracy == local_run.accuracy, (scheme, optimizer)
+
+
+@pytest.mark.slow
+def test_flower_engine_leaves_failing_clients_out(flwr_available):
+    from immersion_fl.faults import FaultPlan
+
+    cfg = RunConfig(scheme="sifl-m1", hidden=(8,), clients=3, rounds=2, seed=2)
+    result = run_federated(cfg, engine="flower", faults=FaultPlan({(1, 0): "raise", (2, 1): "malformed"}))
+    assert {(d["round"], d["client"]) for d in result.dropped} == {(0, 1), (1, 2)}
+    assert max(result.diff_vs_plain) <= 1e-9
+
+
+@pytest.mark.slow
+def test_one_hundred_flower_clients_complete_a_round(flwr_available):
+    cfg = RunConfig(scheme="sifl-m1", hidden=(8,), clients=100, rounds=1, batch_size=8, seed=0)
+    result = run_federated(cfg, engine="flower")
+    assert len(result.accuracy) == 1 and not result.dropped
+    assert max(result.diff_vs_plain) <= 1e-9

@@ -45,19 +45,31 @@ def fl_group() -> None:
 @click.option("--epsilon-local", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
 @click.option("--clip", type=click.FloatRange(min=0, min_open=True), default=1000.0, show_default=True,
               help="Client model norm bound C (sensitivity 2C/|D_i|, seed 000 Remark 3).")
-@click.option("--engine", type=click.Choice(["local"]), default="local", show_default=True,
-              help="Execution engine (the Flower engine is not implemented yet).")
+@click.option("--engine", type=click.Choice(["local", "flower"]), default="local", show_default=True,
+              help="local: clients in this process; flower: Flower ClientApps on Flower's simulation runtime.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--compare-plain/--no-compare-plain", default=True, show_default=True,
               help="Run plain FedAvg in lockstep with the same batches.")
+@click.option("--client-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds a client may take before it is left out of the round.")
+@click.option("--inject-fault", "inject", multiple=True, metavar="CLIENT:ROUND:KIND",
+              help="Make a client fail on purpose (raise, timeout, malformed, wrong-shape).")
+@click.option("--checkpoint", "checkpoint", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Save server state and keys here after every round (owner-only files).")
+@click.option("--resume", is_flag=True, help="Continue the run saved in --checkpoint.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def fl_run(hidden: str, plot_dir: Path | None, as_json: bool, engine: str, **options: Any) -> None:
+def fl_run(hidden: str, plot_dir: Path | None, as_json: bool, engine: str, inject: tuple[str, ...],
+           checkpoint: Path | None, resume: bool, **options: Any) -> None:
     """Train a model federatedly with a SIFL scheme, beside plain FedAvg."""
     from .engine import RunConfig, run_federated, stderr_progress
+    from .faults import FaultPlan
 
     cfg = RunConfig(hidden=_hidden(hidden), **options)
-    result = run_federated(cfg, progress=stderr_progress)
+    if engine == "flower" and (checkpoint or resume):
+        raise click.UsageError("--checkpoint/--resume work with --engine local")
+    result = run_federated(cfg, engine=engine, progress=stderr_progress, faults=FaultPlan.parse(inject),
+                           checkpoint=checkpoint, resume=resume)
     out = result.summary()
     out["engine"] = engine
     if plot_dir is not None:

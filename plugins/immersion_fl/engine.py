@@ -3,15 +3,19 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 from immersion import InvalidArgumentError
 from immersion.backends import make_backend
 
+from .checkpoint import Checkpoint
 from .client import Client
 from .data import Dataset, load_dataset, split_clients
+from .faults import FaultPlan, run_client
 from .models import FlatModel, build_model
 from .optimizers import make_optimizer
 from .schemes import FedAvg, make_scheme
@@ -41,6 +45,7 @@ class RunConfig:
     keys: str = "auto"
     block_size: int = 32
     compare_plain: bool = True
+    client_timeout: float | None = None
 
 
 @dataclass
@@ -59,6 +64,7 @@ class RunResult:
     n_encoded: int = 0
     key_bytes: int = 0
     privacy: dict[str, Any] = field(default_factory=dict)
+    dropped: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """The JSON object of ``immersion fl run --json``."""
@@ -73,7 +79,7 @@ class RunResult:
             "epsilon_local": self.privacy.get("epsilon_local"), "epsilon_global": self.privacy.get("epsilon_global"),
             "n_params": self.n_params, "n_encoded": self.n_encoded, "key_bytes": self.key_bytes,
             "accuracy_per_round": self.accuracy, "accuracy_plain_per_round": self.accuracy_plain,
-            "diff_vs_plain_per_round": self.diff_vs_plain,
+            "diff_vs_plain_per_round": self.diff_vs_plain, "dropped": self.dropped,
         }
 
 
@@ -151,25 +157,46 @@ class Server:
             progress(f"round {t + 1}/{self.cfg.rounds}: accuracy {acc:.4f}{diff}")
 
 
-def _round(scheme: FedAvg, clients: list[Client], weights: list[float], t: int) -> float:
+def _round(scheme: FedAvg, clients: list[Client], sizes: list[int], t: int, *, plan: FaultPlan,
+           timeout_s: float | None, dropped: list[dict[str, Any]]) -> float:
+    """One round; failing clients are left out and the weights renormalised over the others."""
     start = time.perf_counter()
     received = scheme.broadcast(t)
-    uploads = [scheme.client_upload(c, received, t) for c in clients]
-    scheme.server_update(scheme.aggregate(uploads, weights))
+    pool = ThreadPoolExecutor(max_workers=1) if timeout_s is not None else None
+    uploads, kept = [], []
+    try:
+        for client in clients:
+            upload = run_client(client.index, t, lambda c=client: scheme.client_upload(c, received, t), plan=plan,
+                                timeout_s=timeout_s, expected_shape=scheme.upload_shape, dropped=dropped, pool=pool)
+            if upload is not None:
+                uploads.append(upload)
+                kept.append(sizes[client.index])
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+    if not uploads:
+        raise RuntimeError(f"round {t}: every client failed; nothing to aggregate")
+    total = sum(kept)
+    scheme.server_update(scheme.aggregate(uploads, [n / total for n in kept]))   # |D_i| / |D| over survivors
     return time.perf_counter() - start
 
 
-def run_federated(cfg: RunConfig, *, engine: str = "local",
-                  progress: Callable[[str], None] | None = None) -> RunResult:
+def run_federated(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str], None] | None = None,
+                  faults: FaultPlan | None = None, checkpoint: str | Path | None = None,
+                  resume: bool = False, stop_after: int | None = None) -> RunResult:
     """Run ``cfg.scheme`` for ``cfg.rounds`` rounds, with plain FedAvg in lockstep if ``compare_plain``.
 
     ``engine="local"`` runs the clients in this process; ``engine="flower"`` runs them as Flower
-    ClientApps under Flower's simulation runtime, with the same scheme code.
+    ClientApps under Flower's simulation runtime, with the same scheme code. ``faults`` injects
+    client failures (tests, demos); ``checkpoint`` saves the server state after every round and
+    ``resume`` continues from it to the same result as an uninterrupted run. ``stop_after``
+    ends the run after that many rounds (to simulate an interruption).
     """
+    plan = faults or FaultPlan()
     if engine == "flower":
         from .flower_engine import run_flower
 
-        return run_flower(cfg, progress=progress)
+        return run_flower(cfg, progress=progress, faults=plan)
     if engine != "local":
         raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
     import torch
@@ -177,13 +204,22 @@ def run_federated(cfg: RunConfig, *, engine: str = "local",
     data = load_dataset(cfg.dataset, seed=cfg.seed)
     model = build_model_for(cfg, data)
     clients = [make_client(cfg, data, model, i, torch) for i in range(cfg.clients)]
-    server = Server.create(cfg, data, [c.n_samples for c in clients])
-    total = sum(c.n_samples for c in clients)
-    weights = [c.n_samples / total for c in clients]                 # |D_i| / |D| (eq. 2)
-    for t in range(cfg.rounds):
-        seconds = _round(server.scheme, clients, weights, t)
-        seconds_plain = _round(server.plain, clients, weights, t) if server.plain is not None else None
+    sizes = [c.n_samples for c in clients]
+    server = Server.create(cfg, data, sizes)
+    store = Checkpoint(Path(checkpoint), cfg) if checkpoint is not None else None
+    first = 0
+    if resume:
+        if store is None:
+            raise InvalidArgumentError("resume", "needs a checkpoint folder")
+        first = store.load(server)
+    for t in range(first, cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)):
+        seconds = _round(server.scheme, clients, sizes, t, plan=plan, timeout_s=cfg.client_timeout,
+                         dropped=server.result.dropped)
+        seconds_plain = (_round(server.plain, clients, sizes, t, plan=plan, timeout_s=cfg.client_timeout, dropped=[])
+                         if server.plain is not None else None)
         server.record(t, seconds, seconds_plain, progress)
+        if store is not None:
+            store.save(server, t + 1)
     return server.result
 
 

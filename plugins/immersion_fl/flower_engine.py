@@ -24,6 +24,7 @@ from immersion import OptionalDependencyError
 
 from .data import load_dataset
 from .engine import RunConfig, RunResult, Server, build_model_for, make_client
+from .faults import FaultPlan, upload_problem
 from .schemes import ClientKit, client_upload
 
 LOG = logging.getLogger("immersion.fl")
@@ -60,13 +61,16 @@ def _client_for(cfg_json: str, index: int) -> Any:
     return _CLIENT_CACHE[key]
 
 
-def build_apps(cfg: RunConfig, *, progress: Callable[[str], None] | None, sink: dict[str, Any]) -> tuple[Any, Any]:
+def build_apps(cfg: RunConfig, *, progress: Callable[[str], None] | None, sink: dict[str, Any],
+               faults: FaultPlan | None = None) -> tuple[Any, Any]:
     """A ServerApp and a ClientApp for ``cfg``; the ServerApp leaves its RunResult in ``sink``."""
     flwr_app, serverapp, clientapp, _ = _flwr()
     Array, ArrayRecord, ConfigRecord = flwr_app.Array, flwr_app.ArrayRecord, flwr_app.ConfigRecord
     Message, RecordDict = flwr_app.Message, flwr_app.RecordDict
     server_app, client_app = serverapp.ServerApp(), clientapp.ClientApp()
     cfg_json = json.dumps(asdict(cfg))
+    plan = faults or FaultPlan()
+    plan_json = json.dumps([[c, t, k] for (c, t), k in plan.faults.items()])
 
     def arrays(payload: dict[str, np.ndarray]) -> Any:
         return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in payload.items()})
@@ -85,7 +89,8 @@ def build_apps(cfg: RunConfig, *, progress: Callable[[str], None] | None, sink: 
         server = Server.create(cfg, data)                              # keys drawn; noise calibrated after |D_i|
         kit = server.scheme.kit_arrays()
         msgs = [Message(content=RecordDict({"kit": arrays(kit), "config": ConfigRecord(
-            {"kind": "handshake", "cfg": cfg_json})}), dst_node_id=n, message_type="train") for n in nodes]
+            {"kind": "handshake", "cfg": cfg_json, "faults": plan_json})}), dst_node_id=n, message_type="train")
+            for n in nodes]
         pid_of, sizes = {}, {}
         for reply in grid.send_and_receive(msgs):
             if reply.has_error():
@@ -96,26 +101,36 @@ def build_apps(cfg: RunConfig, *, progress: Callable[[str], None] | None, sink: 
             sizes[int(info["pid"])] = int(info["n_samples"])
         server.calibrate([sizes[i] for i in sorted(sizes)])
 
-        def flower_round(scheme: Any, name: str, t: int) -> float:
+        def flower_round(scheme: Any, name: str, t: int, dropped: list[dict[str, Any]]) -> float:
             start = time.perf_counter()
             payload = scheme.broadcast(t)
             msgs = [Message(content=RecordDict({"w": arrays({"w": payload.numpy()}), "config": ConfigRecord(
                 {"kind": "train", "scheme": name, "round": t})}), dst_node_id=n, message_type="train")
                 for n in pid_of]
-            uploads, weights = [], []
-            for reply in sorted(grid.send_and_receive(msgs), key=lambda r: pid_of.get(r.metadata.src_node_id, -1)):
-                if reply.has_error():
-                    LOG.warning("round %d: node %s left out: %s", t, reply.metadata.src_node_id, reply.error)
+            uploads, weights, answered = [], [], set()
+            replies = grid.send_and_receive(msgs, timeout=cfg.client_timeout)
+            for reply in sorted(replies, key=lambda r: pid_of.get(r.metadata.src_node_id, -1)):
+                pid = pid_of.get(reply.metadata.src_node_id, -1)
+                answered.add(pid)
+                problem = (f"raised: {reply.error.reason}" if reply.has_error() else
+                           upload_problem(torch.as_tensor(reply.content["w"]["w"].numpy()), scheme.upload_shape))
+                if problem:
+                    LOG.warning("round %d: client %d left out: %s", t, pid, problem)
+                    dropped.append({"round": t, "client": pid, "reason": problem})
                     continue
                 uploads.append(torch.as_tensor(reply.content["w"]["w"].numpy()))
-                weights.append(sizes[pid_of[reply.metadata.src_node_id]])
+                weights.append(sizes[pid])
+            for pid in sorted(set(pid_of.values()) - answered):
+                reason = f"no answer within {cfg.client_timeout} s"
+                LOG.warning("round %d: client %d left out: %s", t, pid, reason)
+                dropped.append({"round": t, "client": pid, "reason": reason})
             total = sum(weights)
             scheme.server_update(scheme.aggregate(uploads, [w / total for w in weights]))
             return time.perf_counter() - start
 
         for t in range(cfg.rounds):
-            seconds = flower_round(server.scheme, "scheme", t)
-            seconds_plain = flower_round(server.plain, "fedavg", t) if server.plain is not None else None
+            seconds = flower_round(server.scheme, "scheme", t, server.result.dropped)
+            seconds_plain = flower_round(server.plain, "fedavg", t, []) if server.plain is not None else None
             server.record(t, seconds, seconds_plain, progress)
         sink["result"] = server.result
 
@@ -128,7 +143,7 @@ def build_apps(cfg: RunConfig, *, progress: Callable[[str], None] | None, sink: 
         index = int(context.node_config["partition-id"])
         if config["kind"] == "handshake":
             context.state["kit"] = msg.content["kit"]
-            context.state["run"] = ConfigRecord({"cfg": config["cfg"]})
+            context.state["run"] = ConfigRecord({"cfg": config["cfg"], "faults": config["faults"]})
             client = _client_for(config["cfg"], index)
             return Message(content=RecordDict({"config": ConfigRecord(
                 {"pid": index, "n_samples": client.n_samples})}), reply_to=msg)
@@ -139,17 +154,21 @@ def build_apps(cfg: RunConfig, *, progress: Callable[[str], None] | None, sink: 
             kit_arrays = {k: v.numpy() for k, v in context.state["kit"].items()}
             kit = ClientKit.from_arrays(kit_arrays, make_backend("torch", dtype="float64", device="cpu"))
         received = torch.as_tensor(msg.content["w"]["w"].numpy())
-        upload = client_upload(kit, client, received, int(config["round"]))
+        t = int(config["round"])
+        faults_here = FaultPlan({(c, r): k for c, r, k in json.loads(context.state["run"]["faults"])})
+        timeout = _config_from_json(cfg_blob).client_timeout or 0.0
+        upload = faults_here.apply(index, t, lambda: client_upload(kit, client, received, t), timeout)
         return Message(content=RecordDict({"w": arrays({"w": upload.numpy()})}), reply_to=msg)
 
     return server_app, client_app
 
 
-def run_flower(cfg: RunConfig, *, progress: Callable[[str], None] | None = None) -> RunResult:
+def run_flower(cfg: RunConfig, *, progress: Callable[[str], None] | None = None,
+               faults: FaultPlan | None = None) -> RunResult:
     """Run ``cfg`` on Flower's simulation runtime (Ray backend) with ``cfg.clients`` virtual nodes."""
     _, _, _, simulation = _flwr()
     sink: dict[str, Any] = {}
-    server_app, client_app = build_apps(cfg, progress=progress, sink=sink)
+    server_app, client_app = build_apps(cfg, progress=progress, sink=sink, faults=faults)
     simulation.run_simulation(server_app=server_app, client_app=client_app, num_supernodes=cfg.clients,
                               backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     if "result" not in sink:

@@ -115,6 +115,18 @@ class FedAvg:
     def global_model(self) -> Any:
         return self.w
 
+    @property
+    def upload_shape(self) -> tuple[int, ...]:
+        """Shape every client upload must have."""
+        return (self.n_encoded,)
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Mutable server state for a checkpoint (keys are re-drawn from the seed and checked)."""
+        return {"w": self.w.numpy()}
+
+    def restore(self, state: dict[str, np.ndarray]) -> None:
+        self.w = _torch().as_tensor(state["w"])
+
     def privacy(self, sizes: list[int]) -> dict[str, float | None]:
         """Per-element epsilons given the clients' dataset sizes |D_i| (none for FedAvg)."""
         return {"epsilon_local": None, "epsilon_global": None}
@@ -157,6 +169,15 @@ class SiflM1(FedAvg):
 
     def kit_arrays(self) -> dict[str, np.ndarray]:
         return ClientKit.arrays(self.code, None)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"w": self.w.numpy(), "noise": np.frombuffer(self._noise.get_state(), dtype=np.uint8),
+                "noise_scale": np.array([self.noise_scale])}
+
+    def restore(self, state: dict[str, np.ndarray]) -> None:
+        self.w = _torch().as_tensor(state["w"])
+        self._noise.set_state(state["noise"].tobytes())
+        self.noise_scale = float(state["noise_scale"][0])
 
     def server_update(self, aggregated: Any) -> None:
         self.w = self._decode(aggregated)                            # eq. 21
@@ -207,6 +228,16 @@ class SiflM2(SiflM1):
 
     def kit_arrays(self) -> dict[str, np.ndarray]:
         return ClientKit.arrays(self.code, self._pi2_right_array)
+
+    def state(self) -> dict[str, np.ndarray]:
+        out = super().state()
+        if self.w_bar is not None:
+            out["w_bar"] = self.w_bar.numpy()
+        return out
+
+    def restore(self, state: dict[str, np.ndarray]) -> None:
+        super().restore(state)
+        self.w_bar = _torch().as_tensor(state["w_bar"]) if "w_bar" in state else None
 
     def aggregate(self, uploads: list[Any], weights: list[float]) -> Any:
         w_tilde = super().aggregate(uploads, weights)

@@ -46,6 +46,12 @@ class ArrayBackend(Protocol):
 class NoiseStream(Protocol):
     """Draws i.i.d. noise arrays in the backend's array type."""
 
+    def get_state(self) -> bytes:
+        """The generator state, to checkpoint a run."""
+
+    def set_state(self, state: bytes) -> None:
+        """Restore a state from :meth:`get_state`."""
+
     def laplace(self, shape: tuple[int, ...], loc: float, scale: float) -> Any:
         """Laplace(loc, scale) entries (``scale`` is the Laplace scale b)."""
 

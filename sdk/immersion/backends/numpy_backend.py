@@ -59,6 +59,18 @@ class NumpyNoise:
         self._rng = rng
         self._dtype = dtype
 
+    def get_state(self) -> bytes:
+        """The generator state (to checkpoint a run)."""
+        import json
+
+        return json.dumps(self._rng.bit_generator.state).encode()
+
+    def set_state(self, state: bytes) -> None:
+        """Restore a state from :meth:`get_state`."""
+        import json
+
+        self._rng.bit_generator.state = json.loads(state.decode())
+
     def laplace(self, shape: tuple[int, ...], loc: float, scale: float) -> np.ndarray:
         return self._rng.laplace(loc, scale, size=shape).astype(self._dtype, copy=False)
 

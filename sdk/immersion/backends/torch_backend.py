@@ -83,6 +83,16 @@ class TorchNoise:
         self._dtype = dtype
         self._device = device
 
+    def get_state(self) -> bytes:
+        """The generator state (to checkpoint a run)."""
+        return bytes(self._gen.get_state().numpy().tobytes())
+
+    def set_state(self, state: bytes) -> None:
+        """Restore a state from :meth:`get_state`."""
+        import numpy as np
+
+        self._gen.set_state(self._torch.from_numpy(np.frombuffer(state, dtype=np.uint8).copy()))
+
     def _uniform(self, shape: tuple[int, ...]) -> Any:
         return self._torch.rand(shape, generator=self._gen, dtype=self._dtype, device=self._device)
 

@@ -1,0 +1,92 @@
+"""Client faults: leave a failing client out of the round with a logged reason (DESIGN.md).
+
+A client may raise, run past ``timeout_s``, or return an upload of the wrong shape or with
+NaN/inf. The round completes with the others; weights are renormalised over them (for SIFL this
+keeps ``sum of weights = 1``, which the offset cancellation needs, seed 000 eq. 16).
+
+``FaultPlan`` injects such faults on purpose (tests, demos): ``{(client, round): kind}`` with kind
+in ``raise``, ``timeout``, ``malformed`` (NaN), ``wrong-shape``.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from immersion import InvalidArgumentError
+
+LOG = logging.getLogger("immersion.fl")
+FAULT_KINDS = ("raise", "timeout", "malformed", "wrong-shape")
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Faults to inject, by (client index, round)."""
+
+    faults: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, items: tuple[str, ...] | list[str]) -> "FaultPlan":
+        """From ``CLIENT:ROUND:KIND`` strings (the CLI's ``--inject-fault``)."""
+        out = {}
+        for item in items:
+            parts = item.split(":")
+            if len(parts) != 3 or parts[2] not in FAULT_KINDS or not (parts[0].isdigit() and parts[1].isdigit()):
+                raise InvalidArgumentError("inject_fault", f"{item!r}: expected CLIENT:ROUND:KIND with KIND in "
+                                           f"{', '.join(FAULT_KINDS)}")
+            out[(int(parts[0]), int(parts[1]))] = parts[2]
+        return cls(out)
+
+    def apply(self, client: int, round_t: int, work: Callable[[], Any], timeout_s: float) -> Any:
+        """Run ``work`` as the client would, with the planned fault, if any."""
+        kind = self.faults.get((client, round_t))
+        if kind == "raise":
+            raise RuntimeError(f"injected fault: client {client} crashed")
+        if kind == "timeout":
+            time.sleep(timeout_s + 0.2)
+        upload = work()
+        if kind == "malformed":
+            upload = upload.clone()
+            upload[0] = math.nan
+        elif kind == "wrong-shape":
+            upload = upload[:-1]
+        return upload
+
+
+def upload_problem(upload: Any, expected_shape: tuple[int, ...]) -> str | None:
+    """Why an upload cannot be aggregated, or None if it can."""
+    shape = tuple(getattr(upload, "shape", ()))
+    if shape != expected_shape:
+        return f"wrong shape {shape}, expected {expected_shape}"
+    if not bool(upload.isfinite().all()):
+        return "contains NaN or inf"
+    return None
+
+
+def run_client(index: int, round_t: int, work: Callable[[], Any], *, plan: FaultPlan, timeout_s: float | None,
+               expected_shape: tuple[int, ...], dropped: list[dict[str, Any]], pool: ThreadPoolExecutor | None) -> Any:
+    """One client's upload, or None (logged and recorded in ``dropped``) if it failed."""
+    limit = math.inf if timeout_s is None else timeout_s
+    try:
+        if pool is None:
+            upload = plan.apply(index, round_t, work, limit)
+        else:
+            upload = pool.submit(plan.apply, index, round_t, work, limit).result(timeout=timeout_s)
+    except FutureTimeout:
+        reason = f"timed out after {timeout_s:g} s"
+        upload = None
+    except Exception as exc:  # noqa: BLE001 - any client failure leaves that client out of the round
+        reason = f"raised {type(exc).__name__}: {exc}"
+        upload = None
+    else:
+        reason = upload_problem(upload, expected_shape) or ""
+        if reason:
+            upload = None
+    if upload is None:
+        LOG.warning("round %d: client %d left out: %s", round_t, index, reason)
+        dropped.append({"round": round_t, "client": index, "reason": reason})
+    return upload
