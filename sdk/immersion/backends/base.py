@@ -39,6 +39,12 @@ class ArrayBackend(Protocol):
     def all_finite(self, value: Any) -> bool:
         """True if every entry is finite."""
 
+    def take(self, values: Any, index: Any) -> Any:
+        """``values[..., index]`` (the fastest gather the library offers)."""
+
+    def block_matmul(self, blocks: Any, vectors: Any) -> Any:
+        """``blocks @ vectors`` for a stack of small square blocks, shapes (k, b, b) and (..., k, b, 1)."""
+
     def noise_stream(self, rng: np.random.Generator) -> "NoiseStream":
         """A source of fresh i.i.d. noise, seeded from ``rng``."""
 

@@ -48,6 +48,12 @@ class NumpyBackend:
     def all_finite(self, value: Any) -> bool:
         return all_finite(np.asarray(value))
 
+    def take(self, values: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return np.take(values, index, axis=-1)
+
+    def block_matmul(self, blocks: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+        return blocks @ vectors
+
     def noise_stream(self, rng: np.random.Generator) -> "NumpyNoise":
         return NumpyNoise(rng, self._dtype)
 

@@ -69,6 +69,15 @@ class TorchBackend:
     def all_finite(self, value: Any) -> bool:
         return bool(self._torch.isfinite(value).all())
 
+    def take(self, values: Any, index: Any) -> Any:
+        return values.index_select(-1, index)
+
+    def block_matmul(self, blocks: Any, vectors: Any) -> Any:
+        if self._device.type == "cpu" and not (blocks.requires_grad or vectors.requires_grad):
+            # numpy's batched matmul of many tiny blocks is ~1.6x faster than torch's on CPU (zero-copy views)
+            return self._torch.from_numpy(blocks.numpy() @ vectors.contiguous().numpy())
+        return blocks @ vectors
+
     def noise_stream(self, rng: np.random.Generator) -> "TorchNoise":
         return TorchNoise(self._torch, int(rng.integers(2**63 - 1)), self._dtype, self._device)
 

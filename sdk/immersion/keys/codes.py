@@ -90,10 +90,11 @@ class StructuredDecoder:
                  scale: float = 1.0) -> None:
         self._transform = transform
         self._pos = backend.asarray(positions)
+        self._backend = backend
         self._inv_scale = 1.0 / scale
 
     def __call__(self, x: Any) -> Any:
-        out = self._transform.adjoint(x)[..., self._pos]
+        out = self._backend.take(self._transform.adjoint(x), self._pos)
         return out * self._inv_scale if self._inv_scale != 1.0 else out
 
 

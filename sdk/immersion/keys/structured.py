@@ -89,14 +89,14 @@ def _noise_counts(group_sizes: np.ndarray, n_noise: int) -> np.ndarray:
     return counts
 
 
-def block_matvec(blocks: np.ndarray, tail: np.ndarray, v: Any, out: Any) -> Any:
+def block_matvec(blocks: np.ndarray, tail: np.ndarray, v: Any, out: Any, matmul: Any = None) -> Any:
     """``out = B v`` for block-diagonal ``B`` given as full blocks plus a tail (numpy or torch)."""
     n_full, b = blocks.shape[0], blocks.shape[-1]
     full = n_full * b
     if n_full:
         lead = tuple(v.shape[:-1])
         vb = v[..., :full].reshape(lead + (n_full, b, 1))
-        out[..., :full] = (blocks @ vb).reshape(lead + (full,))
+        out[..., :full] = (blocks @ vb if matmul is None else matmul(blocks, vb)).reshape(lead + (full,))
     if tail.shape[0]:
         out[..., full:] = v[..., full:] @ tail.T
     return out
@@ -119,16 +119,19 @@ class OrthogonalTransform:
         self._inv_perm = backend.asarray(np.argsort(params.row_perm))
 
     def _reflect(self, w: Any) -> Any:
-        sums = self._backend.segment_sum(self._h * w, self._gid, self._n_groups)
-        return w - 2.0 * self._h * sums[..., self._gid]
+        be = self._backend
+        sums = be.segment_sum(self._h * w, self._gid, self._n_groups)
+        return w - 2.0 * self._h * be.take(sums, self._gid)
 
     def forward(self, v: Any) -> Any:
-        w = block_matvec(self._blocks, self._tail, v, self._backend.zeros(tuple(v.shape)))
-        return self._reflect(w)[..., self._perm]
+        be = self._backend
+        w = block_matvec(self._blocks, self._tail, v, be.zeros(tuple(v.shape)), be.block_matmul)
+        return be.take(self._reflect(w), self._perm)
 
     def adjoint(self, x: Any) -> Any:
-        w = self._reflect(x[..., self._inv_perm])
-        return block_matvec(self._blocks_t, self._tail_t, w, self._backend.zeros(tuple(w.shape)))
+        be = self._backend
+        w = self._reflect(be.take(x, self._inv_perm))
+        return block_matvec(self._blocks_t, self._tail_t, w, be.zeros(tuple(w.shape)), be.block_matmul)
 
 
 def draw_structured_layout(rng: np.random.Generator, n_signal: int, n_noise: int,
