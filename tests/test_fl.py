@@ -175,3 +175,26 @@ def test_one_hundred_flower_clients_complete_a_round(flwr_available):
     result = run_federated(cfg, engine="flower")
     assert len(result.accuracy) == 1 and not result.dropped
     assert max(result.diff_vs_plain) <= 1e-9
+
+
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+def test_reported_epsilon_matches_seed000_theorems_on_the_drawn_keys(noise):
+    """Theorem 1 (eq. 41) or Theorem 2 (eq. 44) recomputed from the dense key matrices."""
+    from immersion.privacy import gaussian_epsilon
+
+    cfg = RunConfig(scheme="sifl-m1", noise=noise, hidden=(4,), clients=3, rounds=1, keys="dense", extra=20,
+                    epsilon_local=0.5, clip=10.0)
+    from immersion_fl.data import load_dataset
+    from immersion_fl.engine import Server
+
+    sizes = [150, 160, 170]
+    server = Server.create(cfg, load_dataset("digits"), sizes)
+    code, sigma = server.scheme.code, server.scheme.noise_scale
+    pi, n1 = code.dense_pi(), code.dense_noise_basis()
+    delta_local = 2 * 10.0 / min(sizes)
+    if noise == "laplace":
+        eps = np.abs(pi).sum(1) * delta_local / (np.linalg.norm(n1, axis=1) * sigma)
+    else:
+        eps = gaussian_epsilon(np.linalg.norm(pi, axis=1) * delta_local, np.linalg.norm(n1, axis=1) * sigma, 1e-5)
+    assert server.result.privacy["epsilon_local"] == pytest.approx(eps.max(), rel=1e-9)
+    assert eps.max() == pytest.approx(0.5, rel=1e-9)                  # the design meets the target exactly

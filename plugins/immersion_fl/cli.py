@@ -43,7 +43,11 @@ def fl_group() -> None:
 @click.option("--extra", type=click.IntRange(1), default=None,
               help="Added dimensions n~ - n (default: 201 for M1/M2 as in the paper's MLP, 1 for sifl-rm).")
 @click.option("--p", "p", type=click.IntRange(2), default=2, show_default=True, help="Aggregator columns (sifl-m2).")
-@click.option("--epsilon-local", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
+@click.option("--epsilon-local", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Per-element epsilon of each upload (seed 000 Theorem 1 or 2).")
+@click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True)
+@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=1e-5,
+              show_default=True, help="Delta for --noise gaussian.")
 @click.option("--clip", type=click.FloatRange(min=0, min_open=True), default=1000.0, show_default=True,
               help="Client model norm bound C (sensitivity 2C/|D_i|, seed 000 Remark 3).")
 @click.option("--keys", type=click.Choice(["auto", "dense", "block"]), default="auto", show_default=True)

@@ -41,6 +41,8 @@ class RunConfig:
     extra: int | None = None
     p: int = 2
     epsilon_local: float = 1.0
+    noise: str = "laplace"
+    delta: float = 1e-5
     clip: float = 1000.0
     keys: str = "auto"
     block_size: int = 8          # block transforms are memory-bound: b = 8 reads 4x less than b = 32
@@ -77,6 +79,7 @@ class RunResult:
             "accuracy": self.accuracy[-1], "accuracy_plain": self.accuracy_plain[-1] if self.accuracy_plain else None,
             "round_time_ratio": ratio, "round_s_median": float(np.median(self.round_s)),
             "epsilon_local": self.privacy.get("epsilon_local"), "epsilon_global": self.privacy.get("epsilon_global"),
+            "noise": self.privacy.get("noise"), "delta": self.privacy.get("delta"),
             "n_params": self.n_params, "n_encoded": self.n_encoded, "key_bytes": self.key_bytes,
             "accuracy_per_round": self.accuracy, "accuracy_plain_per_round": self.accuracy_plain,
             "diff_vs_plain_per_round": self.diff_vs_plain, "dropped": self.dropped,
@@ -121,7 +124,7 @@ class Server:
         backend = make_backend("torch", dtype="float64", device="cpu")
         scheme = make_scheme(cfg.scheme, backend=backend, rng=np.random.default_rng([cfg.seed, 1]), extra=cfg.extra,
                              p=cfg.p, epsilon_local=cfg.epsilon_local, clip=cfg.clip, kind=cfg.keys,
-                             block_size=cfg.block_size)
+                             block_size=cfg.block_size, noise=cfg.noise, delta=cfg.delta)
         scheme.setup(w0)
         plain = FedAvg() if cfg.compare_plain and cfg.scheme != "fedavg" else None
         if plain is not None:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from immersion import InvalidArgumentError
 from immersion.keys import DenseCode, draw_code
+from immersion.privacy import gaussian_epsilon, gaussian_min_sigma_bar, laplace_epsilon, laplace_scale_for
 from scipy.linalg import null_space
 
 from .client import Client
@@ -144,6 +145,8 @@ class SiflM1(FedAvg):
     epsilon_local: float = 1.0
     clip: float = 1000.0
     report_dp: bool = True
+    noise: str = "laplace"                 # or "gaussian" (seed 000 Theorem 2, with ``delta``)
+    delta: float = 1e-5
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     backend: Any = None
 
@@ -162,7 +165,21 @@ class SiflM1(FedAvg):
         self.w = w0.clone()
 
     def _fresh_noise(self, rows: tuple[int, ...] = ()) -> Any:
-        return self._noise.laplace(rows + (self.code.n_noise,), 0.0, self.noise_scale)
+        return self._draw(rows + (self.code.n_noise,))
+
+    def _draw(self, shape: tuple[int, ...]) -> Any:
+        draw = self._noise.laplace if self.noise == "laplace" else self._noise.normal
+        return draw(shape, 0.0, self.noise_scale)
+
+    def _sensitivity_rows(self, delta_w: float) -> np.ndarray:
+        """Per-element data sensitivity: ``||Pi1^j||_1 Delta_1`` (Laplace) or ``||Pi1^j||_2 Delta_2`` (Gaussian)."""
+        stats = self.code.row_stats()
+        return (stats.l1_signal if self.noise == "laplace" else stats.l2_signal) * delta_w
+
+    def _epsilons(self, sensitivity: np.ndarray, sigma_bar: np.ndarray) -> np.ndarray:
+        if self.noise == "laplace":
+            return laplace_epsilon(sensitivity, sigma_bar, 1.0)               # eq. 41
+        return gaussian_epsilon(sensitivity, sigma_bar, self.delta)          # eq. 44
 
     def broadcast(self, round_t: int) -> Any:
         return self._encode_noisy(self.w, self._fresh_noise())     # eq. 19, fresh offset every round
@@ -182,21 +199,32 @@ class SiflM1(FedAvg):
     def server_update(self, aggregated: Any) -> None:
         self.w = self._decode(aggregated)                            # eq. 21
 
+    def _noise_rows(self) -> np.ndarray:
+        """Element noise scale per unit sigma: ``||N1^j||_2`` (times ``||Pi2^R||`` in M2)."""
+        return self.code.row_stats().l2_noise
+
     def design_noise(self, sizes: list[int]) -> None:
-        """Laplace scale meeting ``epsilon_local`` (seed 000 eq. 41, Remark 3: Delta = 2C/|D_i|)."""
-        stats = self.code.row_stats()
-        delta = 2 * self.clip / min(sizes)
-        self.noise_scale = float(np.max(stats.l1_signal * delta / (stats.l2_noise * self.epsilon_local)))
+        """Noise scale meeting ``epsilon_local`` at the worst element (seed 000 eq. 41 or eq. 44;
+        Remark 3: Delta = 2C/|D_i|)."""
+        sens = self._sensitivity_rows(2 * self.clip / min(sizes))
+        if self.noise == "laplace":
+            needed = laplace_scale_for(sens, self._noise_rows(), self.epsilon_local)
+        else:
+            needed = float(np.max(gaussian_min_sigma_bar(sens, self.epsilon_local, self.delta) / self._noise_rows()))
+        self.noise_scale = needed
 
     def privacy(self, sizes: list[int]) -> dict[str, float | None]:
+        """Per-element epsilon of uploads (Delta = 2C/|D_i|) and of the broadcast (Delta = 2C/|D|).
+
+        M1 re-encodes the decoded global model with the same law, so eq. 41/44 applies to both.
+        """
         if not self.report_dp:
             return {"epsilon_local": None, "epsilon_global": None}
-        stats = self.code.row_stats()
-        delta_local = 2 * self.clip / min(sizes)
-        delta_global = 2 * self.clip / sum(sizes)
-        eps = stats.l1_signal / (stats.l2_noise * self.noise_scale)
-        # M1 broadcasts the decoded global model re-encoded with the same law: eq. 41 with Delta_global
-        return {"epsilon_local": float(np.max(eps * delta_local)), "epsilon_global": float(np.max(eps * delta_global))}
+        sigma_bar = self._noise_rows() * self.noise_scale
+        local = self._epsilons(self._sensitivity_rows(2 * self.clip / min(sizes)), sigma_bar)
+        glob = self._epsilons(self._sensitivity_rows(2 * self.clip / sum(sizes)), sigma_bar)
+        return {"epsilon_local": float(local.max()), "epsilon_global": float(glob.max()), "noise": self.noise,
+                "delta": None if self.noise == "laplace" else self.delta}
 
 
 @dataclass
@@ -241,7 +269,7 @@ class SiflM2(SiflM1):
 
     def aggregate(self, uploads: list[Any], weights: list[float]) -> Any:
         w_tilde = super().aggregate(uploads, weights)
-        r2 = self._noise.laplace((self.p - 1, self.code.n_total), 0.0, self.noise_scale)
+        r2 = self._draw((self.p - 1, self.code.n_total))
         return self.pi2[0][:, None] * w_tilde[None, :] + self.n2.T @ r2        # eq. 31, as p rows
 
     def server_update(self, aggregated: Any) -> None:
@@ -250,23 +278,21 @@ class SiflM2(SiflM1):
     def _pi2_right_norm(self) -> float:
         return float(self.pi2_right.norm())
 
-    def design_noise(self, sizes: list[int]) -> None:
-        """Laplace scale meeting ``epsilon_local`` by seed 000 eq. 41 (with the ``||Pi2^R||`` factor)."""
-        super().design_noise(sizes)
-        self.noise_scale /= self._pi2_right_norm()
+    def _noise_rows(self) -> np.ndarray:
+        return super()._noise_rows() * self._pi2_right_norm()          # b = N1 R1 Pi2^R (eq. 37)
 
     def privacy(self, sizes: list[int]) -> dict[str, float | None]:
-        """Eq. 41 (local) and eq. 42 (global, the paper's form, which seed000 notes section 12 call optimistic)."""
+        """Eq. 41/44 (local) and eq. 42/53 (global, the paper's summed form, which seed000 notes
+        section 12 show to be optimistic: the true element std is the root of the sum of squares)."""
+        out = super().privacy(sizes)
         stats = self.code.row_stats()
-        delta_local = 2 * self.clip / min(sizes)
-        delta_global = 2 * self.clip / sum(sizes)
-        local = stats.l1_signal * delta_local / (stats.l2_noise * self.noise_scale * self._pi2_right_norm())
         pi1_left_norm = (float(np.linalg.norm(self.code.pi_left, 2)) if isinstance(self.code, DenseCode)
                          else 1.0 / self.code.signal_scale)                  # block: Pi1_left = Q_S^T / a
         n2_norm = float(np.linalg.norm(self.n2.cpu().numpy(), 2))
-        denom = stats.l2_noise * self.noise_scale + stats.l2_signal * pi1_left_norm * n2_norm * self.noise_scale
-        glob = stats.l1_signal[:, None] * delta_global * np.abs(self.pi2.cpu().numpy())[0][None, :] / denom[:, None]
-        return {"epsilon_local": float(local.max()), "epsilon_global": float(glob.max())}
+        denom = (stats.l2_noise + stats.l2_signal * pi1_left_norm * n2_norm) * self.noise_scale
+        sens = self._sensitivity_rows(2 * self.clip / sum(sizes))[:, None] * np.abs(self.pi2.cpu().numpy())[0][None, :]
+        out["epsilon_global"] = float(self._epsilons(sens, denom[:, None]).max())
+        return out
 
     def global_model(self) -> Any:
         """``w = w_bar Pi2^R``: what a holder of Pi2^R (clients, aggregator) decodes."""
@@ -282,12 +308,15 @@ SCHEMES = ("fedavg", "sifl-m1", "sifl-m2", "sifl-rm")
 
 
 def make_scheme(name: str, *, backend: Any, rng: np.random.Generator, extra: int | None, p: int,
-                epsilon_local: float, clip: float, kind: str, block_size: int) -> FedAvg:
+                epsilon_local: float, clip: float, kind: str, block_size: int, noise: str = "laplace",
+                delta: float = 1e-5) -> FedAvg:
     """A fresh scheme object by name."""
     if name == "fedavg":
         return FedAvg()
+    if noise not in ("laplace", "gaussian"):
+        raise InvalidArgumentError("noise", f"expected 'laplace' or 'gaussian', got {noise!r}")
     common = {"backend": backend, "rng": rng, "epsilon_local": epsilon_local, "clip": clip, "kind": kind,
-              "block_size": block_size}
+              "block_size": block_size, "noise": noise, "delta": delta}
     if name == "sifl-m1":
         return SiflM1(extra=extra or 201, **common)
     if name == "sifl-m2":
