@@ -61,105 +61,117 @@ def _client_for(cfg_json: str, index: int) -> Any:
     return _CLIENT_CACHE[key]
 
 
+def _flwr_types() -> Any:
+    flwr_app = _flwr()[0]
+    return flwr_app.Array, flwr_app.ArrayRecord, flwr_app.ConfigRecord, flwr_app.Message, flwr_app.RecordDict
+
+
+def _arrays(payload: dict[str, np.ndarray]) -> Any:
+    Array, ArrayRecord = _flwr_types()[:2]
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in payload.items()})
+
+
+def serve(grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str], None] | None) -> RunResult:
+    """The ServerApp's work for ``cfg`` (simulation and deployment runtimes alike)."""
+    import torch
+
+    _, _, ConfigRecord, Message, RecordDict = _flwr_types()
+    cfg_json = json.dumps(asdict(cfg))
+    plan_json = json.dumps([[c, t, k] for (c, t), k in plan.faults.items()])
+    deadline = time.time() + 120
+    nodes: list[int] = []
+    while len(nodes) < cfg.clients and time.time() < deadline:
+        nodes = sorted(grid.get_node_ids())
+        time.sleep(0.05)
+    data = load_dataset(cfg.dataset, seed=cfg.seed)
+    server = Server.create(cfg, data)                              # keys drawn; noise calibrated after |D_i|
+    kit = server.scheme.kit_arrays()
+    msgs = [Message(content=RecordDict({"kit": _arrays(kit), "config": ConfigRecord(
+        {"kind": "handshake", "cfg": cfg_json, "faults": plan_json})}), dst_node_id=n, message_type="train")
+        for n in nodes]
+    pid_of, sizes = {}, {}
+    for reply in grid.send_and_receive(msgs):
+        if reply.has_error():
+            LOG.warning("node %s failed the handshake: %s", reply.metadata.src_node_id, reply.error)
+            continue
+        info = reply.content["config"]
+        pid_of[reply.metadata.src_node_id] = int(info["pid"])
+        sizes[int(info["pid"])] = int(info["n_samples"])
+    server.calibrate([sizes[i] for i in sorted(sizes)])
+
+    def flower_round(scheme: Any, name: str, t: int, dropped: list[dict[str, Any]]) -> float:
+        start = time.perf_counter()
+        payload = scheme.broadcast(t)
+        msgs = [Message(content=RecordDict({"w": _arrays({"w": payload.numpy()}), "config": ConfigRecord(
+            {"kind": "train", "scheme": name, "round": t})}), dst_node_id=n, message_type="train")
+            for n in pid_of]
+        uploads, weights, answered = [], [], set()
+        replies = grid.send_and_receive(msgs, timeout=cfg.client_timeout)
+        for reply in sorted(replies, key=lambda r: pid_of.get(r.metadata.src_node_id, -1)):
+            pid = pid_of.get(reply.metadata.src_node_id, -1)
+            answered.add(pid)
+            problem = (f"raised: {reply.error.reason}" if reply.has_error() else
+                       upload_problem(torch.as_tensor(reply.content["w"]["w"].numpy()), scheme.upload_shape))
+            if problem:
+                LOG.warning("round %d: client %d left out: %s", t, pid, problem)
+                dropped.append({"round": t, "client": pid, "reason": problem})
+                continue
+            uploads.append(torch.as_tensor(reply.content["w"]["w"].numpy()))
+            weights.append(sizes[pid])
+        for pid in sorted(set(pid_of.values()) - answered):
+            reason = f"no answer within {cfg.client_timeout} s"
+            LOG.warning("round %d: client %d left out: %s", t, pid, reason)
+            dropped.append({"round": t, "client": pid, "reason": reason})
+        total = sum(weights)
+        scheme.server_update(scheme.aggregate(uploads, [w / total for w in weights]))
+        return time.perf_counter() - start
+
+    for t in range(cfg.rounds):
+        seconds = flower_round(server.scheme, "scheme", t, server.result.dropped)
+        seconds_plain = flower_round(server.plain, "fedavg", t, []) if server.plain is not None else None
+        server.record(t, seconds, seconds_plain, progress)
+    return server.result
+
+
+def client_train(msg: Any, context: Any) -> Any:
+    """The ClientApp's ``train``: handshake (keep the kit), then one round of :func:`client_upload`."""
+    import torch
+    from immersion.backends import make_backend
+
+    _, _, ConfigRecord, Message, RecordDict = _flwr_types()
+    config = msg.content["config"]
+    index = int(context.node_config["partition-id"])
+    if config["kind"] == "handshake":
+        context.state["kit"] = msg.content["kit"]
+        context.state["run"] = ConfigRecord({"cfg": config["cfg"], "faults": config["faults"]})
+        client = _client_for(config["cfg"], index)
+        return Message(content=RecordDict({"config": ConfigRecord(
+            {"pid": index, "n_samples": client.n_samples})}), reply_to=msg)
+    cfg_blob = context.state["run"]["cfg"]
+    client = _client_for(cfg_blob, index)
+    kit = None
+    if config["scheme"] != "fedavg":
+        kit_arrays = {k: v.numpy() for k, v in context.state["kit"].items()}
+        kit = ClientKit.from_arrays(kit_arrays, make_backend("torch", dtype="float64", device="cpu"))
+    received = torch.as_tensor(msg.content["w"]["w"].numpy())
+    t = int(config["round"])
+    faults_here = FaultPlan({(c, r): k for c, r, k in json.loads(context.state["run"]["faults"])})
+    timeout = _config_from_json(cfg_blob).client_timeout or 0.0
+    upload = faults_here.apply(index, t, lambda: client_upload(kit, client, received, t), timeout)
+    return Message(content=RecordDict({"w": _arrays({"w": upload.numpy()})}), reply_to=msg)
+
+
 def build_apps(cfg: RunConfig, *, progress: Callable[[str], None] | None, sink: dict[str, Any],
                faults: FaultPlan | None = None) -> tuple[Any, Any]:
     """A ServerApp and a ClientApp for ``cfg``; the ServerApp leaves its RunResult in ``sink``."""
-    flwr_app, serverapp, clientapp, _ = _flwr()
-    Array, ArrayRecord, ConfigRecord = flwr_app.Array, flwr_app.ArrayRecord, flwr_app.ConfigRecord
-    Message, RecordDict = flwr_app.Message, flwr_app.RecordDict
+    _, serverapp, clientapp, _ = _flwr()
     server_app, client_app = serverapp.ServerApp(), clientapp.ClientApp()
-    cfg_json = json.dumps(asdict(cfg))
-    plan = faults or FaultPlan()
-    plan_json = json.dumps([[c, t, k] for (c, t), k in plan.faults.items()])
-
-    def arrays(payload: dict[str, np.ndarray]) -> Any:
-        return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in payload.items()})
 
     @server_app.main()
     def main(grid: Any, context: Any) -> None:
-        import torch
+        sink["result"] = serve(grid, cfg, plan=faults or FaultPlan(), progress=progress)
 
-        deadline = time.time() + 120
-        nodes: list[int] = []
-        while len(nodes) < cfg.clients and time.time() < deadline:
-            nodes = sorted(grid.get_node_ids())
-            time.sleep(0.05)
-        data = load_dataset(cfg.dataset, seed=cfg.seed)
-        # handshake: the kit of the scheme's clients, and |D_i| back
-        server = Server.create(cfg, data)                              # keys drawn; noise calibrated after |D_i|
-        kit = server.scheme.kit_arrays()
-        msgs = [Message(content=RecordDict({"kit": arrays(kit), "config": ConfigRecord(
-            {"kind": "handshake", "cfg": cfg_json, "faults": plan_json})}), dst_node_id=n, message_type="train")
-            for n in nodes]
-        pid_of, sizes = {}, {}
-        for reply in grid.send_and_receive(msgs):
-            if reply.has_error():
-                LOG.warning("node %s failed the handshake: %s", reply.metadata.src_node_id, reply.error)
-                continue
-            info = reply.content["config"]
-            pid_of[reply.metadata.src_node_id] = int(info["pid"])
-            sizes[int(info["pid"])] = int(info["n_samples"])
-        server.calibrate([sizes[i] for i in sorted(sizes)])
-
-        def flower_round(scheme: Any, name: str, t: int, dropped: list[dict[str, Any]]) -> float:
-            start = time.perf_counter()
-            payload = scheme.broadcast(t)
-            msgs = [Message(content=RecordDict({"w": arrays({"w": payload.numpy()}), "config": ConfigRecord(
-                {"kind": "train", "scheme": name, "round": t})}), dst_node_id=n, message_type="train")
-                for n in pid_of]
-            uploads, weights, answered = [], [], set()
-            replies = grid.send_and_receive(msgs, timeout=cfg.client_timeout)
-            for reply in sorted(replies, key=lambda r: pid_of.get(r.metadata.src_node_id, -1)):
-                pid = pid_of.get(reply.metadata.src_node_id, -1)
-                answered.add(pid)
-                problem = (f"raised: {reply.error.reason}" if reply.has_error() else
-                           upload_problem(torch.as_tensor(reply.content["w"]["w"].numpy()), scheme.upload_shape))
-                if problem:
-                    LOG.warning("round %d: client %d left out: %s", t, pid, problem)
-                    dropped.append({"round": t, "client": pid, "reason": problem})
-                    continue
-                uploads.append(torch.as_tensor(reply.content["w"]["w"].numpy()))
-                weights.append(sizes[pid])
-            for pid in sorted(set(pid_of.values()) - answered):
-                reason = f"no answer within {cfg.client_timeout} s"
-                LOG.warning("round %d: client %d left out: %s", t, pid, reason)
-                dropped.append({"round": t, "client": pid, "reason": reason})
-            total = sum(weights)
-            scheme.server_update(scheme.aggregate(uploads, [w / total for w in weights]))
-            return time.perf_counter() - start
-
-        for t in range(cfg.rounds):
-            seconds = flower_round(server.scheme, "scheme", t, server.result.dropped)
-            seconds_plain = flower_round(server.plain, "fedavg", t, []) if server.plain is not None else None
-            server.record(t, seconds, seconds_plain, progress)
-        sink["result"] = server.result
-
-    @client_app.train()
-    def train(msg: Any, context: Any) -> Any:
-        import torch
-        from immersion.backends import make_backend
-
-        config = msg.content["config"]
-        index = int(context.node_config["partition-id"])
-        if config["kind"] == "handshake":
-            context.state["kit"] = msg.content["kit"]
-            context.state["run"] = ConfigRecord({"cfg": config["cfg"], "faults": config["faults"]})
-            client = _client_for(config["cfg"], index)
-            return Message(content=RecordDict({"config": ConfigRecord(
-                {"pid": index, "n_samples": client.n_samples})}), reply_to=msg)
-        cfg_blob = context.state["run"]["cfg"]
-        client = _client_for(cfg_blob, index)
-        kit = None
-        if config["scheme"] != "fedavg":
-            kit_arrays = {k: v.numpy() for k, v in context.state["kit"].items()}
-            kit = ClientKit.from_arrays(kit_arrays, make_backend("torch", dtype="float64", device="cpu"))
-        received = torch.as_tensor(msg.content["w"]["w"].numpy())
-        t = int(config["round"])
-        faults_here = FaultPlan({(c, r): k for c, r, k in json.loads(context.state["run"]["faults"])})
-        timeout = _config_from_json(cfg_blob).client_timeout or 0.0
-        upload = faults_here.apply(index, t, lambda: client_upload(kit, client, received, t), timeout)
-        return Message(content=RecordDict({"w": arrays({"w": upload.numpy()})}), reply_to=msg)
-
+    client_app.train()(client_train)
     return server_app, client_app
 
 
