@@ -48,8 +48,8 @@ def fl_group() -> None:
 @click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True)
 @click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=1e-5,
               show_default=True, help="Delta for --noise gaussian.")
-@click.option("--clip", type=click.FloatRange(min=0, min_open=True), default=1000.0, show_default=True,
-              help="Client model norm bound C (sensitivity 2C/|D_i|, seed 000 Remark 3).")
+@click.option("--clip", type=click.FloatRange(min=0, min_open=True), default=100.0, show_default=True,
+              help="Client model norm bound C (sensitivity 2C/|D_i|, seed 000 Remark 3; the paper uses 1000).")
 @click.option("--keys", type=click.Choice(["auto", "dense", "block"]), default="auto", show_default=True)
 @click.option("--block-size", type=click.IntRange(1), default=8, show_default=True,
               help="Block size of structured keys (transforms are memory-bound: smaller is faster).")

@@ -11,8 +11,8 @@ would see (used to evaluate accuracy and to compare with FedAvg).
   noise ``R2 N2``; the server decodes ``Pi1`` only and re-encodes the p columns; clients recover
   ``w~ = w' Pi2^R``.
 * ``sifl-rm`` (seed 003): the same algebra as M1 with the random-matrix key shape of that paper
-  (``m = n + 1``: one noise column, ``M = Pi1_left``, ``G = Pi1``) and a fresh offset each round;
-  the paper gives no DP analysis, so none is reported for it.
+  (``m = n + 1``: one noise column, ``M = Pi1_left``, ``G = Pi1``) and a fresh offset each round
+  (unit scale: the paper gives neither a scale nor a DP analysis, so no epsilon is reported).
 """
 from __future__ import annotations
 
@@ -205,7 +205,9 @@ class SiflM1(FedAvg):
 
     def design_noise(self, sizes: list[int]) -> None:
         """Noise scale meeting ``epsilon_local`` at the worst element (seed 000 eq. 41 or eq. 44;
-        Remark 3: Delta = 2C/|D_i|)."""
+        Remark 3: Delta = 2C/|D_i|). Without a DP claim (sifl-rm) the offset keeps unit scale."""
+        if not self.report_dp:
+            return
         sens = self._sensitivity_rows(2 * self.clip / min(sizes))
         if self.noise == "laplace":
             needed = laplace_scale_for(sens, self._noise_rows(), self.epsilon_local)
