@@ -254,3 +254,32 @@ def test_flower_deployment_runtime_on_loopback(tmp_path, flwr_available):
     summary = json.loads(line)
     assert summary["rounds"] == 2 and summary["max_abs_diff_vs_plain"] <= 1e-9
     assert summary["accuracy"] == summary["accuracy_plain"]
+
+
+def test_threat_model_facts_hold_as_measured():
+    """THREAT_MODEL.md, federated rows: shared round noise cancels in differences; M2 with p = 2
+    leaks w up to a scalar to the server (seed000 notes section 12)."""
+    from immersion_fl.data import load_dataset
+    from immersion_fl.engine import Server, build_model_for, make_client
+
+    cfg = RunConfig(scheme="sifl-m2", rounds=1, clients=4, hidden=(32,))
+    data = load_dataset(cfg.dataset)
+    model = build_model_for(cfg, data)
+    clients = [make_client(cfg, data, model, i, torch) for i in range(cfg.clients)]
+    server = Server.create(cfg, data, [c.n_samples for c in clients])
+    scheme = server.scheme
+    received = scheme.broadcast(0)
+    uploads = [scheme.client_upload(c, received, 0) for c in clients]
+    local = [scheme.kit.decode(u) for u in uploads]            # any holder of the client kit decodes
+    difference = uploads[0] - uploads[1]
+    residual = difference - scheme.kit.encode(local[0] - local[1])
+    assert float(uploads[0].abs().max()) > 10.0                # uploads carry large noise ...
+    assert float(residual.abs().max()) < 1e-9 * float(difference.abs().max())   # ... that cancels in differences
+    total = sum(c.n_samples for c in clients)
+    scheme.server_update(scheme.aggregate(uploads, [c.n_samples / total for c in clients]))
+    first, second = scheme.w_bar[0], scheme.w_bar[1]
+    combo = first - float(first @ second) / float(second @ second) * second    # least-norm combination
+    w = scheme.global_model()
+    cosine = float(combo @ w) / float(combo.norm() * w.norm())
+    assert abs(cosine) > 0.99                                  # the server recovers w up to a scalar
+    assert abs(float(first @ w) / float(first.norm() * w.norm())) < 0.1        # a single column does not
