@@ -7,16 +7,15 @@ history, and continues: the result equals that of an uninterrupted run (tested).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from immersion import KeyFileError
+from immersion._files import npz_bytes, write_private
 from immersion.keys import DenseCode
 
 HISTORY = ("accuracy", "loss", "accuracy_plain", "loss_plain", "diff_vs_plain", "round_s", "round_s_plain",
@@ -41,27 +40,6 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _write_private(path: Path, payload: bytes) -> None:
-    """Atomic write with mode 0600 (a crash never leaves a half-written checkpoint)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ckpt-", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _npz(arrays: dict[str, np.ndarray]) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)  # type: ignore[arg-type]
-    return buf.getvalue()
-
-
 class Checkpoint:
     """``DIR/keys.npz`` (once) and ``DIR/state.npz`` (every round), both 0600."""
 
@@ -78,7 +56,7 @@ class Checkpoint:
     def save(self, server: Any, next_round: int) -> None:
         keys = self._keys(server)
         if keys and not (self.folder / "keys.npz").exists():
-            _write_private(self.folder / "keys.npz", _npz(keys))
+            write_private(self.folder / "keys.npz", npz_bytes(keys), prefix=".ckpt-")
         history = {name: getattr(server.result, name) for name in HISTORY}
         meta = {"cfg": self.cfg_json, "next_round": next_round, "keys_sha256": _digest(keys), "history": history,
                 "privacy": server.result.privacy}
@@ -86,7 +64,7 @@ class Checkpoint:
         if server.plain is not None:
             arrays.update({f"plain.{k}": v for k, v in server.plain.state().items()})
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-        _write_private(self.folder / "state.npz", _npz(arrays))
+        write_private(self.folder / "state.npz", npz_bytes(arrays), prefix=".ckpt-")
 
     def load(self, server: Any) -> int:
         """Restore ``server``; return the next round to run."""

@@ -12,7 +12,7 @@ import numpy as np
 from . import _validation as v
 from .backends import ArrayBackend, make_backend
 from .errors import InvalidArgumentError
-from .keygen import NoiseTargets, draw_geometry, split_rng, validated_dims
+from .keygen import draw_geometry, split_rng, validated_design
 from .keys import Keys
 from .privacy import PrivacyReport, privacy_report
 from .privacy.precision import refuse_infeasible_precision
@@ -136,12 +136,11 @@ def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input:
     >>> bool(np.allclose(x1, A @ [1.0, -1.0] + [0.0, 0.5], atol=1e-9))
     True
     """
-    dims = validated_dims(n_state=n_state, n_input=n_input, n_output=n_output, extra_state=extra_state,
-                          extra_input=extra_input, extra_output=extra_output)
-    targets = NoiseTargets.validated(noise=noise, epsilon_input=epsilon_input, epsilon_output=epsilon_output,
-                                     delta_input=delta_input, delta_output=delta_output,
-                                     sensitivity_input=sensitivity_input, sensitivity_output=sensitivity_output,
-                                     noise_mean=noise_mean)
+    dims, targets = validated_design(
+        n_state=n_state, n_input=n_input, n_output=n_output, extra_state=extra_state, extra_input=extra_input,
+        extra_output=extra_output, noise=noise, epsilon_input=epsilon_input, epsilon_output=epsilon_output,
+        delta_input=delta_input, delta_output=delta_output, sensitivity_input=sensitivity_input,
+        sensitivity_output=sensitivity_output, noise_mean=noise_mean)
     block_size = v.positive_int("block_size", block_size)
     if tolerance is not None:
         tolerance = v.positive_float("tolerance", tolerance)

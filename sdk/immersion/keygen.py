@@ -106,6 +106,14 @@ def validated_dims(**dims: Any) -> dict[str, int]:
     return {name: v.positive_int(name, value) for name, value in dims.items()}
 
 
+def validated_design(*, n_state: Any, n_input: Any, n_output: Any, extra_state: Any, extra_input: Any,
+                     extra_output: Any, **targets: Any) -> tuple[dict[str, int], NoiseTargets]:
+    """The dimensions and the noise targets shared by :func:`immerse` and :func:`draw_keys`, checked."""
+    dims = validated_dims(n_state=n_state, n_input=n_input, n_output=n_output, extra_state=extra_state,
+                          extra_input=extra_input, extra_output=extra_output)
+    return dims, NoiseTargets.validated(**targets)
+
+
 def draw_keys(n_state: int, n_input: int, n_output: int, *, extra_state: int = 1, extra_input: int = 2,
               extra_output: int = 2, epsilon_input: float = 1e-3, epsilon_output: float = 1e-3,
               sensitivity_input: float = 1.0, sensitivity_output: float = 1.0,
@@ -125,11 +133,10 @@ def draw_keys(n_state: int, n_input: int, n_output: int, *, extra_state: int = 1
     >>> keys.Pi1.shape, keys.noise_kind, keys.noise_scale > 0
     ((3, 1), 'laplace', True)
     """
-    dims = validated_dims(n_state=n_state, n_input=n_input, n_output=n_output, extra_state=extra_state,
-                          extra_input=extra_input, extra_output=extra_output)
-    targets = NoiseTargets.validated(noise=noise, epsilon_input=epsilon_input, epsilon_output=epsilon_output,
-                                     delta_input=delta_input, delta_output=delta_output,
-                                     sensitivity_input=sensitivity_input, sensitivity_output=sensitivity_output,
-                                     noise_mean=noise_mean)
+    dims, targets = validated_design(
+        n_state=n_state, n_input=n_input, n_output=n_output, extra_state=extra_state, extra_input=extra_input,
+        extra_output=extra_output, noise=noise, epsilon_input=epsilon_input, epsilon_output=epsilon_output,
+        delta_input=delta_input, delta_output=delta_output, sensitivity_input=sensitivity_input,
+        sensitivity_output=sensitivity_output, noise_mean=noise_mean)
     key_rng, _ = split_rng(rng, secure)
     return targets.apply(draw_geometry(keys, dims, v.positive_int("block_size", block_size), key_rng))

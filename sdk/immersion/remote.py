@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ._files import npz_bytes
 from .errors import ImmersionError, InvalidArgumentError, OptionalDependencyError
 
 PUBLIC_MATRICES = ("Pi1_left", "Pi2", "Pi2_left", "Pi3", "Pi4")
@@ -45,12 +46,6 @@ def public_target_matrices(keys: Any) -> dict[str, np.ndarray]:
     if keys.kind != "dense":
         raise InvalidArgumentError("keys", "remote mode ships dense target matrices; use keys='dense'")
     return {name: np.ascontiguousarray(getattr(keys, name)) for name in PUBLIC_MATRICES}
-
-
-def _pack(arrays: dict[str, np.ndarray]) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)  # type: ignore[arg-type]
-    return buf.getvalue()
 
 
 def _unpack(blob: bytes) -> dict[str, np.ndarray]:
@@ -79,7 +74,7 @@ class RemoteTarget:
         self._sock.connect(address)
         self.address = address
         header = json.dumps({"algorithm": algorithm, "params": params or {}}).encode()
-        reply = self._request([b"setup", header, _pack(public_target_matrices(imm.keys))])
+        reply = self._request([b"setup", header, npz_bytes(public_target_matrices(imm.keys))])
         info = json.loads(reply[0])
         self.n_state_encoded, self.n_input_encoded = info["n_state_encoded"], info["n_input_encoded"]
 

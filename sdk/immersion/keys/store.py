@@ -6,12 +6,12 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._files import npz_bytes, write_private
 from ..errors import KeyFileError
 from .codes import DenseCode, DenseMask, StructuredCode, StructuredMask
 from .structured import MixParams
@@ -67,22 +67,8 @@ def save_keys(keys: "Keys", path: str | os.PathLike[str], *, overwrite: bool = F
             "codes": {name: getattr(keys, f"{name}_code").kind for name in _CODES},
             "mask": "dense" if isinstance(keys.mask, DenseMask) else "structured",
             "mask_is_generated": keys.mask_is_generated}
-    buf = io.BytesIO()
-    arrays: dict[str, Any] = {"__meta__": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **key_arrays(keys)}
-    np.savez(buf, **arrays)
-    payload = buf.getvalue()
-    blob = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".keys-", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    payload = npz_bytes({"__meta__": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **key_arrays(keys)})
+    write_private(target, MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload, prefix=".keys-")
     return target
 
 
