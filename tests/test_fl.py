@@ -18,9 +18,16 @@ from immersion_fl.engine import RunConfig, run_federated  # noqa: E402
 from immersion_fl.optimizers import Adam, Momentum, lift_change  # noqa: E402
 
 
-@pytest.mark.parametrize("scheme", ["sifl-m1", "sifl-m2", "sifl-rm"])
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+from immersion.plugin_manager import registry  # noqa: E402
+
+REGISTERED_SCHEMES = sorted(set(registry().fl_schemes) - {"fedavg"})
+REGISTERED_OPTIMIZERS = sorted(registry().optimizers)
+
+
+@pytest.mark.parametrize("scheme", REGISTERED_SCHEMES)
+@pytest.mark.parametrize("optimizer", REGISTERED_OPTIMIZERS)
 def test_every_scheme_and_optimizer_decodes_to_fedavg_every_round(scheme, optimizer):
+    """Conformance of every registered scheme and optimizer (plugins included)."""
     cfg = RunConfig(scheme=scheme, optimizer=optimizer, lr=0.01 if optimizer == "adam" else 0.05, hidden=(16,),
                     clients=4, rounds=3, local_epochs=2, batch_size=64, seed=3)
     result = run_federated(cfg)

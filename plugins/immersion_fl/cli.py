@@ -7,8 +7,10 @@ from typing import Any
 
 import click
 import numpy as np
+from immersion.plugin_manager import registry
 
-from .schemes import SCHEMES
+SCHEMES = tuple(sorted(registry().fl_schemes))
+OPTIMIZERS = tuple(sorted(registry().optimizers))
 
 
 def _hidden(value: str) -> tuple[int, ...]:
@@ -28,7 +30,7 @@ def fl_group() -> None:
 
 @fl_group.command("run")
 @click.option("--scheme", type=click.Choice(SCHEMES), default="sifl-m1", show_default=True)
-@click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="sgd", show_default=True)
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="sgd", show_default=True)
 @click.option("--model", type=click.Choice(["mlp", "cnn", "cnn2"]), default="mlp", show_default=True)
 @click.option("--hidden", default="200,200", show_default=True, help="MLP hidden layer sizes.")
 @click.option("--clients", type=click.IntRange(1), default=10, show_default=True)

@@ -18,7 +18,7 @@ from .data import Dataset, load_dataset, split_clients
 from .faults import FaultPlan, run_client
 from .models import FlatModel, build_model
 from .optimizers import make_optimizer
-from .schemes import FedAvg, client_upload, make_scheme
+from .schemes import FedAvg, SchemeOptions, client_upload, make_scheme
 
 
 @dataclass(frozen=True)
@@ -122,9 +122,10 @@ class Server:
         model = build_model_for(cfg, data)
         w0 = model.initial_vector(cfg.seed)
         backend = make_backend("torch", dtype="float64", device="cpu")
-        scheme = make_scheme(cfg.scheme, backend=backend, rng=np.random.default_rng([cfg.seed, 1]), extra=cfg.extra,
-                             p=cfg.p, epsilon_local=cfg.epsilon_local, clip=cfg.clip, kind=cfg.keys,
-                             block_size=cfg.block_size, noise=cfg.noise, delta=cfg.delta)
+        scheme = make_scheme(cfg.scheme, SchemeOptions(
+            backend=backend, rng=np.random.default_rng([cfg.seed, 1]), extra=cfg.extra, p=cfg.p,
+            epsilon_local=cfg.epsilon_local, clip=cfg.clip, kind=cfg.keys, block_size=cfg.block_size,
+            noise=cfg.noise, delta=cfg.delta))
         scheme.setup(w0)
         plain = FedAvg() if cfg.compare_plain and cfg.scheme != "fedavg" else None
         if plain is not None:

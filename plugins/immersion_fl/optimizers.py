@@ -63,16 +63,13 @@ class Adam:
         return -self.lr * m_hat / (v_hat.sqrt() + self.eps), (m, v, t)
 
 
-OPTIMIZERS = {"sgd": SGD, "momentum": Momentum, "adam": Adam}
-
-
 def make_optimizer(name: str, lr: float) -> Any:
-    """``sgd``, ``momentum`` or ``adam`` with learning rate ``lr``."""
-    if name not in OPTIMIZERS:
-        raise InvalidArgumentError("optimizer", f"expected one of {sorted(OPTIMIZERS)}, got {name!r}")
+    """A registered optimizer (``sgd``, ``momentum``, ``adam`` or a plugin's) with learning rate ``lr``."""
+    from immersion.plugin_manager import registry
+
     if not lr > 0:
         raise InvalidArgumentError("lr", f"expected lr > 0, got {lr}")
-    return OPTIMIZERS[name](lr)
+    return registry().optimizer(name).factory(lr)
 
 
 def lift_change(encoded: Any, before: Any, after: Any, encoder: Any) -> Any:

@@ -306,23 +306,50 @@ def _torch() -> Any:
     return torch
 
 
-SCHEMES = ("fedavg", "sifl-m1", "sifl-m2", "sifl-rm")
+@dataclass(frozen=True)
+class SchemeOptions:
+    """Everything a scheme factory may use (each takes what it needs)."""
+
+    backend: Any
+    rng: np.random.Generator
+    extra: int | None = None
+    p: int = 2
+    epsilon_local: float = 1.0
+    clip: float = 100.0
+    kind: str = "auto"
+    block_size: int = 8
+    noise: str = "laplace"
+    delta: float = 1e-5
+
+    def sifl(self) -> dict[str, Any]:
+        if self.noise not in ("laplace", "gaussian"):
+            raise InvalidArgumentError("noise", f"expected 'laplace' or 'gaussian', got {self.noise!r}")
+        return {"backend": self.backend, "rng": self.rng, "epsilon_local": self.epsilon_local, "clip": self.clip,
+                "kind": self.kind, "block_size": self.block_size, "noise": self.noise, "delta": self.delta}
 
 
-def make_scheme(name: str, *, backend: Any, rng: np.random.Generator, extra: int | None, p: int,
-                epsilon_local: float, clip: float, kind: str, block_size: int, noise: str = "laplace",
-                delta: float = 1e-5) -> FedAvg:
-    """A fresh scheme object by name."""
-    if name == "fedavg":
-        return FedAvg()
-    if noise not in ("laplace", "gaussian"):
-        raise InvalidArgumentError("noise", f"expected 'laplace' or 'gaussian', got {noise!r}")
-    common = {"backend": backend, "rng": rng, "epsilon_local": epsilon_local, "clip": clip, "kind": kind,
-              "block_size": block_size, "noise": noise, "delta": delta}
-    if name == "sifl-m1":
-        return SiflM1(extra=extra or 201, **common)
-    if name == "sifl-m2":
-        return SiflM2(extra=extra or 201, p=p, **common)
-    if name == "sifl-rm":
-        return SiflM1(name="sifl-rm", extra=extra or 1, report_dp=False, **common)
-    raise InvalidArgumentError("scheme", f"expected one of {', '.join(SCHEMES)}, got {name!r}")
+def fedavg_scheme(options: SchemeOptions) -> FedAvg:
+    """Plain FedAvg (the reference)."""
+    return FedAvg()
+
+
+def sifl_m1_scheme(options: SchemeOptions) -> FedAvg:
+    """SIFL M1 with the paper's n~ - n = 201 by default."""
+    return SiflM1(extra=options.extra or 201, **options.sifl())
+
+
+def sifl_m2_scheme(options: SchemeOptions) -> FedAvg:
+    """SIFL M2 with ``p`` aggregator columns."""
+    return SiflM2(extra=options.extra or 201, p=options.p, **options.sifl())
+
+
+def sifl_rm_scheme(options: SchemeOptions) -> FedAvg:
+    """Random-matrix SIFL (seed 003): m = n + 1, fresh unit-scale offset, no DP figures."""
+    return SiflM1(name="sifl-rm", extra=options.extra or 1, report_dp=False, **options.sifl())
+
+
+def make_scheme(name: str, options: SchemeOptions) -> FedAvg:
+    """A fresh scheme object by its registered name (plugins may add schemes)."""
+    from immersion.plugin_manager import registry
+
+    return registry().fl_scheme(name).factory(options)

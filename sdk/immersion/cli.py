@@ -84,6 +84,8 @@ def plugins_cmd(as_json: bool) -> None:
     info = {"plugins": reg.plugin_names(),
             "backends": {k: s.description for k, s in sorted(reg.backends.items())},
             "algorithms": {k: s.description for k, s in sorted(reg.algorithms.items())},
+            "fl_schemes": {k: s.description for k, s in sorted(reg.fl_schemes.items())},
+            "optimizers": {k: s.description for k, s in sorted(reg.optimizers.items())},
             "commands": sorted(f"{c.parent} {c.name}".strip() for c in reg.commands())}
     if as_json:
         click.echo(json.dumps(info))

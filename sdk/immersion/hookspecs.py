@@ -37,6 +37,25 @@ class AlgorithmSpec:
 
 
 @dataclass(frozen=True)
+class SchemeSpec:
+    """A federated scheme: ``factory(**options)`` returns an object with the scheme interface of
+    ``immersion_fl.schemes.FedAvg`` (setup, broadcast, client_upload, aggregate, server_update, ...)."""
+
+    name: str
+    factory: Callable[..., Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """An optimizer as an ``(init, update)`` pair: ``factory(lr)`` returns it (Optax style)."""
+
+    name: str
+    factory: Callable[..., Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class CommandSpec:
     """A CLI command group contributed by a plugin (a ``click.Command``), mounted under ``parent``."""
 
@@ -54,6 +73,18 @@ def immersion_register_backends() -> list[BackendSpec]:
 @hookspec
 def immersion_register_algorithms() -> list[AlgorithmSpec]:
     """Return the algorithms (controllers, optimizers) this plugin provides. Called once."""
+    raise NotImplementedError
+
+
+@hookspec
+def immersion_register_fl_schemes() -> list[SchemeSpec]:
+    """Return the federated schemes this plugin provides (``immersion fl run --scheme``). Called once."""
+    raise NotImplementedError
+
+
+@hookspec
+def immersion_register_optimizers() -> list[OptimizerSpec]:
+    """Return the optimizers this plugin provides (``immersion fl run --optimizer``). Called once."""
     raise NotImplementedError
 
 

@@ -13,7 +13,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import InvalidArgumentError, PluginError
-from .hookspecs import AlgorithmSpec, BackendSpec, CommandSpec
+from .hookspecs import AlgorithmSpec, BackendSpec, CommandSpec, OptimizerSpec, SchemeSpec
 
 #: Modules registered when the package's entry points are not visible (e.g. PYTHONPATH use).
 BUILTIN_PLUGINS = ("immersion.builtin",)
@@ -27,6 +27,10 @@ class Registry:
         self.backends: dict[str, BackendSpec] = self._collect(manager.hook.immersion_register_backends(), "backend", force)
         self.algorithms: dict[str, AlgorithmSpec] = self._collect(
             manager.hook.immersion_register_algorithms(), "algorithm", force)
+        self.fl_schemes: dict[str, SchemeSpec] = self._collect(manager.hook.immersion_register_fl_schemes(),
+                                                               "federated scheme", force)
+        self.optimizers: dict[str, OptimizerSpec] = self._collect(manager.hook.immersion_register_optimizers(),
+                                                                  "optimizer", force)
         self._force = force
 
     @staticmethod
@@ -52,6 +56,16 @@ class Registry:
         if name not in self.algorithms:
             raise InvalidArgumentError("algorithm", f"unknown algorithm {name!r}; registered: {sorted(self.algorithms)}")
         return self.algorithms[name]
+
+    def fl_scheme(self, name: str) -> SchemeSpec:
+        if name not in self.fl_schemes:
+            raise InvalidArgumentError("scheme", f"unknown scheme {name!r}; registered: {sorted(self.fl_schemes)}")
+        return self.fl_schemes[name]
+
+    def optimizer(self, name: str) -> OptimizerSpec:
+        if name not in self.optimizers:
+            raise InvalidArgumentError("optimizer", f"unknown optimizer {name!r}; registered: {sorted(self.optimizers)}")
+        return self.optimizers[name]
 
     def plugin_names(self) -> list[str]:
         return sorted(name for name, _ in self.manager.list_name_plugin())
