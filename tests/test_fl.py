@@ -13,12 +13,10 @@ pytest.importorskip("sklearn")
 
 from click.testing import CliRunner  # noqa: E402
 from immersion.cli import main  # noqa: E402
+from immersion.plugin_manager import registry  # noqa: E402
 from immersion_fl.data import load_dataset, load_idx_dataset, split_clients  # noqa: E402
 from immersion_fl.engine import RunConfig, run_federated  # noqa: E402
 from immersion_fl.optimizers import Adam, Momentum, lift_change  # noqa: E402
-
-
-from immersion.plugin_manager import registry  # noqa: E402
 
 REGISTERED_SCHEMES = sorted(set(registry().fl_schemes) - {"fedavg"})
 REGISTERED_OPTIMIZERS = sorted(registry().optimizers)
