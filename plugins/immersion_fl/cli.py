@@ -72,13 +72,13 @@ def fl_group() -> None:
 def fl_run(hidden: str, plot_dir: Path | None, as_json: bool, engine: str, inject: tuple[str, ...],
            checkpoint: Path | None, resume: bool, **options: Any) -> None:
     """Train a model federatedly with a SIFL scheme, beside plain FedAvg."""
-    from .engine import RunConfig, run_federated, stderr_progress
+    from .engine import RunConfig, progress_bar, run_federated
     from .faults import FaultPlan
 
     cfg = RunConfig(hidden=_hidden(hidden), **options)
     if engine == "flower" and (checkpoint or resume):
         raise click.UsageError("--checkpoint/--resume work with --engine local")
-    result = run_federated(cfg, engine=engine, progress=stderr_progress, faults=FaultPlan.parse(inject),
+    result = run_federated(cfg, engine=engine, progress=progress_bar(cfg.rounds), faults=FaultPlan.parse(inject),
                            checkpoint=checkpoint, resume=resume)
     out = result.summary()
     out["engine"] = engine
@@ -106,11 +106,11 @@ def fl_run(hidden: str, plot_dir: Path | None, as_json: bool, engine: str, injec
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_sifl(rounds: int, scheme: str, dataset: str, local_epochs: int, as_json: bool) -> None:
     """The paper's 199,210-parameter MLP with 10 clients, scheme beside plain FedAvg in one run."""
-    from .engine import RunConfig, run_federated, stderr_progress
+    from .engine import RunConfig, progress_bar, run_federated
 
     cfg = RunConfig(scheme=scheme, model="mlp", hidden=(200, 200), clients=10, rounds=rounds, dataset=dataset,
                     keys="block", local_epochs=local_epochs)
-    result = run_federated(cfg, progress=stderr_progress)
+    result = run_federated(cfg, progress=progress_bar(cfg.rounds))
     out = result.summary()
     keep = ("scheme", "n_params", "n_encoded", "round_time_ratio", "key_bytes", "max_abs_diff_vs_plain",
             "accuracy", "accuracy_plain", "round_s_median")

@@ -261,3 +261,16 @@ def codec_seconds_per_round(cfg: RunConfig, *, repeats: int = 5) -> float:
 def stderr_progress(message: str) -> None:
     """Progress lines on stderr (stdout stays for --json)."""
     print(f"[fl] {message}", file=sys.stderr, flush=True)
+
+
+def progress_bar(total: int) -> Callable[[str], None]:
+    """A progress callback drawing a bar on stderr (one line per round when stderr is not a terminal)."""
+    from immersion.progress import Progress
+
+    bar = Progress(total, "rounds")
+
+    def update(message: str) -> None:
+        bar.step(message.split(": ", 1)[-1])
+        if bar.done == bar.total:
+            bar.close()
+    return update
