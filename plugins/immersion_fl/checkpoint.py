@@ -16,20 +16,10 @@ from typing import Any
 import numpy as np
 from immersion import KeyFileError
 from immersion._files import npz_bytes, write_private
-from immersion.keys import DenseCode
+from immersion.keys import code_arrays
 
 HISTORY = ("accuracy", "loss", "accuracy_plain", "loss_plain", "diff_vs_plain", "round_s", "round_s_plain",
            "dropped")
-
-
-def code_arrays(code: Any) -> dict[str, np.ndarray]:
-    """Every array of a code (dense or structured): the server's secret keys."""
-    if isinstance(code, DenseCode):
-        return {"pi": code.pi, "pi_left": code.pi_left, "noise_basis": code.noise_basis}
-    m = code.mix
-    return {"blocks": m.blocks, "tail": m.tail, "householder": m.householder, "group_ids": m.group_ids,
-            "row_perm": m.row_perm, "signal_pos": code.signal_pos, "noise_pos": code.noise_pos,
-            "flat_pos": code.flat_pos, "signal_scale": np.array([code.signal_scale])}
 
 
 def _digest(arrays: dict[str, np.ndarray]) -> str:

@@ -21,12 +21,15 @@ from typing import Any
 
 import numpy as np
 from immersion import InvalidArgumentError
-from immersion.keys import DenseCode, draw_code
+from immersion.keys import DenseCode, code_arrays, draw_code
 from immersion.privacy import gaussian_epsilon, gaussian_min_sigma_bar, laplace_epsilon, laplace_scale_for
 from scipy.linalg import null_space
 
 from .client import Client
 from .optimizers import lift_change
+
+#: Code arrays that describe the noise basis N1: the server keeps them, clients never get them.
+NOISE_ARRAYS = frozenset({"noise_basis", "noise_pos", "flat_pos"})
 
 
 @dataclass
@@ -41,12 +44,7 @@ class ClientKit:
     @staticmethod
     def arrays(code: Any, pi2_right: np.ndarray | None) -> dict[str, np.ndarray]:
         """The kit as plain arrays (sent once in the handshake); ``N1`` is not among them."""
-        if isinstance(code, DenseCode):
-            out = {"pi": code.pi, "pi_left": code.pi_left}
-        else:
-            m = code.mix
-            out = {"blocks": m.blocks, "tail": m.tail, "householder": m.householder, "group_ids": m.group_ids,
-                   "row_perm": m.row_perm, "signal_pos": code.signal_pos, "signal_scale": np.array([code.signal_scale])}
+        out = {k: v for k, v in code_arrays(code).items() if k not in NOISE_ARRAYS}
         if pi2_right is not None:
             out["pi2_right"] = pi2_right
         return out

@@ -2,7 +2,7 @@
 from .codes import DenseCode, DenseMask, StructuredCode, StructuredMask
 from .keys import Keys, NoiseLaw, draw_code
 from .stats import RowStats
-from .store import load_keys, save_keys
+from .store import code_arrays, load_keys, save_keys
 
 __all__ = ["Keys", "NoiseLaw", "draw_code", "DenseCode", "StructuredCode", "DenseMask", "StructuredMask", "RowStats",
-           "load_keys", "save_keys"]
+           "load_keys", "save_keys", "code_arrays"]

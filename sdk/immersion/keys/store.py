@@ -23,19 +23,19 @@ MAGIC = b"IMMERSION-KEYS-1\n"
 _CODES = ("input", "state", "output")
 
 
+def code_arrays(code: Any) -> dict[str, np.ndarray]:
+    """Every array that defines one code (dense or structured), by a stable name."""
+    if isinstance(code, DenseCode):
+        return {"pi": code.pi, "pi_left": code.pi_left, "noise_basis": code.noise_basis}
+    m = code.mix
+    return {"blocks": m.blocks, "tail": m.tail, "householder": m.householder, "group_ids": m.group_ids,
+            "row_perm": m.row_perm, "signal_pos": code.signal_pos, "noise_pos": code.noise_pos,
+            "flat_pos": code.flat_pos, "signal_scale": np.array([code.signal_scale])}
+
+
 def key_arrays(keys: "Keys") -> dict[str, np.ndarray]:
     """Every array that defines ``keys``, by a stable name (used for saving and the fingerprint)."""
-    out: dict[str, np.ndarray] = {}
-    for name in _CODES:
-        code = getattr(keys, f"{name}_code")
-        if isinstance(code, DenseCode):
-            out.update({f"{name}.pi": code.pi, f"{name}.pi_left": code.pi_left, f"{name}.noise_basis": code.noise_basis})
-        else:
-            m = code.mix
-            out.update({f"{name}.blocks": m.blocks, f"{name}.tail": m.tail, f"{name}.householder": m.householder,
-                        f"{name}.group_ids": m.group_ids, f"{name}.row_perm": m.row_perm,
-                        f"{name}.signal_pos": code.signal_pos, f"{name}.noise_pos": code.noise_pos,
-                        f"{name}.flat_pos": code.flat_pos, f"{name}.signal_scale": np.array([code.signal_scale])})
+    out = {f"{name}.{k}": v for name in _CODES for k, v in code_arrays(getattr(keys, f"{name}_code")).items()}
     if isinstance(keys.mask, DenseMask):
         out["mask.pi4"] = keys.mask.pi4
     else:
