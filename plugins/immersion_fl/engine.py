@@ -41,8 +41,12 @@ class RunConfig:
     extra: int | None = None
     p: int = 2
     epsilon_local: float = 1.0
-    noise: str = "laplace"
+    noise: str = "auto"           # sifl: laplace | gaussian (auto: laplace); mpdp: on | off (auto: on)
     delta: float = 1e-5
+    epsilon: float = 1.0          # mpdp: per-round (epsilon, delta) of the distributed noise
+    graph: str = "complete"       # mpdp: neighbour graph, complete or nout:N
+    mask_corrections: bool = True  # mpdp: server sees only the sum of Psi and Phi
+    sensitivity: float = 1.0      # mpdp: assumed per-record sensitivity (the paper's S_f = 1)
     clip: float = 100.0        # bounds ||w_i|| (Remark 3); far above these models' norms, so it never clips
     keys: str = "auto"
     block_size: int = 8          # block transforms are memory-bound: b = 8 reads 4x less than b = 32
@@ -125,7 +129,7 @@ class Server:
         scheme = make_scheme(cfg.scheme, SchemeOptions(
             backend=backend, rng=np.random.default_rng([cfg.seed, 1]), extra=cfg.extra, p=cfg.p,
             epsilon_local=cfg.epsilon_local, clip=cfg.clip, kind=cfg.keys, block_size=cfg.block_size,
-            noise=cfg.noise, delta=cfg.delta))
+            noise="laplace" if cfg.noise == "auto" else cfg.noise, delta=cfg.delta))
         scheme.setup(w0)
         plain = FedAvg() if cfg.compare_plain and cfg.scheme != "fedavg" else None
         if plain is not None:
@@ -197,6 +201,13 @@ def run_federated(cfg: RunConfig, *, engine: str = "local", progress: Callable[[
     ends the run after that many rounds (to simulate an interruption).
     """
     plan = faults or FaultPlan()
+    from immersion.plugin_manager import registry
+
+    runner = registry().fl_scheme(cfg.scheme).runner
+    if runner is not None:
+        if checkpoint is not None or resume or stop_after is not None:
+            raise InvalidArgumentError("checkpoint", f"scheme {cfg.scheme!r} does not support checkpoints yet")
+        return runner(cfg, engine=engine, progress=progress, faults=plan)
     if engine == "flower":
         from .flower_engine import run_flower
 

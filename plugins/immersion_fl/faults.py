@@ -20,7 +20,7 @@ from typing import Any, Callable
 from immersion import InvalidArgumentError
 
 LOG = logging.getLogger("immersion.fl")
-FAULT_KINDS = ("raise", "timeout", "malformed", "wrong-shape")
+FAULT_KINDS = ("raise", "timeout", "malformed", "wrong-shape", "no-recovery")  # no-recovery: mpdp only
 
 
 @dataclass(frozen=True)

@@ -39,11 +39,16 @@ class AlgorithmSpec:
 @dataclass(frozen=True)
 class SchemeSpec:
     """A federated scheme: ``factory(**options)`` returns an object with the scheme interface of
-    ``immersion_fl.schemes.FedAvg`` (setup, broadcast, client_upload, aggregate, server_update, ...)."""
+    ``immersion_fl.schemes.FedAvg`` (setup, broadcast, client_upload, aggregate, server_update, ...).
+
+    A scheme whose rounds do not fit that interface (MP-DP's key agreement and dropout recovery)
+    gives a ``runner(cfg, engine=..., progress=..., faults=...)`` that runs the whole federated
+    run and returns a result with ``summary()``; ``immersion fl run`` then calls it instead."""
 
     name: str
     factory: Callable[..., Any]
     description: str = ""
+    runner: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,21 @@
+"""MP-DP: bidirectional privacy in federated learning by model perturbation (seed 004).
+
+The server trains a bias-free ReLU MLP that clients only ever see perturbed (MP_Server,
+Algorithm 1); clients compute one gradient on it plus the corrections Psi and Phi (LMT), add
+distributed DP noise whose pairwise parts cancel in the sum (DDP_Client, Algorithm 2, with
+pairwise seeds from X25519 key agreement); the server aggregates and recovers the true
+aggregate gradient (MU_Server, Algorithm 3, Eq. 22).
+
+Registers the federated scheme ``mpdp`` (``immersion fl run --scheme mpdp``).
+"""
+from __future__ import annotations
+
+from immersion.hookspecs import SchemeSpec, hookimpl
+
+
+@hookimpl
+def immersion_register_fl_schemes() -> list[SchemeSpec]:
+    from .engine import run_mpdp, unsupported_factory
+
+    return [SchemeSpec("mpdp", unsupported_factory,
+                       "MP-DP: perturbed MLP + distributed DP noise (seed 004 Algorithms 1-4)", runner=run_mpdp)]

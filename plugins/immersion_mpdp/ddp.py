@@ -1,0 +1,202 @@
+"""DDP_Client and the server's sum (seed 004 Algorithm 2, Eqs. 16-21), with dropout recovery.
+
+A client's upload has two parts:
+
+* ``gradient``: its odd-layer ``grad_hat`` plus ``eta_k ~ DN(sigma_eta, 1)`` (Eq. 16) plus, for
+  every neighbour ``v``, ``+Delta_{k,v}`` if ``k < v`` else ``-Delta_{k,v}``, with
+  ``Delta ~ DN(sigma_Delta, 1)`` drawn from the pair's PRG (Eqs. 17 and 19). The ``Delta`` cancel
+  in the sum (Eq. 20) up to float64 rounding (about ``1e-16 sigma_Delta`` per element).
+* ``corrections``: ``Psi``, the last layer's ``Psi`` vector and ``Phi``. The paper sends them in
+  the clear, yet they are data-dependent gradients of the perturbed model, which the server
+  knows (see ``fl_demos/mpdp_attacks.py``). With ``mask_corrections`` (the default) they are
+  fixed-point numbers masked with pairwise uniform 64-bit masks, so the server learns only their
+  sum, exactly as in secure aggregation. Two 64-bit limbs per number (2^-60 resolution, range
+  ``2^43 / K``) keep the recovered sum within about 1e-15 of the float sum.
+
+A client that drops out after the key agreement leaves its neighbours' ``Delta`` and masks
+uncancelled. :func:`dropout_correction` removes them from the seeds its surviving neighbours
+reveal (Bonawitz et al.'s recovery, without the double masking that protects late arrivals).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+from immersion import InvalidArgumentError
+
+from .agreement import keystream, keystream_uniform
+from .laws import uniform_dn
+from .lmt import LocalResult
+
+HIGH_BITS = 20          # fixed point: x = (high + low / 2^LOW_BITS) / 2^HIGH_BITS
+LOW_BITS = 40
+PURPOSES = ("delta", "mask")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Flat layout of an upload for an MLP with layer sizes ``(n_0, ..., n_L)``."""
+
+    sizes: tuple[int, ...]
+
+    @property
+    def gradient_shapes(self) -> list[tuple[int, ...]]:
+        return [(b, a) for a, b in zip(self.sizes[:-1], self.sizes[1:])]
+
+    @property
+    def correction_shapes(self) -> list[tuple[int, ...]]:
+        n_out = self.sizes[-1]
+        psi = [(n_out, *s) for s in self.gradient_shapes[:-1]]
+        return psi + [(self.sizes[-2],)] + self.gradient_shapes[:-1]
+
+    @property
+    def gradient_size(self) -> int:
+        return sum(int(np.prod(s)) for s in self.gradient_shapes)
+
+    @property
+    def correction_size(self) -> int:
+        return sum(int(np.prod(s)) for s in self.correction_shapes)
+
+    def flatten(self, local: LocalResult) -> tuple[np.ndarray, np.ndarray]:
+        grad = np.concatenate([g.numpy().ravel() for g in local.grad_hat])
+        parts = [p.numpy().ravel() for p in (*local.psi, local.psi_last, *local.phi)]
+        return grad, np.concatenate(parts)
+
+    def split(self, flat: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+        out, at = [], 0
+        for shape in shapes:
+            size = int(np.prod(shape))
+            out.append(flat[at:at + size].reshape(shape))
+            at += size
+        return out
+
+    def unflatten(self, gradient: np.ndarray, corrections: np.ndarray) -> LocalResult:
+        import torch
+
+        grads = [torch.as_tensor(a) for a in self.split(gradient, self.gradient_shapes)]
+        parts = [torch.as_tensor(a) for a in self.split(corrections, self.correction_shapes)]
+        n = len(self.sizes) - 2
+        return LocalResult(tuple(grads), tuple(parts[:n]), parts[n], tuple(parts[n + 1:]))
+
+
+@dataclass(frozen=True)
+class NoiseSettings:
+    """``sigma_eta`` and ``sigma_Delta`` (0 for no noise) and whether the corrections are masked."""
+
+    sigma_eta: float = 0.0
+    sigma_delta: float = 0.0
+    mask_corrections: bool = True
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What the server receives from one client."""
+
+    gradient: np.ndarray          # float64, noisy
+    corrections: np.ndarray       # float64 in the clear, or uint64 (2 limbs per number) when masked
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.gradient.nbytes + self.corrections.nbytes)
+
+
+def _sign(me: int, peer: int) -> int:
+    return 1 if me < peer else -1
+
+
+def pair_delta(seed: bytes, sigma_delta: float, size: int) -> np.ndarray:
+    """``Delta_{k,v} ~ DN(sigma_Delta, 1) = Uniform(-sqrt(2) sigma_Delta, sqrt(2) sigma_Delta)`` from the
+    pair's seed (Eq. 19)."""
+    bound = np.sqrt(2.0) * sigma_delta
+    return keystream_uniform(seed, size, -bound, bound)
+
+
+def pair_mask(seed: bytes, size: int) -> np.ndarray:
+    """Uniform 64-bit masks for ``size`` fixed-point numbers (two limbs each)."""
+    return keystream(seed, 2 * size)
+
+
+def to_fixed(values: np.ndarray, n_clients: int) -> np.ndarray:
+    """Two-limb fixed point; refuses numbers whose sum over ``n_clients`` could overflow."""
+    limit = 2.0 ** (62 - HIGH_BITS) / max(1, n_clients)
+    worst = float(np.max(np.abs(values))) if values.size else 0.0
+    if not np.isfinite(worst) or worst >= limit:
+        raise InvalidArgumentError("corrections", f"max |Psi, Phi| = {worst:.3g} exceeds the fixed-point range "
+                                   f"{limit:.3g} for {n_clients} clients; run without masked corrections")
+    scaled = values * 2.0 ** HIGH_BITS
+    high = np.floor(scaled)
+    low = np.round((scaled - high) * 2.0 ** LOW_BITS)
+    return np.stack([high.astype(np.int64), low.astype(np.int64)], axis=1).ravel().view(np.uint64)
+
+
+def from_fixed(total: np.ndarray) -> np.ndarray:
+    """The float sum from the summed (mod 2^64) limbs."""
+    limbs = total.view(np.int64).reshape(-1, 2).astype(np.float64)
+    return (limbs[:, 0] + limbs[:, 1] / 2.0 ** LOW_BITS) / 2.0 ** HIGH_BITS
+
+
+def ddp_client(local: LocalResult, layout: Layout, *, me: int, seeds: dict[int, dict[str, bytes]],
+               n_clients: int, noise: NoiseSettings, rng: np.random.Generator) -> Upload:
+    """Algorithm 2 for client ``me``: ``seeds[v][purpose]`` are the pair seeds with each neighbour."""
+    grad, corrections = layout.flatten(local)
+    if noise.sigma_eta > 0:
+        grad = grad + uniform_dn(noise.sigma_eta, grad.shape, rng)                       # Eq. 16
+    if noise.sigma_delta > 0:
+        for peer in sorted(seeds):
+            grad = grad + _sign(me, peer) * pair_delta(seeds[peer]["delta"], noise.sigma_delta, grad.size)  # Eq. 17
+    if noise.mask_corrections:
+        corrections = to_fixed(corrections, n_clients)
+        for peer in sorted(seeds):
+            mask = pair_mask(seeds[peer]["mask"], layout.correction_size)
+            corrections = corrections + mask if me < peer else corrections - mask        # wraps mod 2^64
+    return Upload(grad, corrections)
+
+
+def sum_uploads(uploads: Iterable[Upload], *, masked: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Sum of the gradients (Eq. 20) and of the corrections (still masked if ``masked``)."""
+    items = list(uploads)
+    if not items:
+        raise InvalidArgumentError("uploads", "nothing to aggregate")
+    grad = np.sum([u.gradient for u in items], axis=0)
+    if masked:
+        corrections = items[0].corrections.copy()
+        for u in items[1:]:
+            corrections += u.corrections
+    else:
+        corrections = np.sum([u.corrections for u in items], axis=0)
+    return grad, corrections
+
+
+def dropout_correction(revealed: list[tuple[int, int, dict[str, bytes]]], layout: Layout,
+                       noise: NoiseSettings) -> tuple[np.ndarray, np.ndarray]:
+    """What the survivors' uploads hold of their pairs with dropped clients, to subtract.
+
+    ``revealed``: ``(survivor, dropped, seeds)`` for every edge between a survivor and a client
+    that dropped out after the key agreement.
+    """
+    grad = np.zeros(layout.gradient_size)
+    corrections = np.zeros(2 * layout.correction_size, dtype=np.uint64)
+    for survivor, dropped, seeds in revealed:
+        if noise.sigma_delta > 0:
+            grad += _sign(survivor, dropped) * pair_delta(seeds["delta"], noise.sigma_delta, layout.gradient_size)
+        if noise.mask_corrections:
+            mask = pair_mask(seeds["mask"], layout.correction_size)
+            corrections = corrections + mask if survivor < dropped else corrections - mask
+    return grad, corrections
+
+
+def subtract(total: tuple[np.ndarray, np.ndarray], correction: tuple[np.ndarray, np.ndarray], *,
+             masked: bool) -> tuple[np.ndarray, np.ndarray]:
+    grad = total[0] - correction[0]
+    corrections = total[1] - correction[1] if masked else total[1]
+    return grad, corrections
+
+
+def mean_local_result(total: tuple[np.ndarray, np.ndarray], n_uploads: int, layout: Layout, *,
+                      masked: bool) -> LocalResult:
+    """Eqs. 20-21: the averages ``grad_hat``, ``Psi``, ``Phi`` over the ``n_uploads`` clients."""
+    grad, corrections = total
+    corrections_float = from_fixed(corrections) if masked else corrections
+    return layout.unflatten(grad / n_uploads, corrections_float / n_uploads)
+

@@ -1,0 +1,279 @@
+"""The in-process MP-DP engine: rounds of Algorithm 4 beside plain FedSGD with the same batches.
+
+Plain FedSGD here is the reference the scheme must reproduce with noise off: every client takes
+one gradient of the MSE loss on its round batch at the true model, the server averages them
+without weights (1/K, as the paper) and steps with the learning rate.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+from immersion import InvalidArgumentError
+from immersion_fl.data import load_dataset, split_clients
+from immersion_fl.engine import RunConfig, RunResult
+from immersion_fl.faults import FaultPlan
+
+from .agreement import parse_graph
+from .calibration import Calibration, calibrate
+from .ddp import Layout, NoiseSettings, Upload
+from .mlp import accuracy, init_weights, layer_sizes, mse_gradient, mse_loss, per_sample_gradient_norms, torch_module
+from .protocol import MpdpClient, MpdpServer, RoundAborted
+
+LOG = logging.getLogger("immersion.fl")
+MAX_ATTEMPTS = 3
+
+
+def unsupported_factory(options: Any) -> Any:
+    """``make_scheme("mpdp")``: MP-DP has its own round protocol, run it with ``run_federated``."""
+    raise InvalidArgumentError("scheme", "mpdp does not fit the weight-averaging scheme interface; use "
+                               "immersion_fl.engine.run_federated(RunConfig(scheme='mpdp', ...)) or immersion fl run")
+
+
+@dataclass
+class MpdpResult(RunResult):
+    """A run's figures plus MP-DP's own: sizes, privacy calibration, timings, aborted rounds."""
+
+    upload_bytes: list[int] = field(default_factory=list)
+    upload_bytes_plain: int = 0
+    broadcast_bytes: int = 0
+    broadcast_bytes_plain: int = 0
+    calibration: Calibration | None = None
+    sensitivity_observed: list[float] = field(default_factory=list)
+    phase_s: dict[str, list[float]] = field(default_factory=dict)
+    aborted: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        out = super().summary()
+        cfg, cal = self.config, self.calibration
+        rounds = len(self.accuracy)
+        out.update({
+            "noise": "on" if cal is not None else "off", "graph": cfg.graph, "mask_corrections": cfg.mask_corrections,
+            "upload_bytes_per_client": float(np.mean(self.upload_bytes)) if self.upload_bytes else None,
+            "upload_bytes_ratio": (float(np.mean(self.upload_bytes)) / self.upload_bytes_plain
+                                   if self.upload_bytes else None),
+            "broadcast_bytes_ratio": self.broadcast_bytes / self.broadcast_bytes_plain,
+            "epsilon": cal.epsilon if cal else None, "delta": cal.delta if cal else None,
+            "epsilon_total": cal.epsilon * rounds if cal else None, "delta_total": cal.delta * rounds if cal else None,
+            "composition": "basic, over rounds" if cal else None, "theorem": cal.theorem if cal else None,
+            "theta_reading": cal.reading if cal else None,
+            "sigma_eta": cal.sigma_eta if cal else None, "sigma_delta": cal.sigma_delta if cal else None,
+            "sensitivity_assumed": cfg.sensitivity if cal else None,
+            "sensitivity_observed_max": max(self.sensitivity_observed) if self.sensitivity_observed else None,
+            "phase_s_median": {k: float(np.median(v)) for k, v in self.phase_s.items()},
+            "aborted_rounds": self.aborted, "loss": self.loss[-1], "loss_plain": self.loss_plain[-1],
+        })
+        return out
+
+
+def validate(cfg: RunConfig) -> None:
+    """Refuse options MP-DP does not support, naming them."""
+    if cfg.model != "mlp":
+        raise InvalidArgumentError("model", f"mpdp covers bias-free ReLU MLPs only (seed 004), got {cfg.model!r}")
+    if cfg.optimizer != "sgd":
+        raise InvalidArgumentError("optimizer", "mpdp is FedSGD: the server steps with the recovered mean gradient "
+                                   f"(Algorithm 3); got {cfg.optimizer!r}")
+    if cfg.local_epochs != 1:
+        raise InvalidArgumentError("local_epochs", "mpdp takes one gradient per client per round (Theorem 4 holds "
+                                   f"only at the received model); got {cfg.local_epochs}")
+    if cfg.noise not in ("auto", "on", "off"):
+        raise InvalidArgumentError("noise", f"mpdp expects on or off, got {cfg.noise!r}")
+    if cfg.clients < 2:
+        raise InvalidArgumentError("clients", f"mpdp needs >= 2 clients, got {cfg.clients}")
+    parse_graph(cfg.graph)
+
+
+def noise_settings(cfg: RunConfig) -> tuple[NoiseSettings, Calibration | None]:
+    if cfg.noise == "off":
+        return NoiseSettings(mask_corrections=cfg.mask_corrections), None
+    cal = calibrate(cfg.epsilon, cfg.delta, cfg.clients, cfg.graph, sensitivity=cfg.sensitivity)
+    return NoiseSettings(cal.sigma_eta, cal.sigma_delta, cfg.mask_corrections), cal
+
+
+@dataclass
+class Setup:
+    """Everything both engines build the same way from a RunConfig."""
+
+    cfg: RunConfig
+    sizes: tuple[int, ...]
+    clients: list[MpdpClient]
+    x_test: Any
+    y_test: Any
+    n_classes: int
+
+
+def make_setup(cfg: RunConfig) -> Setup:
+    torch = torch_module()
+    data = load_dataset(cfg.dataset, seed=cfg.seed)
+    x = torch.as_tensor(data.x_train.reshape(len(data.x_train), -1), dtype=torch.float64)
+    y = torch.as_tensor(data.y_train, dtype=torch.long)
+    parts = split_clients(data.y_train, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed)
+    clients = [MpdpClient(i, x[idx], y[idx], data.n_classes, cfg.batch_size, cfg.seed) for i, idx in enumerate(parts)]
+    sizes = layer_sizes(x.shape[1], cfg.hidden, data.n_classes)
+    x_test = torch.as_tensor(data.x_test.reshape(len(data.x_test), -1), dtype=torch.float64)
+    return Setup(cfg, sizes, clients, x_test, torch.as_tensor(data.y_test, dtype=torch.long), data.n_classes)
+
+
+def upload_problem(upload: Any, layout: Layout, masked: bool) -> str | None:
+    """Why an upload cannot be aggregated, or None."""
+    if not isinstance(upload, Upload):
+        return f"not an upload ({type(upload).__name__})"
+    if upload.gradient.shape != (layout.gradient_size,):
+        return f"gradient of shape {upload.gradient.shape}, expected ({layout.gradient_size},)"
+    want = (2 * layout.correction_size,) if masked else (layout.correction_size,)
+    if upload.corrections.shape != want or upload.corrections.dtype != (np.uint64 if masked else np.float64):
+        return f"corrections of shape {upload.corrections.shape} ({upload.corrections.dtype}), expected {want}"
+    if not np.isfinite(upload.gradient).all() or (not masked and not np.isfinite(upload.corrections).all()):
+        return "contains NaN or inf"
+    return None
+
+
+def _faulty(kind: str | None, work: Callable[[], Upload]) -> Upload:
+    """A client's upload with an injected fault (tests and demos)."""
+    if kind == "raise":
+        raise RuntimeError("injected fault: client crashed after the key agreement")
+    if kind == "timeout":
+        raise TimeoutError("injected fault: no answer before the round deadline")
+    upload = work()
+    if kind == "malformed":
+        grad = upload.gradient.copy()
+        grad[0] = np.nan
+        return Upload(grad, upload.corrections)
+    if kind == "wrong-shape":
+        return Upload(upload.gradient[:-1], upload.corrections)
+    return upload
+
+
+def mpdp_round(server: MpdpServer, clients: dict[int, MpdpClient], members: list[int], t: int, *, plan: FaultPlan,
+               dropped: list[dict[str, Any]], aborted: list[dict[str, Any]],
+               phase_s: dict[str, float]) -> tuple[list[int], list[Upload]]:
+    """One round of Algorithm 4 with dropout recovery; retried (fresh keys) if recovery fails.
+
+    Returns the clients whose gradients were aggregated and their uploads.
+    """
+    for attempt in range(MAX_ATTEMPTS):
+        tick = time.perf_counter()
+        publics = {k: clients[k].advertise(t, attempt) for k in members}
+        model, graph = server.begin_round(members)
+        phase_s["server_mp"] = phase_s.get("server_mp", 0.0) + time.perf_counter() - tick
+        uploads: dict[int, Upload] = {}
+        for k in members:
+            kind = plan.faults.get((k, t))
+            try:
+                upload = _faulty(kind if kind != "no-recovery" else None, lambda k=k: clients[k].upload(
+                    t, model, publics, graph[k], len(members), server.noise))
+                problem = upload_problem(upload, server.layout, server.noise.mask_corrections)
+            except Exception as exc:  # noqa: BLE001 - a failing client is left out, its noise recovered
+                problem = f"raised {type(exc).__name__}: {exc}"
+            if problem:
+                LOG.warning("round %d: client %d left out: %s", t, k, problem)
+                dropped.append({"round": t, "client": k, "reason": problem})
+            else:
+                uploads[k] = upload
+        for k in members:
+            for phase, seconds in clients[k].timings.items():
+                phase_s[phase] = phase_s.get(phase, 0.0) + seconds
+        if not uploads:
+            raise RuntimeError(f"round {t}: every client failed; nothing to aggregate")
+        gone = [k for k in members if k not in uploads]
+        try:
+            revealed = []
+            for d in gone:
+                for v in graph[d]:
+                    if v in uploads:
+                        if plan.faults.get((v, t)) == "no-recovery":
+                            raise RoundAborted(f"client {v} did not reveal its seeds for dropped client {d}")
+                        revealed.append((v, d, clients[v].reveal(t, [d], publics)[d]))
+        except RoundAborted as exc:
+            LOG.warning("round %d aborted (attempt %d): %s; retrying with fresh keys", t, attempt + 1, exc)
+            aborted.append({"round": t, "attempt": attempt + 1, "reason": str(exc)})
+            silent = int(str(exc).split()[1])
+            members = [k for k in uploads if k != silent]
+            continue
+        tick = time.perf_counter()
+        server.finish_round(uploads, revealed)
+        phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
+        for k in members:
+            clients[k].forget(t)
+        return sorted(uploads), [uploads[k] for k in sorted(uploads)]
+    raise RuntimeError(f"round {t}: aborted {MAX_ATTEMPTS} times; see the log for the clients that did not answer")
+
+
+def fedsgd_step(weights: list[Any], clients: list[MpdpClient], t: int, lr: float) -> list[Any]:
+    """Plain FedSGD: the unweighted mean of the clients' batch gradients, one step."""
+    grads = [mse_gradient(weights, *c.batch(t)) for c in clients]
+    return [w - lr * sum(g[i] for g in grads) / len(grads) for i, w in enumerate(weights)]
+
+
+def run_mpdp(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str], None] | None = None,
+             faults: FaultPlan | None = None) -> MpdpResult:
+    """Train ``cfg`` with MP-DP beside plain FedSGD (same batches, same survivors every round)."""
+    validate(cfg)
+    if engine == "flower":
+        from .flower_engine import run_flower
+
+        return run_flower(cfg, progress=progress, faults=faults or FaultPlan())
+    if engine != "local":
+        raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
+    setup = make_setup(cfg)
+    noise, cal = noise_settings(cfg)
+    w0 = init_weights(setup.sizes, cfg.seed)
+    server = MpdpServer([w.clone() for w in w0], cfg.lr, noise, cfg.graph, rng=np.random.default_rng([cfg.seed, 1]))
+    result = new_result(cfg, setup, cal)
+    plain = [w.clone() for w in w0]
+    clients = {c.index: c for c in setup.clients}
+    for t in range(cfg.rounds):
+        phases: dict[str, float] = {}
+        start = time.perf_counter()
+        survivors, uploads = mpdp_round(server, clients, sorted(clients), t, plan=faults or FaultPlan(),
+                                        dropped=result.dropped, aborted=result.aborted, phase_s=phases)
+        seconds = time.perf_counter() - start
+        if cal is not None:
+            result.sensitivity_observed.append(observed_sensitivity(plain, [clients[k] for k in survivors], t))
+        start = time.perf_counter()
+        plain_next = fedsgd_step(plain, [clients[k] for k in survivors], t, cfg.lr)
+        seconds_plain = time.perf_counter() - start
+        result.upload_bytes += [u.nbytes for u in uploads]
+        record(result, setup, t, server.weights, plain, plain_next, seconds, seconds_plain, phases, progress)
+        plain = plain_next
+    return result
+
+
+def new_result(cfg: RunConfig, setup: Setup, cal: Calibration | None) -> MpdpResult:
+    layout = Layout(setup.sizes)
+    n_params = layout.gradient_size
+    broadcast = 8 * (n_params + sum(setup.sizes[1:-1]))        # odd layers + transitional diagonals
+    return MpdpResult(cfg, n_params=n_params, n_encoded=n_params, calibration=cal, upload_bytes_plain=8 * n_params,
+                      broadcast_bytes=broadcast, broadcast_bytes_plain=8 * n_params,
+                      privacy={"epsilon_local": None, "epsilon_global": None})
+
+
+def observed_sensitivity(weights: list[Any], clients: list[MpdpClient], t: int) -> float:
+    """``2 max_i ||g_i|| / batch`` over the clients' round batches at the true model (replace-one
+    neighbours): what the DP theorems assume to be at most ``sensitivity``. Simulation-side only."""
+    worst = 0.0
+    for c in clients:
+        x, targets = c.batch(t)
+        worst = max(worst, 2 * float(per_sample_gradient_norms(weights, x, targets).max()) / len(x))
+    return worst
+
+
+def record(result: MpdpResult, setup: Setup, t: int, weights: list[Any], plain_before: list[Any],
+           plain: list[Any], seconds: float, seconds_plain: float, phases: dict[str, float],
+           progress: Callable[[str], None] | None) -> None:
+    """Accuracy, loss and the distance to plain FedSGD after round ``t``."""
+    res = result
+    res.round_s.append(seconds)
+    res.round_s_plain.append(seconds_plain)
+    for phase, value in phases.items():
+        res.phase_s.setdefault(phase, []).append(value)
+    for sink_acc, sink_loss, w in ((res.accuracy, res.loss, weights), (res.accuracy_plain, res.loss_plain, plain)):
+        sink_acc.append(accuracy(w, setup.x_test, setup.y_test))
+        sink_loss.append(mse_loss(w, setup.x_test, setup.y_test, setup.n_classes))
+    res.diff_vs_plain.append(max(float((a - b).abs().max()) for a, b in zip(weights, plain)))
+    if progress:
+        progress(f"round {t + 1}/{res.config.rounds}: accuracy {res.accuracy[-1]:.4f}, "
+                 f"max|W - W_fedsgd| {res.diff_vs_plain[-1]:.2e}")

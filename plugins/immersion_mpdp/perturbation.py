@@ -1,0 +1,156 @@
+"""MP_Server and the recovery of MU_Server (seed 004 Algorithm 1, Eqs. 12-15 and 22).
+
+The L-layer model is expanded to 2L - 1 layers: odd layer ``2l - 1`` holds ``W^(l)`` and even
+layer ``2l`` a transitional identity (Eq. 12). Keys (Eq. 13): ``r^(1), s^(L-1) ~ |DN*(1)|``,
+the other ``r^(l), s^(l) ~ |DN*(2)|``, all strictly positive; ``r = gamma o r^(a)`` is the
+additive key of the last layer. Masks (Eq. 14) and the perturbed model (Eq. 15):
+
+* odd layer ``2l - 1``: ``W^(l)_ij * r^(l)_i * s^(l-1)_j`` (no ``r`` factor for ``l = L``, no
+  ``s`` factor for ``l = 1``), plus ``R^(a)_ij = r_i`` on the last layer;
+* even layer ``2l``: ``diag(1 / (r^(l) o s^(l)))``, sent as its diagonal (a vector).
+
+The paper gives no law for ``gamma`` and ``r^(a)``; only their product ``r`` enters anything.
+Here ``gamma ~ Uniform(0.5, 1.5)`` and ``r^(a) ~ N(0, 1)``. Keys are one-time: call
+:func:`perturb` every round.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+from immersion import InvalidArgumentError
+
+from .laws import abs_dn_star_1, abs_dn_star_2
+from .mlp import torch_module
+
+
+@dataclass(frozen=True)
+class PerturbedModel:
+    """What the server sends each client: the odd layers ``W^hat`` and the transitional diagonals."""
+
+    odd: tuple[Any, ...]            # L matrices, Eq. 15
+    transitional: tuple[Any, ...]   # L - 1 vectors: the diagonals of W^hat^(2l) = diag(1 / (r^(l) s^(l)))
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.odd)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Plain arrays for a wire format (``odd0..``, ``trans0..``)."""
+        out = {f"odd{i}": w.numpy() for i, w in enumerate(self.odd)}
+        out.update({f"trans{i}": d.numpy() for i, d in enumerate(self.transitional)})
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "PerturbedModel":
+        torch = torch_module()
+        n = sum(1 for k in arrays if k.startswith("odd"))
+        return cls(tuple(torch.as_tensor(arrays[f"odd{i}"]) for i in range(n)),
+                   tuple(torch.as_tensor(arrays[f"trans{i}"]) for i in range(n - 1)))
+
+    def forward(self, x: Any) -> tuple[Any, Any]:
+        """``(y^hat^(2L-1), alpha)`` with ``alpha = sum_i y^hat^(2L-2)_i`` (Theorem 12)."""
+        h = x
+        for w, d in zip(self.odd[:-1], self.transitional):
+            h = (h @ w.T).clamp_min(0.0)          # layer 2l - 1: y^hat = r^(l) o y
+            h = (h * d).clamp_min(0.0)            # layer 2l: y^hat = (1 / s^(l)) o y
+        return h @ self.odd[-1].T, h.sum(1)
+
+
+@dataclass(frozen=True)
+class ServerKeys:
+    """One round's secret keys (server only): ``r^(l)``, ``s^(l)`` for l = 1..L-1, and ``r``."""
+
+    r: tuple[Any, ...]
+    s: tuple[Any, ...]
+    r_out: Any                      # r = gamma o r^(a)
+
+    def mask(self, layer: int) -> Any:
+        """``R^(2l-1)`` for ``layer = l - 1`` in 0..L-1 (Eq. 14), as a dense matrix."""
+        n_layers = len(self.r) + 1
+        left = self.r[layer] if layer < n_layers - 1 else None
+        right = self.s[layer - 1] if layer > 0 else None
+        if left is None:
+            return right[None, :].expand(len(self.r_out), -1)
+        if right is None:
+            return left[:, None]
+        return left[:, None] * right[None, :]
+
+    def masks(self, shapes: Sequence[tuple[int, ...]]) -> list[Any]:
+        return [self.mask(i).expand(*shape) for i, shape in enumerate(shapes)]
+
+
+def draw_keys(sizes: Sequence[int], rng: np.random.Generator, *, dn2_law: str = "pair") -> ServerKeys:
+    """Eq. 13 keys for an MLP with layer sizes ``(n_0, ..., n_L)``, ``L >= 2``."""
+    torch = torch_module()
+    n_layers = len(sizes) - 1
+    if n_layers < 2:
+        raise InvalidArgumentError("weights", f"MP-DP needs L >= 2 layers, got {n_layers}")
+    hidden = sizes[1:-1]
+    r, s = [], []
+    for l_index, width in enumerate(hidden):           # l = l_index + 1 in 1..L-1
+        first, last = l_index == 0, l_index == n_layers - 2
+        r.append(abs_dn_star_1((width,), rng) if first else abs_dn_star_2((width,), rng, law=dn2_law, factor="left"))
+        s.append(abs_dn_star_1((width,), rng) if last else abs_dn_star_2((width,), rng, law=dn2_law, factor="right"))
+    r_out = rng.uniform(0.5, 1.5, size=sizes[-1]) * rng.standard_normal(sizes[-1])
+    as_t = torch.as_tensor
+    return ServerKeys(tuple(map(as_t, r)), tuple(map(as_t, s)), as_t(r_out))
+
+
+def perturb(weights: Sequence[Any], rng: np.random.Generator, *, dn2_law: str = "pair") -> tuple[PerturbedModel,
+                                                                                                  ServerKeys]:
+    """MP_Server (Algorithm 1): fresh keys and the perturbed expanded model (Eqs. 12-15).
+
+    Examples
+    --------
+    >>> from immersion_mpdp.mlp import init_weights, forward
+    >>> import torch
+    >>> w = init_weights((6, 5, 4, 3), seed=0)
+    >>> model, keys = perturb(w, np.random.default_rng(1))
+    >>> x = torch.rand(2, 6, dtype=torch.float64)
+    >>> y_hat, alpha = model.forward(x)
+    >>> bool(torch.allclose(y_hat, forward(w, x) + alpha[:, None] * keys.r_out))   # Theorem 12
+    True
+    """
+    sizes = _check_weights(weights)
+    keys = draw_keys(sizes, rng, dn2_law=dn2_law)
+    odd = [w * m for w, m in zip(weights, keys.masks([tuple(w.shape) for w in weights]))]
+    odd[-1] = odd[-1] + keys.r_out[:, None]                                # R^(a)_ij = gamma_i r^(a)_i
+    transitional = tuple(1.0 / (r * s) for r, s in zip(keys.r, keys.s))
+    return PerturbedModel(tuple(odd), transitional), keys
+
+
+def recover(keys: ServerKeys, grad_hat: Sequence[Any], psi: Sequence[Any], psi_last: Any,
+            phi: Sequence[Any]) -> list[Any]:
+    """Eq. 22 (Theorem 4): ``R o (grad^hat - r^T Psi + v Phi)`` for every odd layer.
+
+    ``psi[l]`` has shape ``(n_L, n_l+1, n_l)`` for the layers before the last; the last layer's
+    ``r^T Psi`` is ``r (x) psi_last`` and its ``Phi`` is zero (seed 004 notes section 4.4).
+    """
+    r = keys.r_out
+    v = float(r @ r)
+    out = []
+    for index, g in enumerate(grad_hat):
+        if index < len(grad_hat) - 1:
+            corrected = g - (r[:, None, None] * psi[index]).sum(0) + v * phi[index]
+        else:
+            corrected = g - r[:, None] * psi_last[None, :]
+        out.append(keys.mask(index) * corrected)
+    return out
+
+
+def _check_weights(weights: Sequence[Any]) -> tuple[int, ...]:
+    torch = torch_module()
+    if len(weights) < 2:
+        raise InvalidArgumentError("weights", f"MP-DP needs L >= 2 weight matrices, got {len(weights)}")
+    sizes = [int(weights[0].shape[1])]
+    for index, w in enumerate(weights):
+        if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.dtype != torch.float64:
+            raise InvalidArgumentError("weights", f"layer {index}: expected a 2-D float64 tensor")
+        if int(w.shape[1]) != sizes[-1]:
+            raise InvalidArgumentError("weights", f"layer {index} has {w.shape[1]} inputs, expected {sizes[-1]}")
+        if not bool(torch.isfinite(w).all()):
+            raise InvalidArgumentError("weights", f"layer {index} contains NaN or inf")
+        sizes.append(int(w.shape[0]))
+    return tuple(sizes)
