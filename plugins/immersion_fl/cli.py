@@ -25,7 +25,7 @@ def _hidden(value: str) -> tuple[int, ...]:
 
 @click.group("fl")
 def fl_group() -> None:
-    """Federated learning by immersion (seeds 000 and 003)."""
+    """Federated learning: immersion (seeds 000, 003) and model perturbation (seed 004, --scheme mpdp)."""
 
 
 @fl_group.command("run")
@@ -47,9 +47,18 @@ def fl_group() -> None:
 @click.option("--p", "p", type=click.IntRange(2), default=2, show_default=True, help="Aggregator columns (sifl-m2).")
 @click.option("--epsilon-local", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="Per-element epsilon of each upload (seed 000 Theorem 1 or 2).")
-@click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True)
-@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=1e-5,
-              show_default=True, help="Delta for --noise gaussian.")
+@click.option("--noise", type=click.Choice(["auto", "laplace", "gaussian", "on", "off"]), default="auto",
+              show_default=True, help="SIFL: laplace or gaussian (auto: laplace). mpdp: on or off (auto: on).")
+@click.option("--delta", type=click.FloatRange(0, 0.5, min_open=True), default=1e-5,
+              show_default=True, help="Delta for --noise gaussian (SIFL) and of mpdp's per-round guarantee.")
+@click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="mpdp: per-round epsilon of the distributed noise (seed 004 Eq. 23).")
+@click.option("--graph", default="complete", show_default=True,
+              help="mpdp: neighbour graph for pairwise noise, complete or nout:N (Theorems 10, 11).")
+@click.option("--mask-corrections/--no-mask-corrections", default=True, show_default=True,
+              help="mpdp: the server sees only the sum of Psi and Phi (off: the paper's clear upload).")
+@click.option("--sensitivity", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="mpdp: assumed per-record sensitivity (the paper's S_f = 1; the run reports the observed one).")
 @click.option("--clip", type=click.FloatRange(min=0, min_open=True), default=100.0, show_default=True,
               help="Client model norm bound C (sensitivity 2C/|D_i|, seed 000 Remark 3; the paper uses 1000).")
 @click.option("--keys", type=click.Choice(["auto", "dense", "block"]), default="auto", show_default=True)
@@ -71,7 +80,7 @@ def fl_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def fl_run(hidden: str, plot_dir: Path | None, as_json: bool, engine: str, inject: tuple[str, ...],
            checkpoint: Path | None, resume: bool, **options: Any) -> None:
-    """Train a model federatedly with a SIFL scheme, beside plain FedAvg."""
+    """Train a model federatedly with a SIFL scheme beside plain FedAvg, or with mpdp beside plain FedSGD."""
     from .engine import RunConfig, progress_bar, run_federated
     from .faults import FaultPlan
 
@@ -89,8 +98,12 @@ def fl_run(hidden: str, plot_dir: Path | None, as_json: bool, engine: str, injec
     if as_json:
         click.echo(json.dumps(out))
         return
-    for key in ("scheme", "optimizer", "model", "n_params", "n_encoded", "key_bytes", "max_abs_diff_vs_plain",
-                "accuracy", "accuracy_plain", "round_time_ratio", "epsilon_local", "epsilon_global"):
+    keys = ["scheme", "optimizer", "model", "n_params", "n_encoded", "key_bytes", "max_abs_diff_vs_plain",
+            "accuracy", "accuracy_plain", "round_time_ratio", "epsilon_local", "epsilon_global"]
+    if cfg.scheme == "mpdp":
+        keys = keys[:4] + keys[6:10] + ["upload_bytes_ratio", "noise", "epsilon", "delta", "epsilon_total",
+                                        "delta_total", "sensitivity_assumed", "sensitivity_observed_max"]
+    for key in keys:
         click.echo(f"  {key:24s} {out[key]}")
     for p in out.get("plots", []):
         click.echo(f"  plot: {p}")
