@@ -16,8 +16,7 @@ from immersion_fl.faults import FaultPlan  # noqa: E402
 from immersion_mpdp import laws  # noqa: E402
 from immersion_mpdp.agreement import KeyAgreement, build_graph  # noqa: E402
 from immersion_mpdp.calibration import calibrate, meets_eq23, nout_preconditions  # noqa: E402
-from immersion_mpdp.ddp import (Layout, NoiseSettings, ddp_client, from_fixed, mean_local_result,  # noqa: E402
-                                sum_uploads, to_fixed)
+from immersion_mpdp.ddp import Layout, NoiseSettings, ddp_client, from_fixed, mean_local_result, sum_uploads, to_fixed  # noqa: E402
 from immersion_mpdp.lmt import local_model_training  # noqa: E402
 from immersion_mpdp.mlp import forward, init_weights, mse_gradient, one_hot, weights_from_module  # noqa: E402
 from immersion_mpdp.perturbation import draw_keys, perturb, recover  # noqa: E402
@@ -60,8 +59,9 @@ def test_recovery_equals_autograd_per_sample_and_per_batch(depth):
     for batch in (1, 9):
         x, t = _batch(sizes[0], sizes[-1], batch, seed=batch)
         out = local_model_training(model, x, t)
-        assert [tuple(p.shape) for p in out.psi] == [(sizes[-1], b, a) for a, b in zip(sizes[:-2], sizes[1:-1])]
-        for got, want in zip(recover(keys, out.grad_hat, out.psi, out.psi_last, out.phi), mse_gradient(w, x, t)):
+        assert [tuple(p.shape) for p in out.psi] == [(sizes[-1], b, a) for a, b in zip(sizes[:-2], sizes[1:-1], strict=True)]
+        recovered = recover(keys, out.grad_hat, out.psi, out.psi_last, out.phi)
+        for got, want in zip(recovered, mse_gradient(w, x, t), strict=True):
             torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
@@ -72,7 +72,7 @@ def test_keys_positive_diagonal_transitional_and_fresh_each_round():
     for keys in (k1, k2):
         assert all(bool((v > 0).all()) for v in (*keys.r, *keys.s))
     assert all(bool((d > 0).all()) and d.dim() == 1 for d in m1.transitional)
-    assert not any(torch.equal(a, b) for a, b in zip(k1.r, k2.r))
+    assert not any(torch.equal(a, b) for a, b in zip(k1.r, k2.r, strict=True))
     assert not torch.equal(m1.odd[0], m2.odd[0])
 
 
@@ -226,7 +226,7 @@ def test_dropout_recovery_removes_pairwise_noise():
                                      dropped=[], aborted=[], phase_s={})
     plain = engine.fedsgd_step(w0, [clients[k] for k in survivors], 0, cfg.lr)
     assert survivors == [0, 1, 2]
-    assert max(float((a - b).abs().max()) for a, b in zip(server.weights, plain)) < 1e-9
+    assert max(float((a - b).abs().max()) for a, b in zip(server.weights, plain, strict=True)) < 1e-9
 
 
 def test_round_aborted_when_a_survivor_does_not_reveal_then_retried():

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from immersion import InvalidArgumentError, OptionalDependencyError
 
 
-def _crypto() -> tuple[type, type, type, type]:
+def _crypto() -> tuple[Any, Any, Any, Any]:
     try:
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey

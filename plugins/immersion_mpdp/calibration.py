@@ -74,7 +74,8 @@ def nout_preconditions(n_clients: int, n: int, delta: float) -> list[str]:
     """The preconditions of Theorem 11 that fail (empty if it applies)."""
     k = n_clients
     checks = [(k >= 81, f"K >= 81 (K = {k})"),
-              (n >= 4 * math.log(2 * k / (3 * delta)), f"n >= 4 log(2K/(3 delta)) = {4 * math.log(2 * k / (3 * delta)):.1f}"),
+              (n >= 4 * math.log(2 * k / (3 * delta)),
+               f"n >= 4 log(2K/(3 delta)) = {4 * math.log(2 * k / (3 * delta)):.1f}"),
               (n >= 6 * math.log(k / 3), f"n >= 6 log(K/3) = {6 * math.log(k / 3):.1f}"),
               (n >= 1.5 + 2.25 * math.log(2 * math.e / delta), f"n >= 3/2 + 9/4 log(2e/delta) = "
                                                               f"{1.5 + 2.25 * math.log(2 * math.e / delta):.1f}"),

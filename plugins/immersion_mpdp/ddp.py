@@ -42,7 +42,7 @@ class Layout:
 
     @property
     def gradient_shapes(self) -> list[tuple[int, ...]]:
-        return [(b, a) for a, b in zip(self.sizes[:-1], self.sizes[1:])]
+        return [(b, a) for a, b in zip(self.sizes[:-1], self.sizes[1:], strict=True)]
 
     @property
     def correction_shapes(self) -> list[tuple[int, ...]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -25,6 +26,10 @@ from .protocol import MpdpClient, MpdpServer, RoundAborted
 
 LOG = logging.getLogger("immersion.fl")
 MAX_ATTEMPTS = 3
+
+
+class TrainingDivergedError(RuntimeError):
+    """The model's test loss became non-finite (too much noise for the learning rate)."""
 
 
 def unsupported_factory(options: Any) -> Any:
@@ -163,8 +168,8 @@ def mpdp_round(server: MpdpServer, clients: dict[int, MpdpClient], members: list
         for k in members:
             kind = plan.faults.get((k, t))
             try:
-                upload = _faulty(kind if kind != "no-recovery" else None, lambda k=k: clients[k].upload(
-                    t, model, publics, graph[k], len(members), server.noise))
+                work = partial(clients[k].upload, t, model, publics, graph[k], len(members), server.noise)
+                upload = _faulty(kind if kind != "no-recovery" else None, work)
                 problem = upload_problem(upload, server.layout, server.noise.mask_corrections)
             except Exception as exc:  # noqa: BLE001 - a failing client is left out, its noise recovered
                 problem = f"raised {type(exc).__name__}: {exc}"
@@ -273,7 +278,12 @@ def record(result: MpdpResult, setup: Setup, t: int, weights: list[Any], plain_b
     for sink_acc, sink_loss, w in ((res.accuracy, res.loss, weights), (res.accuracy_plain, res.loss_plain, plain)):
         sink_acc.append(accuracy(w, setup.x_test, setup.y_test))
         sink_loss.append(mse_loss(w, setup.x_test, setup.y_test, setup.n_classes))
-    res.diff_vs_plain.append(max(float((a - b).abs().max()) for a, b in zip(weights, plain)))
+    res.diff_vs_plain.append(max(float((a - b).abs().max()) for a, b in zip(weights, plain, strict=True)))
+    if not np.isfinite(res.loss[-1]):
+        cal = res.calibration
+        noise = f"sigma_eta {cal.sigma_eta:.3g} (epsilon {cal.epsilon:g}) " if cal else ""
+        raise TrainingDivergedError(f"round {t + 1}: the model diverged (test loss {res.loss[-1]}); the noise "
+                                    f"{noise}is too large for lr {res.config.lr:g}: lower --lr or raise --epsilon")
     if progress:
         progress(f"round {t + 1}/{res.config.rounds}: accuracy {res.accuracy[-1]:.4f}, "
                  f"max|W - W_fedsgd| {res.diff_vs_plain[-1]:.2e}")

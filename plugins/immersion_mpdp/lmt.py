@@ -71,6 +71,6 @@ def local_model_training(model: PerturbedModel, x: Any, targets: Any) -> LocalRe
 def _last_hidden(model: PerturbedModel, x: Any) -> Any:
     """``y^hat^(2L-2)`` per sample (the input of the last layer)."""
     h = x
-    for w, d in zip(model.odd[:-1], model.transitional):
+    for w, d in zip(model.odd[:-1], model.transitional, strict=True):
         h = ((h @ w.T).clamp_min(0.0) * d).clamp_min(0.0)
     return h

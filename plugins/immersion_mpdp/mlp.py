@@ -42,7 +42,7 @@ def init_weights(sizes: Sequence[int], seed: int) -> list[Any]:
     torch = torch_module()
     rng = np.random.default_rng([seed, 4])
     out = []
-    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+    for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True):
         bound = np.sqrt(6.0 / n_in)
         out.append(torch.as_tensor(rng.uniform(-bound, bound, size=(n_out, n_in))))
     return out

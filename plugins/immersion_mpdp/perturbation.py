@@ -52,7 +52,7 @@ class PerturbedModel:
     def forward(self, x: Any) -> tuple[Any, Any]:
         """``(y^hat^(2L-1), alpha)`` with ``alpha = sum_i y^hat^(2L-2)_i`` (Theorem 12)."""
         h = x
-        for w, d in zip(self.odd[:-1], self.transitional):
+        for w, d in zip(self.odd[:-1], self.transitional, strict=True):
             h = (h @ w.T).clamp_min(0.0)          # layer 2l - 1: y^hat = r^(l) o y
             h = (h * d).clamp_min(0.0)            # layer 2l: y^hat = (1 / s^(l)) o y
         return h @ self.odd[-1].T, h.sum(1)
@@ -72,6 +72,7 @@ class ServerKeys:
         left = self.r[layer] if layer < n_layers - 1 else None
         right = self.s[layer - 1] if layer > 0 else None
         if left is None:
+            assert right is not None
             return right[None, :].expand(len(self.r_out), -1)
         if right is None:
             return left[:, None]
@@ -115,9 +116,9 @@ def perturb(weights: Sequence[Any], rng: np.random.Generator, *, dn2_law: str = 
     """
     sizes = _check_weights(weights)
     keys = draw_keys(sizes, rng, dn2_law=dn2_law)
-    odd = [w * m for w, m in zip(weights, keys.masks([tuple(w.shape) for w in weights]))]
+    odd = [w * m for w, m in zip(weights, keys.masks([tuple(w.shape) for w in weights]), strict=True)]
     odd[-1] = odd[-1] + keys.r_out[:, None]                                # R^(a)_ij = gamma_i r^(a)_i
-    transitional = tuple(1.0 / (r * s) for r, s in zip(keys.r, keys.s))
+    transitional = tuple(1.0 / (r * s) for r, s in zip(keys.r, keys.s, strict=True))
     return PerturbedModel(tuple(odd), transitional), keys
 
 

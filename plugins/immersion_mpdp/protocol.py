@@ -20,8 +20,17 @@ import numpy as np
 from immersion import InvalidArgumentError
 
 from .agreement import KeyAgreement, build_graph
-from .ddp import (PURPOSES, Layout, NoiseSettings, Upload, ddp_client, dropout_correction, mean_local_result,
-                  subtract, sum_uploads)
+from .ddp import (
+    PURPOSES,
+    Layout,
+    NoiseSettings,
+    Upload,
+    ddp_client,
+    dropout_correction,
+    mean_local_result,
+    subtract,
+    sum_uploads,
+)
 from .lmt import local_model_training
 from .mlp import torch_module
 from .perturbation import PerturbedModel, ServerKeys, perturb, recover
@@ -134,6 +143,6 @@ class MpdpServer:
             total = subtract(total, dropout_correction(revealed, self.layout, self.noise), masked=masked)
         mean = mean_local_result(total, len(uploads), self.layout, masked=masked)
         gradient = recover(self._keys, mean.grad_hat, mean.psi, mean.psi_last, mean.phi)
-        self.weights = [w - self.lr * g.to(torch.float64) for w, g in zip(self.weights, gradient)]
+        self.weights = [w - self.lr * g.to(torch.float64) for w, g in zip(self.weights, gradient, strict=True)]
         self._keys = None
         return gradient
