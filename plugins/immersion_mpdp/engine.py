@@ -22,7 +22,7 @@ from .agreement import parse_graph
 from .calibration import Calibration, calibrate
 from .ddp import Layout, NoiseSettings, Upload
 from .mlp import accuracy, init_weights, layer_sizes, mse_gradient, mse_loss, per_sample_gradient_norms, torch_module
-from .protocol import MpdpClient, MpdpServer, RoundAborted
+from .protocol import MpdpClient, MpdpServer
 
 LOG = logging.getLogger("immersion.fl")
 MAX_ATTEMPTS = 3
@@ -50,6 +50,7 @@ class MpdpResult(RunResult):
     sensitivity_observed: list[float] = field(default_factory=list)
     phase_s: dict[str, list[float]] = field(default_factory=dict)
     aborted: list[dict[str, Any]] = field(default_factory=list)
+    weights: list[Any] = field(default_factory=list)          # the server's final model (never sent)
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
@@ -136,8 +137,8 @@ def upload_problem(upload: Any, layout: Layout, masked: bool) -> str | None:
     return None
 
 
-def _faulty(kind: str | None, work: Callable[[], Upload]) -> Upload:
-    """A client's upload with an injected fault (tests and demos)."""
+def apply_fault(kind: str | None, work: Callable[[], Upload]) -> Upload:
+    """A client's upload with an injected fault (tests and demos); ``no-recovery`` acts at reveal."""
     if kind == "raise":
         raise RuntimeError("injected fault: client crashed after the key agreement")
     if kind == "timeout":
@@ -150,6 +151,31 @@ def _faulty(kind: str | None, work: Callable[[], Upload]) -> Upload:
     if kind == "wrong-shape":
         return Upload(upload.gradient[:-1], upload.corrections)
     return upload
+
+
+def reveal_requests(gone: list[int], graph: dict[int, list[int]], uploads: dict[int, Upload]) -> dict[int, list[int]]:
+    """Which survivor must reveal its pair seeds with which dropped clients."""
+    asked: dict[int, list[int]] = {}
+    for d in gone:
+        for v in graph[d]:
+            if v in uploads:
+                asked.setdefault(v, []).append(d)
+    return asked
+
+
+def revealed_pairs(gone: list[int], graph: dict[int, list[int]], uploads: dict[int, Upload],
+                   seeds: dict[int, dict[int, dict[str, bytes]]]) -> list[tuple[int, int, dict[str, bytes]]]:
+    """``(survivor, dropped, seeds)`` in a fixed order (so both engines sum identically)."""
+    return [(v, d, seeds[v][d]) for d in gone for v in graph[d] if v in uploads]
+
+
+def abort(t: int, attempt: int, silent: dict[int, str], asked: dict[int, list[int]],
+          aborted: list[dict[str, Any]]) -> None:
+    """Log and record a round aborted because survivors did not reveal their seeds."""
+    reason = "; ".join(f"client {v} did not reveal its seeds for dropped client {', '.join(map(str, asked[v]))} "
+                       f"({why})" for v, why in sorted(silent.items()))
+    LOG.warning("round %d aborted (attempt %d): %s; retrying with fresh keys", t, attempt + 1, reason)
+    aborted.append({"round": t, "attempt": attempt + 1, "reason": reason, "silent": sorted(silent)})
 
 
 def mpdp_round(server: MpdpServer, clients: dict[int, MpdpClient], members: list[int], t: int, *, plan: FaultPlan,
@@ -169,7 +195,7 @@ def mpdp_round(server: MpdpServer, clients: dict[int, MpdpClient], members: list
             kind = plan.faults.get((k, t))
             try:
                 work = partial(clients[k].upload, t, model, publics, graph[k], len(members), server.noise)
-                upload = _faulty(kind if kind != "no-recovery" else None, work)
+                upload = apply_fault(kind if kind != "no-recovery" else None, work)
                 problem = upload_problem(upload, server.layout, server.noise.mask_corrections)
             except Exception as exc:  # noqa: BLE001 - a failing client is left out, its noise recovered
                 problem = f"raised {type(exc).__name__}: {exc}"
@@ -178,28 +204,20 @@ def mpdp_round(server: MpdpServer, clients: dict[int, MpdpClient], members: list
                 dropped.append({"round": t, "client": k, "reason": problem})
             else:
                 uploads[k] = upload
-        for k in members:
             for phase, seconds in clients[k].timings.items():
                 phase_s[phase] = phase_s.get(phase, 0.0) + seconds
         if not uploads:
             raise RuntimeError(f"round {t}: every client failed; nothing to aggregate")
         gone = [k for k in members if k not in uploads]
-        try:
-            revealed = []
-            for d in gone:
-                for v in graph[d]:
-                    if v in uploads:
-                        if plan.faults.get((v, t)) == "no-recovery":
-                            raise RoundAborted(f"client {v} did not reveal its seeds for dropped client {d}")
-                        revealed.append((v, d, clients[v].reveal(t, [d], publics)[d]))
-        except RoundAborted as exc:
-            LOG.warning("round %d aborted (attempt %d): %s; retrying with fresh keys", t, attempt + 1, exc)
-            aborted.append({"round": t, "attempt": attempt + 1, "reason": str(exc)})
-            silent = int(str(exc).split()[1])
-            members = [k for k in uploads if k != silent]
+        asked = reveal_requests(gone, graph, uploads)
+        silent = {v: "injected fault" for v in asked if plan.faults.get((v, t)) == "no-recovery"}
+        if silent:
+            abort(t, attempt, silent, asked, aborted)
+            members = [k for k in uploads if k not in silent]
             continue
+        seeds = {v: clients[v].reveal(t, ds, publics) for v, ds in asked.items()}
         tick = time.perf_counter()
-        server.finish_round(uploads, revealed)
+        server.finish_round(uploads, revealed_pairs(gone, graph, uploads, seeds))
         phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
         for k in members:
             clients[k].forget(t)
@@ -213,6 +231,37 @@ def fedsgd_step(weights: list[Any], clients: list[MpdpClient], t: int, lr: float
     return [w - lr * sum(g[i] for g in grads) / len(grads) for i, w in enumerate(weights)]
 
 
+@dataclass
+class Run:
+    """The server side of a run, as both engines set it up: MP-DP and the FedSGD reference."""
+
+    setup: Setup
+    server: MpdpServer
+    result: MpdpResult
+    plain: list[Any]
+
+
+def start(cfg: RunConfig) -> Run:
+    setup = make_setup(cfg)
+    noise, cal = noise_settings(cfg)
+    w0 = init_weights(setup.sizes, cfg.seed)
+    server = MpdpServer([w.clone() for w in w0], cfg.lr, noise, cfg.graph, rng=np.random.default_rng([cfg.seed, 1]))
+    return Run(setup, server, new_result(cfg, setup, cal), [w.clone() for w in w0])
+
+
+def close_round(run: Run, t: int, survivors: list[int], uploads: list[Upload], seconds: float,
+                phases: dict[str, float], progress: Callable[[str], None] | None) -> None:
+    """Plain FedSGD over the same survivors (timed alone), the measured sensitivity, the record."""
+    reference = [run.setup.clients[k] for k in survivors]
+    if run.result.calibration is not None:
+        run.result.sensitivity_observed.append(observed_sensitivity(run.plain, reference, t))
+    start_plain = time.perf_counter()
+    run.plain = fedsgd_step(run.plain, reference, t, run.result.config.lr)
+    seconds_plain = time.perf_counter() - start_plain
+    run.result.upload_bytes += [u.nbytes for u in uploads]
+    record(run.result, run.setup, t, run.server.weights, run.plain, seconds, seconds_plain, phases, progress)
+
+
 def run_mpdp(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str], None] | None = None,
              faults: FaultPlan | None = None) -> MpdpResult:
     """Train ``cfg`` with MP-DP beside plain FedSGD (same batches, same survivors every round)."""
@@ -223,28 +272,16 @@ def run_mpdp(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str],
         return run_flower(cfg, progress=progress, faults=faults or FaultPlan())
     if engine != "local":
         raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
-    setup = make_setup(cfg)
-    noise, cal = noise_settings(cfg)
-    w0 = init_weights(setup.sizes, cfg.seed)
-    server = MpdpServer([w.clone() for w in w0], cfg.lr, noise, cfg.graph, rng=np.random.default_rng([cfg.seed, 1]))
-    result = new_result(cfg, setup, cal)
-    plain = [w.clone() for w in w0]
-    clients = {c.index: c for c in setup.clients}
+    run = start(cfg)
+    clients = {c.index: c for c in run.setup.clients}
     for t in range(cfg.rounds):
         phases: dict[str, float] = {}
-        start = time.perf_counter()
-        survivors, uploads = mpdp_round(server, clients, sorted(clients), t, plan=faults or FaultPlan(),
-                                        dropped=result.dropped, aborted=result.aborted, phase_s=phases)
-        seconds = time.perf_counter() - start
-        if cal is not None:
-            result.sensitivity_observed.append(observed_sensitivity(plain, [clients[k] for k in survivors], t))
-        start = time.perf_counter()
-        plain_next = fedsgd_step(plain, [clients[k] for k in survivors], t, cfg.lr)
-        seconds_plain = time.perf_counter() - start
-        result.upload_bytes += [u.nbytes for u in uploads]
-        record(result, setup, t, server.weights, plain, plain_next, seconds, seconds_plain, phases, progress)
-        plain = plain_next
-    return result
+        tick = time.perf_counter()
+        survivors, uploads = mpdp_round(run.server, clients, sorted(clients), t, plan=faults or FaultPlan(),
+                                        dropped=run.result.dropped, aborted=run.result.aborted, phase_s=phases)
+        close_round(run, t, survivors, uploads, time.perf_counter() - tick, phases, progress)
+    run.result.weights = run.server.weights
+    return run.result
 
 
 def new_result(cfg: RunConfig, setup: Setup, cal: Calibration | None) -> MpdpResult:
@@ -266,9 +303,8 @@ def observed_sensitivity(weights: list[Any], clients: list[MpdpClient], t: int) 
     return worst
 
 
-def record(result: MpdpResult, setup: Setup, t: int, weights: list[Any], plain_before: list[Any],
-           plain: list[Any], seconds: float, seconds_plain: float, phases: dict[str, float],
-           progress: Callable[[str], None] | None) -> None:
+def record(result: MpdpResult, setup: Setup, t: int, weights: list[Any], plain: list[Any], seconds: float,
+           seconds_plain: float, phases: dict[str, float], progress: Callable[[str], None] | None) -> None:
     """Accuracy, loss and the distance to plain FedSGD after round ``t``."""
     res = result
     res.round_s.append(seconds)

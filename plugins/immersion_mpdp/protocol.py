@@ -7,7 +7,7 @@ Phases of round ``t`` (the in-process and the Flower engines run the same method
 3. ``upload``: each client runs LMT on one batch and DDP_Client with its neighbours' pair seeds;
 4. ``reveal``: if clients dropped out after step 1, each surviving neighbour reveals its pair
    seeds with them, so the server can remove their uncancelled noise and masks; if a survivor
-   cannot answer, the round is aborted with :class:`RoundAborted` (the engine retries it);
+   cannot answer, the engine aborts the round and retries it with fresh keys;
 5. ``finish_round``: MU_Server aggregates (Eqs. 20-21), recovers (Eq. 22), updates every layer.
 """
 from __future__ import annotations
@@ -34,10 +34,6 @@ from .ddp import (
 from .lmt import local_model_training
 from .mlp import torch_module
 from .perturbation import PerturbedModel, ServerKeys, perturb, recover
-
-
-class RoundAborted(RuntimeError):
-    """A round could not complete (a survivor did not reveal its seeds); retry with fresh keys."""
 
 
 @dataclass

@@ -1,0 +1,301 @@
+"""Flower engine for MP-DP: the rounds of :mod:`immersion_mpdp.engine` as ServerApp + ClientApp messages.
+
+Every virtual node is one :class:`~immersion_mpdp.protocol.MpdpClient`; the ServerApp holds the
+:class:`~immersion_mpdp.protocol.MpdpServer`. Messages of round ``t`` (retry ``attempt``), each one
+``grid.send_and_receive`` (message type ``train``, the phase in ``config["kind"]``):
+
+1. ``advertise``: the node makes its key pair for ``(t, attempt)`` and answers with its public key
+   (32 bytes as a uint8 array) and its partition id;
+2. ``upload``: the server runs ``begin_round`` and sends the perturbed model, every public key,
+   the node's neighbours, the number of members and the noise settings; the node answers with its
+   ``Upload`` (gradient and corrections). Uploads are checked with ``upload_problem``; nodes that
+   fail are left out (``result.dropped``);
+3. ``reveal`` (only if someone was left out): each surviving neighbour of a dropped node answers
+   with its pair seeds with it, one uint8 array per purpose; if one cannot, the round is aborted
+   (``result.aborted``) and retried with fresh keys among the others, as ``mpdp_round`` does;
+4. the server runs ``finish_round`` and, beside it, plain FedSGD over the same survivors on its own
+   copy of the clients' data (the reference, never sent anywhere).
+
+Node state between messages: Flower's simulation hands each message to whichever worker of its pool
+is free, so a node's Python objects may not be there for its next message (only ``context.state``
+is). The node records the round, attempt and public key it advertised in its ``context.state``; the
+worker that handles its upload or reveal re-derives the same key pair (``deterministic_keys``: the
+private key is a function of the run seed, round, client and attempt), checks it against that public
+key, and drops it when done. Clients with OS-entropy keys are refused with an error for that reason.
+With the same seed a run is identical to the in-process engine's.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import asdict
+from functools import partial
+from typing import Any, Callable
+
+import numpy as np
+from immersion_fl.engine import RunConfig
+from immersion_fl.faults import FaultPlan
+from immersion_fl.flower_engine import _arrays, _config_from_json, _flwr, _flwr_types
+
+from . import engine
+from .ddp import PURPOSES, NoiseSettings, Upload
+from .perturbation import PerturbedModel
+from .protocol import MpdpClient, MpdpServer
+
+LOG = logging.getLogger("immersion.fl")
+
+_CLIENT_CACHE: dict[tuple[str, int], MpdpClient] = {}
+
+
+def _client_for(cfg_json: str, index: int) -> MpdpClient:
+    """The node's MpdpClient (its data share), built once per worker process."""
+    key = (cfg_json, index)
+    if key not in _CLIENT_CACHE:
+        for client in engine.make_setup(_config_from_json(cfg_json)).clients:
+            _CLIENT_CACHE[(cfg_json, client.index)] = client
+    return _CLIENT_CACHE[key]
+
+
+def _as_bytes(array: Any) -> bytes:
+    return np.asarray(array.numpy(), dtype=np.uint8).tobytes()
+
+
+def _as_uint8(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.uint8).copy()
+
+
+class _Nodes:
+    """The ServerApp's side of the messages: which node holds which partition, one phase at a time."""
+
+    def __init__(self, grid: Any, cfg: RunConfig, dropped: list[dict[str, Any]]) -> None:
+        self.grid, self.timeout, self.dropped = grid, cfg.client_timeout, dropped
+        deadline = time.time() + 120
+        nodes: list[int] = []
+        while len(nodes) < cfg.clients and time.time() < deadline:
+            nodes = sorted(grid.get_node_ids())
+            time.sleep(0.05)
+        self.unmapped = nodes                             # node ids until their first advertise answer
+        self.node_of: dict[int, int] = {}                 # partition id -> node id
+
+    def send(self, contents: dict[int, Any]) -> dict[int, Any]:
+        """Send ``contents[k]`` to the node of partition ``k``; the answers by ``k``, or why there is none."""
+        return self._send({self.node_of[k]: c for k, c in contents.items()}, {self.node_of[k]: k for k in contents})
+
+    def advertise(self, t: int, members: list[int], content: Callable[[], Any]) -> dict[int, Any]:
+        """The advertise phase; on first contact it asks every node and learns the partition ids."""
+        if self.node_of:
+            return self.send({k: content() for k in members})
+        answers = self._send({n: content() for n in self.unmapped}, {n: n for n in self.unmapped})
+        out = {}
+        for n, reply in answers.items():
+            if isinstance(reply, str):
+                LOG.warning("round %d: node %d left out before its first key advertisement: %s", t, n, reply)
+            else:
+                self.node_of[int(reply.content["config"]["pid"])] = n
+                out[int(reply.content["config"]["pid"])] = reply
+        return out
+
+    def _send(self, contents: dict[int, Any], key_of: dict[int, int]) -> dict[int, Any]:
+        Message = _flwr_types()[3]
+        msgs = [Message(content=c, dst_node_id=n, message_type="train") for n, c in contents.items()]
+        by_node = {r.metadata.src_node_id: r for r in self.grid.send_and_receive(msgs, timeout=self.timeout)}
+        out: dict[int, Any] = {}
+        for n in contents:
+            reply = by_node.get(n)
+            out[key_of[n]] = (f"no answer within {self.timeout} s" if reply is None else
+                              f"raised: {_reason(reply.error.reason)}" if reply.has_error() else reply)
+        return out
+
+    def leave_out(self, t: int, k: int, reason: str) -> None:
+        LOG.warning("round %d: client %d left out: %s", t, k, reason)
+        self.dropped.append({"round": t, "client": k, "reason": reason})
+
+
+def _reason(text: str) -> str:
+    """The exception's message from a node's error report (Flower wraps it, with a traceback)."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else "no reason given"
+    return last.split(" occurred. Message: ", 1)[-1].rstrip(">").rstrip("'\"")
+
+
+def _records(**parts: Any) -> Any:
+    _, ArrayRecord, ConfigRecord, _, RecordDict = _flwr_types()
+    return RecordDict({k: v if isinstance(v, (ArrayRecord, ConfigRecord)) else
+                       (ConfigRecord(v) if k == "config" else _arrays(v)) for k, v in parts.items()})
+
+
+def _upload_of(reply: Any, phase_s: dict[str, float]) -> Upload | str:
+    """A node's upload (its timings added to ``phase_s``), or why there is none."""
+    if isinstance(reply, str):
+        return reply
+    try:
+        for phase, seconds in reply.content["timings"].items():
+            phase_s[phase] = phase_s.get(phase, 0.0) + float(seconds)
+        return Upload(reply.content["upload"]["gradient"].numpy(), reply.content["upload"]["corrections"].numpy())
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"unreadable answer: {type(exc).__name__}: {exc}"
+
+
+def _seeds_of(reply: Any, dropped: list[int]) -> dict[int, dict[str, bytes]] | str:
+    """A survivor's pair seeds with each of ``dropped``, by purpose, or why there are none."""
+    if isinstance(reply, str):
+        return reply
+    try:
+        out = {d: {p: _as_bytes(reply.content["seeds"][f"{d}/{p}"]) for p in PURPOSES} for d in dropped}
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"unreadable answer: {type(exc).__name__}: {exc}"
+    if any(len(seed) != 32 for seeds in out.values() for seed in seeds.values()):
+        return "seeds that are not 32 bytes long"
+    return out
+
+
+def flower_round(nodes: _Nodes, server: MpdpServer, members: list[int], t: int, *, run: dict[str, str],
+                 aborted: list[dict[str, Any]], phase_s: dict[str, float]) -> tuple[list[int], list[Upload]]:
+    """:func:`~immersion_mpdp.engine.mpdp_round` over Flower messages; same order of every random draw
+    and of every sum, so the same seed gives the same weights."""
+    noise = server.noise
+    for attempt in range(engine.MAX_ATTEMPTS):
+        tick = time.perf_counter()
+        head = {"round": t, "attempt": attempt}
+        answers = nodes.advertise(t, members, partial(_records, config={"kind": "advertise", **head, **run}))
+        publics: dict[int, bytes] = {}
+        for k in sorted(answers):
+            if isinstance(answers[k], str):
+                nodes.leave_out(t, k, answers[k])
+            else:
+                publics[k] = _as_bytes(answers[k].content["keys"]["public"])
+        members = sorted(publics)
+        if not members:
+            raise RuntimeError(f"round {t}: no node answered the key advertisement")
+        model, graph = server.begin_round(members)
+        phase_s["server_mp"] = phase_s.get("server_mp", 0.0) + time.perf_counter() - tick
+        model_arrays = model.arrays()
+        public_arrays = {str(k): _as_uint8(v) for k, v in publics.items()}
+        settings = {"n_clients": len(members), "sigma_eta": noise.sigma_eta, "sigma_delta": noise.sigma_delta,
+                    "mask_corrections": noise.mask_corrections}
+        answers = nodes.send({k: _records(model=model_arrays, publics=public_arrays,
+                                          neighbours={"v": np.asarray(graph[k], dtype=np.int64)},
+                                          config={"kind": "upload", **head, **settings}) for k in members})
+        uploads: dict[int, Upload] = {}
+        for k in members:
+            upload = _upload_of(answers[k], phase_s)
+            problem = upload if isinstance(upload, str) else engine.upload_problem(upload, server.layout,
+                                                                             noise.mask_corrections)
+            if isinstance(upload, Upload) and problem is None:
+                uploads[k] = upload
+            else:
+                nodes.leave_out(t, k, str(problem))
+        if not uploads:
+            raise RuntimeError(f"round {t}: every client failed; nothing to aggregate")
+        gone = [k for k in members if k not in uploads]
+        asked = engine.reveal_requests(gone, graph, uploads)
+        answers = nodes.send({v: _records(dropped={"d": np.asarray(ds, dtype=np.int64)},
+                                          publics={str(d): public_arrays[str(d)] for d in ds},
+                                          config={"kind": "reveal", **head}) for v, ds in asked.items()}) if asked else {}
+        replies = {v: _seeds_of(answers[v], asked[v]) for v in sorted(answers)}
+        silent = {v: why for v, why in replies.items() if isinstance(why, str)}
+        if silent:
+            engine.abort(t, attempt, silent, asked, aborted)
+            members = [k for k in uploads if k not in silent]
+            continue
+        seeds = {v: got for v, got in replies.items() if not isinstance(got, str)}
+        revealed = engine.revealed_pairs(gone, graph, uploads, seeds)
+        tick = time.perf_counter()
+        server.finish_round(uploads, revealed)
+        phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
+        return sorted(uploads), [uploads[k] for k in sorted(uploads)]
+    raise RuntimeError(f"round {t}: aborted {engine.MAX_ATTEMPTS} times; see the log for the clients that did not answer")
+
+
+def serve(grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str], None] | None) -> engine.MpdpResult:
+    """The ServerApp's work for ``cfg``: the server side of :func:`~immersion_mpdp.engine.run_mpdp`."""
+    messages = {"cfg": json.dumps(asdict(cfg)),
+                "faults": json.dumps([[c, t, k] for (c, t), k in plan.faults.items()])}
+    run = engine.start(cfg)
+    nodes = _Nodes(grid, cfg, run.result.dropped)
+    for t in range(cfg.rounds):
+        phases: dict[str, float] = {}
+        tick = time.perf_counter()
+        members = sorted(nodes.node_of) if nodes.node_of else []     # [] : every node, on first contact
+        survivors, uploads = flower_round(nodes, run.server, members, t, run=messages, aborted=run.result.aborted,
+                                          phase_s=phases)
+        engine.close_round(run, t, survivors, uploads, time.perf_counter() - tick, phases, progress)
+    run.result.weights = run.server.weights
+    return run.result
+
+
+def _restore_keys(client: MpdpClient, state: Any, t: int, attempt: int) -> None:
+    """Re-derive the key pair this node advertised for ``(t, attempt)`` (see the module docstring)."""
+    if (int(state["round"]), int(state["attempt"])) != (t, attempt):
+        raise RuntimeError(f"asked for round {t} attempt {attempt}, but the last key advertised was for round "
+                           f"{state['round']} attempt {state['attempt']}")
+    if not client.deterministic_keys or client.advertise(t, attempt) != state["public"]:
+        raise RuntimeError(f"client {client.index} cannot restore its key pair for round {t} in this worker")
+
+
+def client_train(msg: Any, context: Any) -> Any:
+    """The ClientApp's ``train``: one of the phases advertise, upload, reveal for this node's client."""
+    ConfigRecord, Message = _flwr_types()[2:4]
+    config = msg.content["config"]
+    index = int(context.node_config["partition-id"])
+    t, attempt = int(config["round"]), int(config["attempt"])
+    if config["kind"] == "advertise":
+        client = _client_for(config["cfg"], index)
+        public = client.advertise(t, attempt)
+        client.forget(t)
+        context.state["mpdp"] = ConfigRecord({"cfg": config["cfg"], "faults": config["faults"], "round": t,
+                                              "attempt": attempt, "public": public})
+        return Message(content=_records(keys={"public": _as_uint8(public)}, config={"pid": index}), reply_to=msg)
+    state = context.state["mpdp"]
+    client = _client_for(state["cfg"], index)
+    kind = {(c, r): k for c, r, k in json.loads(state["faults"])}.get((index, t))
+    _restore_keys(client, state, t, attempt)
+    try:
+        publics = {int(k): _as_bytes(v) for k, v in msg.content["publics"].items()}
+        if config["kind"] == "upload":
+            model = PerturbedModel.from_arrays({k: v.numpy() for k, v in msg.content["model"].items()})
+            noise = NoiseSettings(float(config["sigma_eta"]), float(config["sigma_delta"]),
+                                  bool(config["mask_corrections"]))
+            neighbours = [int(v) for v in msg.content["neighbours"]["v"].numpy()]
+            upload = engine.apply_fault(kind if kind != "no-recovery" else None, lambda: client.upload(
+                t, model, publics, neighbours, int(config["n_clients"]), noise))
+            return Message(content=_records(upload={"gradient": upload.gradient, "corrections": upload.corrections},
+                                            timings=ConfigRecord(dict(client.timings))), reply_to=msg)
+        if kind == "no-recovery":
+            raise RuntimeError(f"injected fault: client {index} does not reveal its seeds")
+        dropped = [int(d) for d in msg.content["dropped"]["d"].numpy()]
+        seeds = client.reveal(t, dropped, publics)
+        return Message(content=_records(seeds={f"{d}/{p}": _as_uint8(s[p]) for d, s in seeds.items() for p in s}),
+                       reply_to=msg)
+    finally:
+        client.forget(t)
+
+
+def build_apps(cfg: RunConfig, *, progress: Callable[[str], None] | None, sink: dict[str, Any],
+               faults: FaultPlan | None = None) -> tuple[Any, Any]:
+    """A ServerApp and a ClientApp for ``cfg``; the ServerApp leaves its MpdpResult in ``sink``."""
+    _, serverapp, clientapp, _ = _flwr()
+    server_app, client_app = serverapp.ServerApp(), clientapp.ClientApp()
+
+    @server_app.main()
+    def main(grid: Any, context: Any) -> None:
+        sink["result"] = serve(grid, cfg, plan=faults or FaultPlan(), progress=progress)
+
+    client_app.train()(client_train)
+    return server_app, client_app
+
+
+def run_flower(cfg: RunConfig, *, progress: Callable[[str], None] | None = None,
+               faults: FaultPlan | None = None) -> engine.MpdpResult:
+    """Run ``cfg`` with MP-DP on Flower's simulation runtime (Ray backend), ``cfg.clients`` virtual nodes."""
+    _, _, _, simulation = _flwr()
+    sink: dict[str, Any] = {}
+    server_app, client_app = build_apps(cfg, progress=progress, sink=sink, faults=faults)
+    simulation.run_simulation(server_app=server_app, client_app=client_app, num_supernodes=cfg.clients,
+                              backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                              "init_args": {"num_cpus": min(cfg.clients, os.cpu_count() or 1)}})
+    if "result" not in sink:
+        raise RuntimeError("the Flower run ended without a result (see the Flower log above)")
+    return sink["result"]
