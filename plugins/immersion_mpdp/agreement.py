@@ -61,15 +61,21 @@ class KeyAgreement:
         return self._private.public_key().public_bytes(serialization.Encoding.Raw,  # type: ignore[attr-defined]
                                                        serialization.PublicFormat.Raw)
 
-    def pair_seed(self, peer: int, peer_public: bytes, purpose: str) -> bytes:
-        """The 32-byte seed shared with ``peer`` for ``purpose`` (both sides get the same bytes)."""
+    def pair_seeds(self, peer: int, peer_public: bytes, purposes: tuple[str, ...]) -> dict[str, bytes]:
+        """32-byte seeds shared with ``peer``, one per purpose (both sides get the same bytes): one
+        Diffie-Hellman exchange, then HKDF-SHA256 with the round, the pair and the purpose as info."""
         _, public_cls, hkdf_cls, sha256 = _crypto()
         if not isinstance(peer_public, bytes) or len(peer_public) != PUBLIC_KEY_BYTES:
             raise InvalidArgumentError("peer_public", f"expected {PUBLIC_KEY_BYTES} raw bytes of an X25519 key")
-        secret = self._private.exchange(public_cls.from_public_bytes(peer_public))  # type: ignore[attr-defined]
+        secret = self._private.exchange(public_cls.from_public_bytes(peer_public))
         low, high = sorted((self.client, peer))
-        info = f"immersion-mpdp/{purpose}/round {self.round_t}/pair {low}-{high}".encode()
-        return hkdf_cls(algorithm=sha256(), length=32, salt=None, info=info).derive(secret)
+        return {purpose: hkdf_cls(algorithm=sha256(), length=32, salt=None,
+                                  info=f"immersion-mpdp/{purpose}/round {self.round_t}/pair {low}-{high}".encode()
+                                  ).derive(secret) for purpose in purposes}
+
+    def pair_seed(self, peer: int, peer_public: bytes, purpose: str) -> bytes:
+        """The seed shared with ``peer`` for one ``purpose``."""
+        return self.pair_seeds(peer, peer_public, (purpose,))[purpose]
 
 
 def keystream(seed: bytes, n_words: int) -> np.ndarray:

@@ -80,7 +80,7 @@ class MpdpClient:
         if round_t not in self._agreement:
             raise InvalidArgumentError("round_t", f"client {self.index} has no key pair for round {round_t}")
         mine = self._agreement[round_t]
-        return {v: {p: mine.pair_seed(v, publics[v], p) for p in PURPOSES} for v in peers}
+        return {v: mine.pair_seeds(v, publics[v], PURPOSES) for v in peers}
 
     def upload(self, round_t: int, model: PerturbedModel, publics: dict[int, bytes], neighbours: Sequence[int],
                n_clients: int, noise: NoiseSettings) -> Upload:
