@@ -1,11 +1,14 @@
 """MP-DP (seed 004) beside plain FedSGD in the same runs: round time, upload size, accuracy at epsilon.
 
-Prints one JSON object. ``timing``: per-round time over plain FedSGD with the same batches and
-the per-phase medians (the paper's Table 5 columns: MP, Recover, client training, DP), with the
-corrections masked (our default) and in the clear (the paper). ``accuracy``: final test accuracy at
-per-round epsilon 1 and 3 (and larger, to show where training recovers) next to plain FedSGD,
-for 10 clients (and 100 clients with a smaller model over half the rounds); ``sensitivity_observed_max`` is the measured per-record sensitivity that
-the DP theorems assume to be at most 1.
+Prints one JSON object (and each accuracy row on stderr as it finishes).
+
+* ``timing``: per-round time over plain FedSGD with the same batches, and the per-phase medians
+  (the paper's Table 5 columns: MP, Recover, client training, DP), with the corrections masked
+  (our default) and in the clear (the paper).
+* ``accuracy``: final test accuracy at per-round epsilon 1 and 3 (and larger, to show where
+  training recovers) next to plain FedSGD, for 10 clients, and for 100 clients with a smaller
+  model over half the rounds. ``sensitivity_observed_max`` is the measured per-record
+  sensitivity that the DP theorems assume to be at most 1.
 
     python benchmarks/bench_mpdp.py [--rounds 100] [--quick]
 """
