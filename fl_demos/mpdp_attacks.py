@@ -38,10 +38,16 @@ reconstruction below it carries no information. Settings:
   clients with one image each it recovers all 10 images exactly (not which client sent which).
   Masking removes the per-client channel, not the leak of the aggregate; the exhaustive step costs
   ``2^N``, so at ``N = 40`` (batch 4) it is not run and DLG alone fails here, which is no evidence
-  that a better attack would. The PSNR is over every image in the sum.
+  that a better attack would fail too. The PSNR is over every image in the sum.
 
-Membership inference (Tables 3-4). An MLP is trained to overfit a member set (the union of the
-clients' data); the attacker knows half of the members and as many non-members, picks the
+The attacked model is the initial one (``init_weights(sizes, seed)``). In the JSON, the entries
+directly under ``gradient_inversion`` are batch 1's; ``batch_N`` holds each batch size's details
+(per-trial PSNR, the method that inverted ``Phi``, the noise-to-gradient norm ratio).
+
+Membership inference (Tables 3-4). An MLP is trained without noise (full-batch Adam, 400 steps)
+on 200 members, the union of the clients' data, until it fits them; the perturbed models are
+perturbations of these same weights, so only the effect of the perturbation is measured (not
+that of DP noise during training). The attacker knows half of the members and as many non-members, picks the
 loss threshold that best separates them (Yeom et al.), and is scored on the other half against
 as many unseen non-members: the attack success rate is the balanced accuracy (50% = guessing).
 
@@ -377,7 +383,7 @@ def gradient_inversion(cfg: dict[str, Any], data: Any, seed: int) -> dict[str, A
 
 
 def train_overfit(x: torch.Tensor, t: torch.Tensor, sizes: tuple[int, ...], steps: int, seed: int) -> list[Any]:
-    """Full-batch Adam on the MSE loss until the member set is fitted (what the clients jointly train)."""
+    """Full-batch Adam on the MSE loss of the member set (what the clients jointly train), no noise."""
     params = [w.clone().requires_grad_(True) for w in init_weights(sizes, seed)]
     opt = torch.optim.Adam(params, lr=3e-3)
     for _ in range(steps):
