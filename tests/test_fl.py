@@ -18,7 +18,9 @@ from immersion_fl.data import load_dataset, load_idx_dataset, split_clients  # n
 from immersion_fl.engine import RunConfig, run_federated  # noqa: E402
 from immersion_fl.optimizers import Adam, Momentum, lift_change  # noqa: E402
 
-REGISTERED_SCHEMES = sorted(set(registry().fl_schemes) - {"fedavg"})
+REGISTERED_SCHEMES = sorted(name for name, spec in registry().fl_schemes.items()
+                            if name != "fedavg" and spec.runner is None)
+RUNNER_SCHEMES = sorted(name for name, spec in registry().fl_schemes.items() if spec.runner is not None)
 REGISTERED_OPTIMIZERS = sorted(registry().optimizers)
 
 
@@ -33,6 +35,15 @@ def test_every_scheme_and_optimizer_decodes_to_fedavg_every_round(scheme, optimi
     assert max(result.diff_vs_plain) <= 1e-9                      # float64, every round
     assert result.accuracy == result.accuracy_plain              # identical predictions
     assert result.n_encoded > result.n_params
+
+
+@pytest.mark.parametrize("scheme", RUNNER_SCHEMES)
+def test_every_scheme_with_its_own_rounds_equals_its_plain_reference_without_noise(scheme):
+    """Conformance of schemes that bring their own round protocol (e.g. mpdp): noise off, every round."""
+    cfg = RunConfig(scheme=scheme, noise="off", hidden=(16,), clients=4, rounds=3, batch_size=64, seed=3)
+    result = run_federated(cfg)
+    assert len(result.diff_vs_plain) == 3 and max(result.diff_vs_plain) <= 1e-9
+    assert result.accuracy == result.accuracy_plain
 
 
 def test_block_keys_and_dirichlet_split_stay_exact():

@@ -43,7 +43,9 @@ class SchemeSpec:
 
     A scheme whose rounds do not fit that interface (MP-DP's key agreement and dropout recovery)
     gives a ``runner(cfg, engine=..., progress=..., faults=...)`` that runs the whole federated
-    run and returns a result with ``summary()``; ``immersion fl run`` then calls it instead."""
+    run and returns a result with ``summary()``; ``immersion fl run`` then calls it instead. With
+    ``noise="off"`` such a scheme must reproduce its plain reference round by round (conformance
+    test in ``tests/test_fl.py``)."""
 
     name: str
     factory: Callable[..., Any]
