@@ -225,8 +225,9 @@ def _free_port():
 
 
 @pytest.mark.slow
-def test_flower_deployment_runtime_on_loopback(tmp_path, flwr_available):
-    """SuperLink + two SuperNodes + `flwr run` on loopback, as the README documents."""
+@pytest.mark.parametrize("run_config", ["rounds=2 hidden='16'", "scheme='mpdp' noise='off' rounds=2 hidden='16'"])
+def test_flower_deployment_runtime_on_loopback(tmp_path, flwr_available, run_config):
+    """SuperLink + two SuperNodes + `flwr run` on loopback, as the README documents (SIFL and MP-DP)."""
     import os
     import re
     import shutil
@@ -259,7 +260,7 @@ def test_flower_deployment_runtime_on_loopback(tmp_path, flwr_available):
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         time.sleep(4)
         out = subprocess.run([str(bin_dir / "flwr"), "run", str(app), "local-deployment", "--stream", "--run-config",
-                              "rounds=2 hidden='16'"], env=env, capture_output=True, text=True, timeout=240)
+                              run_config], env=env, capture_output=True, text=True, timeout=240)
     finally:
         for p in procs:
             p.terminate()

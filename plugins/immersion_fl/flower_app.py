@@ -7,6 +7,7 @@ gives its ``partition-id`` in ``--node-config``. See fl_demos/flower_app/ and th
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 from typing import Any
 
@@ -30,12 +31,29 @@ def config_from_run_config(run_config: dict[str, Any]) -> RunConfig:
     return RunConfig(**values)
 
 
+def _scheme_module(scheme: str) -> Any:
+    """The Flower module of a scheme with its own rounds (``SchemeSpec.flower_module``), or None."""
+    from immersion.plugin_manager import registry
+
+    name = registry().fl_scheme(scheme).flower_module
+    return importlib.import_module(name) if name else None
+
+
 server_app = ServerApp()
 client_app = ClientApp()
-client_app.train()(client_train)
+
+
+@client_app.train()
+def train(msg: Any, context: Any) -> Any:
+    """SIFL/FedAvg messages, or those of a scheme with its own rounds (kind ``scheme/phase``)."""
+    scheme, namespaced, _ = str(msg.content["config"]["kind"]).partition("/")
+    module = _scheme_module(scheme) if namespaced else None
+    return module.client_train(msg, context) if module is not None else client_train(msg, context)
 
 
 @server_app.main()
 def main(grid: Any, context: Any) -> None:
-    result = serve(grid, config_from_run_config(dict(context.run_config)), plan=FaultPlan(), progress=stderr_progress)
+    cfg = config_from_run_config(dict(context.run_config))
+    module = _scheme_module(cfg.scheme)
+    result = (module.serve if module is not None else serve)(grid, cfg, plan=FaultPlan(), progress=stderr_progress)
     print(json.dumps(result.summary()), flush=True)

@@ -18,4 +18,5 @@ def immersion_register_fl_schemes() -> list[SchemeSpec]:
     from .engine import run_mpdp, unsupported_factory
 
     return [SchemeSpec("mpdp", unsupported_factory,
-                       "MP-DP: perturbed MLP + distributed DP noise (seed 004 Algorithms 1-4)", runner=run_mpdp)]
+                       "MP-DP: perturbed MLP + distributed DP noise (seed 004 Algorithms 1-4)", runner=run_mpdp,
+                       flower_module="immersion_mpdp.flower_engine")]

@@ -54,6 +54,13 @@ class KeyAgreement:
                 raise InvalidArgumentError("private_bytes", "expected 32 bytes")
             self._private = private_cls.from_private_bytes(self.private_bytes)  # type: ignore[attr-defined]
 
+    def private_key_bytes(self) -> bytes:
+        """The raw private key (32 bytes), for a node that must keep it between messages."""
+        from cryptography.hazmat.primitives import serialization
+
+        return self._private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                           serialization.NoEncryption())
+
     @property
     def public_bytes(self) -> bytes:
         from cryptography.hazmat.primitives import serialization

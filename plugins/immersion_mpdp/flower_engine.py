@@ -2,7 +2,7 @@
 
 Every virtual node is one :class:`~immersion_mpdp.protocol.MpdpClient`; the ServerApp holds the
 :class:`~immersion_mpdp.protocol.MpdpServer`. Messages of round ``t`` (retry ``attempt``), each one
-``grid.send_and_receive`` (message type ``train``, the phase in ``config["kind"]``):
+``grid.send_and_receive`` (message type ``train``, the phase in ``config["kind"]`` as ``mpdp/<phase>``):
 
 1. ``advertise``: the node makes its key pair for ``(t, attempt)`` and answers with its public key
    (32 bytes as a uint8 array) and its partition id;
@@ -16,13 +16,14 @@ Every virtual node is one :class:`~immersion_mpdp.protocol.MpdpClient`; the Serv
 4. the server runs ``finish_round`` and, beside it, plain FedSGD over the same survivors on its own
    copy of the clients' data (the reference, never sent anywhere).
 
-Node state between messages: Flower's simulation hands each message to whichever worker of its pool
-is free, so a node's Python objects may not be there for its next message (only ``context.state``
-is). The node records the round, attempt and public key it advertised in its ``context.state``; the
-worker that handles its upload or reveal re-derives the same key pair (``deterministic_keys``: the
-private key is a function of the run seed, round, client and attempt), checks it against that public
-key, and drops it when done. Clients with OS-entropy keys are refused with an error for that reason.
-With the same seed a run is identical to the in-process engine's.
+Node state between messages: Flower hands each message to whichever worker is free, so a node's
+Python objects may not be there for its next message; only ``context.state`` is. At ``advertise``
+the node draws its key pair from OS entropy and keeps the raw private key, the round, the attempt
+and the public key in its ``context.state`` (on the node, never sent); ``upload`` and ``reveal``
+reinstate that key pair, check it against the public key and drop it when done. The nodes' DP
+noise also comes from OS entropy, so with noise on two runs differ; with noise off they equal the
+in-process engine's to 1e-12 (the 64-bit masks cancel exactly whatever the keys).
+Message kinds are namespaced (``mpdp/...``) so one deployed ClientApp can serve every scheme.
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ def _client_for(cfg_json: str, index: int) -> MpdpClient:
     key = (cfg_json, index)
     if key not in _CLIENT_CACHE:
         for client in engine.make_setup(_config_from_json(cfg_json)).clients:
+            client.deterministic_keys = False          # private keys and DP noise from OS entropy
             _CLIENT_CACHE[(cfg_json, client.index)] = client
     return _CLIENT_CACHE[key]
 
@@ -159,7 +161,7 @@ def flower_round(nodes: _Nodes, server: MpdpServer, members: list[int], t: int, 
     for attempt in range(engine.MAX_ATTEMPTS):
         tick = time.perf_counter()
         head = {"round": t, "attempt": attempt}
-        answers = nodes.advertise(t, members, partial(_records, config={"kind": "advertise", **head, **run}))
+        answers = nodes.advertise(t, members, partial(_records, config={"kind": "mpdp/advertise", **head, **run}))
         publics: dict[int, bytes] = {}
         for k in sorted(answers):
             if isinstance(answers[k], str):
@@ -177,7 +179,7 @@ def flower_round(nodes: _Nodes, server: MpdpServer, members: list[int], t: int, 
                     "mask_corrections": noise.mask_corrections}
         answers = nodes.send({k: _records(model=model_arrays, publics=public_arrays,
                                           neighbours={"v": np.asarray(graph[k], dtype=np.int64)},
-                                          config={"kind": "upload", **head, **settings}) for k in members})
+                                          config={"kind": "mpdp/upload", **head, **settings}) for k in members})
         uploads: dict[int, Upload] = {}
         for k in members:
             upload = _upload_of(answers[k], phase_s)
@@ -193,7 +195,7 @@ def flower_round(nodes: _Nodes, server: MpdpServer, members: list[int], t: int, 
         asked = engine.reveal_requests(gone, graph, uploads)
         answers = nodes.send({v: _records(dropped={"d": np.asarray(ds, dtype=np.int64)},
                                           publics={str(d): public_arrays[str(d)] for d in ds},
-                                          config={"kind": "reveal", **head}) for v, ds in asked.items()}) if asked else {}
+                                          config={"kind": "mpdp/reveal", **head}) for v, ds in asked.items()}) if asked else {}
         replies = {v: _seeds_of(answers[v], asked[v]) for v in sorted(answers)}
         silent = {v: why for v, why in replies.items() if isinstance(why, str)}
         if silent:
@@ -227,12 +229,12 @@ def serve(grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str
 
 
 def _restore_keys(client: MpdpClient, state: Any, t: int, attempt: int) -> None:
-    """Re-derive the key pair this node advertised for ``(t, attempt)`` (see the module docstring)."""
+    """Reinstate the key pair this node advertised for ``(t, attempt)`` from its ``context.state``."""
     if (int(state["round"]), int(state["attempt"])) != (t, attempt):
         raise RuntimeError(f"asked for round {t} attempt {attempt}, but the last key advertised was for round "
                            f"{state['round']} attempt {state['attempt']}")
-    if not client.deterministic_keys or client.advertise(t, attempt) != state["public"]:
-        raise RuntimeError(f"client {client.index} cannot restore its key pair for round {t} in this worker")
+    if client.restore_key(t, attempt, bytes(state["private"])) != bytes(state["public"]):
+        raise RuntimeError(f"client {client.index}: the stored key pair does not match its public key")
 
 
 def client_train(msg: Any, context: Any) -> Any:
@@ -241,12 +243,13 @@ def client_train(msg: Any, context: Any) -> Any:
     config = msg.content["config"]
     index = int(context.node_config["partition-id"])
     t, attempt = int(config["round"]), int(config["attempt"])
-    if config["kind"] == "advertise":
+    if config["kind"] == "mpdp/advertise":
         client = _client_for(config["cfg"], index)
         public = client.advertise(t, attempt)
-        client.forget(t)
         context.state["mpdp"] = ConfigRecord({"cfg": config["cfg"], "faults": config["faults"], "round": t,
-                                              "attempt": attempt, "public": public})
+                                              "attempt": attempt, "public": public,
+                                              "private": client.private_key(t)})
+        client.forget(t)
         return Message(content=_records(keys={"public": _as_uint8(public)}, config={"pid": index}), reply_to=msg)
     state = context.state["mpdp"]
     client = _client_for(state["cfg"], index)
@@ -254,7 +257,7 @@ def client_train(msg: Any, context: Any) -> Any:
     _restore_keys(client, state, t, attempt)
     try:
         publics = {int(k): _as_bytes(v) for k, v in msg.content["publics"].items()}
-        if config["kind"] == "upload":
+        if config["kind"] == "mpdp/upload":
             model = PerturbedModel.from_arrays({k: v.numpy() for k, v in msg.content["model"].items()})
             noise = NoiseSettings(float(config["sigma_eta"]), float(config["sigma_delta"]),
                                   bool(config["mask_corrections"]))

@@ -66,13 +66,25 @@ class MpdpClient:
     def advertise(self, round_t: int, attempt: int = 0) -> bytes:
         """Phase 1: a fresh key pair for this round (and retry ``attempt``); returns the public key.
 
-        With ``deterministic_keys`` (simulations) the private key derives from the run seed, so a
-        run is reproducible; otherwise it comes from OS entropy.
+        With ``deterministic_keys`` (the in-process simulation) the private key and the DP noise
+        derive from the run seed, so a run is reproducible; whoever knows the seed (the server)
+        could recompute them, so this protects nothing outside a simulation. Otherwise both come
+        from OS entropy (the Flower engine's nodes).
         """
         self._attempt = attempt
         self.timings = {}
         private = (np.random.default_rng([self.seed, round_t, self.index, 25519, attempt]).bytes(32)
                    if self.deterministic_keys else None)
+        self._agreement = {round_t: KeyAgreement(self.index, round_t, private)}
+        return self._agreement[round_t].public_bytes
+
+    def private_key(self, round_t: int) -> bytes:
+        """This round's raw private key, for engines whose nodes keep state between messages."""
+        return self._agreement[round_t].private_key_bytes()
+
+    def restore_key(self, round_t: int, attempt: int, private: bytes) -> bytes:
+        """Reinstate a key pair saved with :meth:`private_key`; returns its public key."""
+        self._attempt = attempt
         self._agreement = {round_t: KeyAgreement(self.index, round_t, private)}
         return self._agreement[round_t].public_bytes
 

@@ -51,6 +51,7 @@ class SchemeSpec:
     factory: Callable[..., Any]
     description: str = ""
     runner: Callable[..., Any] | None = None
+    flower_module: str = ""       # module with serve(grid, cfg, plan=, progress=) and client_train(msg, context)
 
 
 @dataclass(frozen=True)
