@@ -193,9 +193,10 @@ def flower_round(nodes: _Nodes, server: MpdpServer, members: list[int], t: int, 
             raise RuntimeError(f"round {t}: every client failed; nothing to aggregate")
         gone = [k for k in members if k not in uploads]
         asked = engine.reveal_requests(gone, graph, uploads)
-        answers = nodes.send({v: _records(dropped={"d": np.asarray(ds, dtype=np.int64)},
-                                          publics={str(d): public_arrays[str(d)] for d in ds},
-                                          config={"kind": "mpdp/reveal", **head}) for v, ds in asked.items()}) if asked else {}
+        requests = {v: _records(dropped={"d": np.asarray(ds, dtype=np.int64)},
+                                publics={str(d): public_arrays[str(d)] for d in ds},
+                                config={"kind": "mpdp/reveal", **head}) for v, ds in asked.items()}
+        answers = nodes.send(requests) if asked else {}
         replies = {v: _seeds_of(answers[v], asked[v]) for v in sorted(answers)}
         silent = {v: why for v, why in replies.items() if isinstance(why, str)}
         if silent:
