@@ -19,7 +19,7 @@ def write_fl_plots(result: Any, folder: Path) -> list[Path]:
         ax.plot(rounds, getattr(result, metric), "o-", label=result.config.scheme)
         plain = getattr(result, f"{metric}_plain")
         if plain:
-            ax.plot(rounds, plain, "x--", label="fedavg (plain)")
+            ax.plot(rounds, plain, "x--", label=getattr(result, "plain_name", "fedavg (plain)"))
         ax.set_xlabel("round")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{result.config.model}, {result.config.optimizer}, {result.config.clients} clients")

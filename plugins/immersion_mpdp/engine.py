@@ -51,6 +51,7 @@ class MpdpResult(RunResult):
     phase_s: dict[str, list[float]] = field(default_factory=dict)
     aborted: list[dict[str, Any]] = field(default_factory=list)
     weights: list[Any] = field(default_factory=list)          # the server's final model (never sent)
+    plain_name: str = "fedsgd (plain)"
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
