@@ -184,3 +184,34 @@ def guarantee(theorem: str, s: Setting, delta: float, *, rounds: int = 1, min_ei
                                 rounds=rounds, alpha_max=theorem4_alpha_max(s, sigma2, strict_range=strict_range),
                                 mechanism="Theorem 4 (eq. 35)" + (", stated range" if strict_range else ""))
     raise InvalidArgumentError("theorem", f"expected one of {THEOREMS}, got {theorem!r}")
+
+
+def gd_guarantee(s: Setting, sigma2: float, delta: float, *, rounds: int = 1) -> Guarantee:
+    """GD + isotropic noise (Table 1 row 3), RDP added over rounds, Lemma 1."""
+    return epsilon_from_rdp(lambda a: rdp_gd_isotropic(a, s, sigma2), delta, rounds=rounds,
+                            mechanism="GD + isotropic Gaussian (Table 1)")
+
+
+def table1_sgd_epsilon(s: Setting, sigma2: float, delta: float) -> float:
+    """Table 1 row 1 for one round: ``log(1 + (B/D)(e^eps' - 1))`` with eps' from Lemma 1 (the paper's
+    form; its delta is not amplified)."""
+    inner = epsilon_from_rdp(lambda a: rdp_sgd_isotropic(a, s, sigma2), delta).epsilon
+    return math.log1p(s.batch / s.samples * math.expm1(inner))
+
+
+def sgd_guarantee(s: Setting, sigma2: float, delta: float, *, rounds: int = 1) -> Guarantee:
+    """SGD + IID sampling (B of D without replacement) + isotropic noise over ``rounds`` rounds, by
+    dp-accounting's RDP accountant for sampling without replacement under replace-one neighbours
+    (noise multiplier ``sqrt(N sigma2) / (2C / B)``) and its RDP-to-DP conversion."""
+    import dp_accounting as dpa
+    from dp_accounting import rdp
+
+    if not 0 < delta < 1:
+        raise InvalidArgumentError("delta", f"expected in (0, 1), got {delta}")
+    multiplier = math.sqrt(s.users * _positive(sigma2, "sigma2")) * s.batch / (2 * s.clip)
+    accountant = rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+    event = dpa.SampledWithoutReplacementDpEvent(s.samples, s.batch, dpa.GaussianDpEvent(multiplier))
+    accountant.compose(dpa.SelfComposedDpEvent(event, rounds))
+    eps, order = accountant.get_epsilon_and_optimal_order(delta)
+    return Guarantee(float(eps), delta, float(order), rounds, math.inf,
+                     "SGD + IID sampling + isotropic Gaussian (dp-accounting, sampling without replacement)")
