@@ -116,3 +116,44 @@ def test_cli():
     assert json.loads(out.stdout)["epsilon"] is None and "no guarantee" in json.loads(out.stdout)["note"]
     bad = CliRunner().invoke(main, base + ["--theorem", "4", "--lambda-sum", "1"])
     assert bad.exit_code != 0 and "--sigma2" in bad.output
+
+
+def _cfg(**kw):
+    from immersion_fl.engine import RunConfig
+
+    base = dict(scheme="gd-dp", model="linear", clients=5, rounds=2, batch_size=8, lr=0.5, epsilon=4.0, delta=1e-4)
+    base.update(kw)
+    return RunConfig(**base)
+
+
+@pytest.mark.parametrize("scheme", ["sgd-dp", "gsgd-dp", "gd-dp"])
+def test_schemes_calibrate_sigma2_to_the_total_epsilon(scheme):
+    from immersion_fl.engine import run_federated
+    from immersion_secagg.engine import account
+
+    res = run_federated(_cfg(scheme=scheme))
+    out = res.summary()
+    assert out["epsilon"] <= 4.0 and out["sigma2"] > 0
+    s = Setting(5, out["samples_per_user"], 8, 10.0)
+    assert account(scheme, s, out["sigma2"] / 1.01, 1e-4, 2).epsilon > 4.0      # the smallest such sigma2
+    assert len(res.accuracy) == 2 and max(res.diff_vs_plain) > 0               # noise moved the model
+
+
+def test_more_privacy_means_more_noise():
+    from immersion_fl.engine import run_federated
+
+    tight = run_federated(_cfg(epsilon=1.0, rounds=1)).summary()["sigma2"]
+    loose = run_federated(_cfg(epsilon=8.0, rounds=1)).summary()["sigma2"]
+    assert tight > loose
+
+
+def test_scheme_bad_input():
+    from immersion_fl.engine import run_federated
+    from immersion_fl.faults import FaultPlan
+
+    with pytest.raises(InvalidArgumentError, match="batch_size"):
+        run_federated(_cfg(batch_size=10_000))
+    with pytest.raises(InvalidArgumentError, match="inject_fault"):
+        run_federated(_cfg(), faults=FaultPlan({(0, 0): "raise"}))
+    with pytest.raises(InvalidArgumentError, match="noise"):
+        run_federated(_cfg(noise="laplace"))

@@ -31,7 +31,7 @@ def fl_group() -> None:
 @fl_group.command("run")
 @click.option("--scheme", type=click.Choice(SCHEMES), default="sifl-m1", show_default=True)
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="sgd", show_default=True)
-@click.option("--model", type=click.Choice(["mlp", "cnn", "cnn2"]), default="mlp", show_default=True)
+@click.option("--model", type=click.Choice(["linear", "mlp", "cnn", "cnn2"]), default="mlp", show_default=True)
 @click.option("--hidden", default="200,200", show_default=True, help="MLP hidden layer sizes.")
 @click.option("--clients", type=click.IntRange(1), default=10, show_default=True)
 @click.option("--rounds", type=click.IntRange(1), default=5, show_default=True)
@@ -52,7 +52,11 @@ def fl_group() -> None:
 @click.option("--delta", type=click.FloatRange(0, 0.5, min_open=True), default=1e-5,
               show_default=True, help="Delta for --noise gaussian (SIFL) and of mpdp's per-round guarantee.")
 @click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              help="mpdp: per-round epsilon of the distributed noise (seed 004 Eq. 23).")
+              help="mpdp: per-round epsilon (seed 004 Eq. 23); sgd-dp, gsgd-dp, gd-dp: total over all rounds.")
+@click.option("--grad-clip", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="sgd-dp, gsgd-dp, gd-dp: per-example gradient clip C (seed 001).")
+@click.option("--sigma2", type=click.FloatRange(min=0), default=None,
+              help="sgd-dp, gsgd-dp, gd-dp: per-user noise variance (WF-NA floor); default: calibrated to --epsilon.")
 @click.option("--graph", default="complete", show_default=True,
               help="mpdp: neighbour graph for pairwise noise, complete or nout:N (Theorems 10, 11).")
 @click.option("--mask-corrections/--no-mask-corrections", default=True, show_default=True,

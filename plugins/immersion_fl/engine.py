@@ -47,6 +47,8 @@ class RunConfig:
     graph: str = "complete"       # mpdp: neighbour graph, complete or nout:N
     mask_corrections: bool = True  # mpdp: server sees only the sum of Psi and Phi
     sensitivity: float = 1.0      # mpdp: assumed per-record sensitivity (the paper's S_f = 1)
+    grad_clip: float = 10.0       # sgd-dp, gsgd-dp, gd-dp: per-example gradient clip C (seed 001)
+    sigma2: float | None = None   # sgd-dp, gsgd-dp, gd-dp: noise level; None: calibrated to epsilon over all rounds
     clip: float = 100.0        # bounds ||w_i|| (Remark 3); far above these models' norms, so it never clips
     keys: str = "auto"
     block_size: int = 8          # block transforms are memory-bound: b = 8 reads 4x less than b = 32

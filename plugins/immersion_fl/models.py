@@ -1,5 +1,6 @@
 """The papers' models (seed 000 Table 3) as torch modules driven by one flat parameter vector.
 
+* ``linear``: softmax regression (seed 001's linear model), e.g. 64 x 10 + 10 = 650 parameters;
 * ``mlp``: fully connected with ReLU, e.g. 784-200-200-10 = 199,210 parameters;
 * ``cnn``: Conv3x3(32)-Conv3x3(64)-MaxPool2-Dense128-Dense10 = 1,199,882 for 28x28 (valid padding);
 * ``cnn2``: Conv5x5(32)-MaxPool2-Conv5x5(64)-MaxPool2-Dense512-Dense10 = 582,026 for 28x28.
@@ -26,7 +27,7 @@ def _torch() -> Any:
 
 def build_model(name: str, *, image_shape: tuple[int, int, int], n_classes: int,
                 hidden: tuple[int, ...] = (200, 200)) -> Any:
-    """A torch ``nn.Module`` (float64) for ``name`` in ``mlp``, ``cnn``, ``cnn2``.
+    """A torch ``nn.Module`` (float64) for ``name`` in ``linear``, ``mlp``, ``cnn``, ``cnn2``.
 
     Examples
     --------
@@ -40,7 +41,9 @@ def build_model(name: str, *, image_shape: tuple[int, int, int], n_classes: int,
     torch = _torch()
     nn = torch.nn
     c, h, w = image_shape
-    if name == "mlp":
+    if name == "linear":
+        model = nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, n_classes))
+    elif name == "mlp":
         if not hidden or any(k < 1 for k in hidden):
             raise InvalidArgumentError("hidden", f"expected positive layer sizes, got {hidden}")
         layers: list[Any] = [nn.Flatten()]
@@ -64,7 +67,7 @@ def build_model(name: str, *, image_shape: tuple[int, int, int], n_classes: int,
                               nn.MaxPool2d(2), nn.Flatten(), nn.Linear(flat, 512), nn.ReLU(),
                               nn.Linear(512, n_classes))
     else:
-        raise InvalidArgumentError("model", f"expected mlp, cnn or cnn2, got {name!r}")
+        raise InvalidArgumentError("model", f"expected linear, mlp, cnn or cnn2, got {name!r}")
     return model.to(torch.float64)
 
 
