@@ -12,6 +12,13 @@ with ``lr`` times the mean:
 or given. The reference ("plain") run takes the same steps without any noise: the same batches
 for ``sgd-dp``, the clipped full mean for the others. Users are trimmed to the same D (the
 analysis assumes |D_i| = D).
+
+``engine="flower"`` runs the users as Flower nodes and the sum through Flower's SecAgg+
+(:mod:`immersion_secagg.flower_secagg`): a fixed-point sum (coordinates clipped to
+``C + 8 sqrt(sigma2 + C^2 / B)``, 2^22 levels), so the trained model differs from the exact sum's
+by the quantisation error, and the accountant's guarantee is for the exact sum, not the quantised
+one (see that module). There the nodes draw their sampling and noise from OS entropy; the
+reference run and the round-time ratio are computed in-process.
 """
 from __future__ import annotations
 
@@ -100,6 +107,14 @@ class User:
         rows = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(w, self.x, self.y)
         return clip_rows(rows.numpy(), clip).T
 
+    def update(self, cfg: RunConfig, model: Any, w: Any, sigma2: float, t: int, *, secret: bool = False) -> np.ndarray:
+        """This user's upload in round ``t``. Its sampling and noise come from the run seed (the
+        in-process simulation: reproducible, and the same batches as the reference run) or, with
+        ``secret``, from OS entropy (Flower nodes: nobody else can recompute the noise)."""
+        G = self.gradients(model, w, cfg.grad_clip)
+        rng = np.random.default_rng() if secret else np.random.default_rng([cfg.seed, t, self.index])
+        return user_update(cfg.scheme, G, cfg.batch_size, sigma2, rng)
+
 
 def user_update(scheme: str, G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator) -> np.ndarray:
     """One user's upload for ``scheme`` (with ``sigma2 = 0``: no added noise and, for gsgd-dp, no sampling)."""
@@ -122,22 +137,15 @@ def run_secagg(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str
 
     if cfg.scheme not in SCHEMES:
         raise InvalidArgumentError("scheme", f"expected one of {SCHEMES}, got {cfg.scheme!r}")
-    if engine != "local":
-        raise InvalidArgumentError("engine", f"{cfg.scheme} runs on the local engine (see immersion_secagg.flower_secagg)")
+    if engine not in ("local", "flower"):
+        raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
     if faults is not None and faults.faults:
         raise InvalidArgumentError("inject_fault", "seed 001's analysis assumes every user in every round; "
                                    "dropouts are not modelled")
     if cfg.noise not in ("auto", "on", "off"):
         raise InvalidArgumentError("noise", f"{cfg.scheme} expects on or off, got {cfg.noise!r}")
-    data = load_dataset(cfg.dataset, seed=cfg.seed)
-    parts = split_clients(data.y_train, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed)
-    samples = min(len(p) for p in parts)
-    if cfg.batch_size > samples:
-        raise InvalidArgumentError("batch_size", f"expected <= the {samples} records each user holds "
-                                   f"({len(data.y_train)} training records over {cfg.clients} users)")
-    users = [User(i, torch.as_tensor(data.x_train[p[:samples]], dtype=torch.float64),
-                  torch.as_tensor(data.y_train[p[:samples]], dtype=torch.long)) for i, p in enumerate(parts)]
-    model = build_model_for(cfg, data)
+    users, model, data = make_users(cfg)
+    samples = len(users[0].y)
     s = Setting(cfg.clients, samples, cfg.batch_size, cfg.grad_clip)
     if cfg.noise == "off":
         sigma2 = 0.0
@@ -149,23 +157,74 @@ def run_secagg(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str
     y_test = torch.as_tensor(data.y_test, dtype=torch.long)
     w = model.initial_vector(cfg.seed)
     plain = w.clone()
+    flower = _flower_models(cfg, w, sigma2) if engine == "flower" else None
     for t in range(cfg.rounds):
         start = time.perf_counter()
-        total, total_plain, update_s = np.zeros(model.n_params), np.zeros(model.n_params), 0.0
-        for user in users:
-            tick = time.perf_counter()
-            G = user.gradients(model, w, cfg.grad_clip)
-            total += user_update(cfg.scheme, G, cfg.batch_size, sigma2, np.random.default_rng([cfg.seed, t, user.index]))
-            update_s += time.perf_counter() - tick
-        w = w - cfg.lr * torch.as_tensor(total) / cfg.clients
-        seconds = time.perf_counter() - start
+        update_s = 0.0
+        if flower is not None:
+            w, seconds = torch.as_tensor(flower.models[t]), flower.round_seconds[t]
+        else:
+            total = np.zeros(model.n_params)
+            for user in users:
+                tick = time.perf_counter()
+                total += user.update(cfg, model, w, sigma2, t)
+                update_s += time.perf_counter() - tick
+            w = w - cfg.lr * torch.as_tensor(total) / cfg.clients
+            seconds = time.perf_counter() - start
         start = time.perf_counter()
-        for user in users:
-            G = user.gradients(model, plain, cfg.grad_clip)
-            total_plain += user_update(cfg.scheme, G, cfg.batch_size, 0.0, np.random.default_rng([cfg.seed, t, user.index]))
+        total_plain = sum(user.update(cfg, model, plain, 0.0, t) for user in users)
         plain = plain - cfg.lr * torch.as_tensor(total_plain) / cfg.clients
         _record(result, model, w, plain, x_test, y_test, seconds, time.perf_counter() - start, update_s, t, progress)
     return result
+
+
+def make_users(cfg: RunConfig) -> tuple[list[User], Any, Any]:
+    """The users (each trimmed to the same D records), the model and the dataset."""
+    import torch
+
+    data = load_dataset(cfg.dataset, seed=cfg.seed)
+    parts = split_clients(data.y_train, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed)
+    samples = min(len(p) for p in parts)
+    if cfg.batch_size > samples:
+        raise InvalidArgumentError("batch_size", f"expected <= the {samples} records each user holds "
+                                   f"({len(data.y_train)} training records over {cfg.clients} users)")
+    users = [User(i, torch.as_tensor(data.x_train[p[:samples]], dtype=torch.float64),
+                  torch.as_tensor(data.y_train[p[:samples]], dtype=torch.long)) for i, p in enumerate(parts)]
+    return users, build_model_for(cfg, data), data
+
+
+class NodeUpdates:
+    """``updates(round, user, model)`` for :func:`~immersion_secagg.flower_secagg.secagg_sum`: runs on the
+    node, builds its user from the run configuration (once per worker process)."""
+
+    _cache: dict[tuple[str, int], tuple[User, Any]] = {}
+
+    def __init__(self, cfg: RunConfig, sigma2: float) -> None:
+        self.cfg, self.sigma2 = cfg, sigma2
+
+    def __call__(self, t: int, user: int, model_vector: np.ndarray) -> np.ndarray:
+        import torch
+
+        key = (repr(self.cfg), user)
+        if key not in self._cache:
+            users, model, _ = make_users(self.cfg)
+            self._cache[key] = (users[user], model)
+        node, model = self._cache[key]
+        return node.update(self.cfg, model, torch.as_tensor(model_vector), self.sigma2, t, secret=True)
+
+
+def _flower_models(cfg: RunConfig, w0: Any, sigma2: float) -> Any:
+    """The run on Flower with SecAgg+: the server's model after every round (see flower_secagg)."""
+    from .flower_secagg import secagg_sum
+
+    lr = cfg.lr
+    clipping_range = cfg.grad_clip + 8.0 * math.sqrt(max(sigma2, 0.0) + cfg.grad_clip ** 2 / cfg.batch_size)
+
+    def step(model: np.ndarray, total: np.ndarray, contributors: list[int]) -> np.ndarray:
+        return model - lr * total / len(contributors)          # FedSGD: the mean over who contributed
+
+    return secagg_sum(NodeUpdates(cfg, sigma2), cfg.clients, cfg.rounds, clipping_range=clipping_range,
+                      quantization_range=2**22, modulus_range=2**32, initial=w0.numpy(), step=step)
 
 
 def _record(result: SecaggResult, model: Any, w: Any, plain: Any, x_test: Any, y_test: Any, seconds: float,
