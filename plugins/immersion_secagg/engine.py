@@ -111,20 +111,23 @@ class User:
         """This user's upload in round ``t``. Its sampling and noise come from the run seed (the
         in-process simulation: reproducible, and the same batches as the reference run) or, with
         ``secret``, from OS entropy (Flower nodes: nobody else can recompute the noise)."""
-        G = self.gradients(model, w, cfg.grad_clip)
         rng = np.random.default_rng() if secret else np.random.default_rng([cfg.seed, t, self.index])
-        return user_update(cfg.scheme, G, cfg.batch_size, sigma2, rng)
+        if cfg.scheme == "sgd-dp":              # IID sampling first: only the batch's gradients are needed
+            batch = User(self.index, *(a[rng.choice(len(self.y), cfg.batch_size, replace=False)] for a in (self.x, self.y)))
+            G = batch.gradients(model, w, cfg.grad_clip)
+            return user_update("gd-dp", G, cfg.batch_size, sigma2, rng)
+        return user_update(cfg.scheme, self.gradients(model, w, cfg.grad_clip), cfg.batch_size, sigma2, rng)
 
 
 def user_update(scheme: str, G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator) -> np.ndarray:
-    """One user's upload for ``scheme`` (with ``sigma2 = 0``: no added noise and, for gsgd-dp, no sampling)."""
+    """One user's upload for ``scheme`` from its clipped gradients ``G`` (K x D); with ``sigma2 = 0``
+    no noise is added and, for gsgd-dp, nothing is sampled (the reference run)."""
     if scheme == "sgd-dp":
         update = iid_sampling_update(G, batch, rng)
     elif scheme == "gsgd-dp":
-        update = gaussian_sampling_update(G, batch, rng) if sigma2 > 0 else full_gradient_update(G)
-        if sigma2 > 0:
-            update = update + wfna_noise(G, batch, sigma2, rng)
-        return update
+        if sigma2 <= 0:
+            return full_gradient_update(G)
+        return gaussian_sampling_update(G, batch, rng) + wfna_noise(G, batch, sigma2, rng)
     else:
         update = full_gradient_update(G)
     return update + isotropic_noise(G.shape[0], sigma2, rng) if sigma2 > 0 else update
