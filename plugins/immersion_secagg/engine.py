@@ -113,7 +113,8 @@ class User:
         ``secret``, from OS entropy (Flower nodes: nobody else can recompute the noise)."""
         rng = np.random.default_rng() if secret else np.random.default_rng([cfg.seed, t, self.index])
         if cfg.scheme == "sgd-dp":              # IID sampling first: only the batch's gradients are needed
-            batch = User(self.index, *(a[rng.choice(len(self.y), cfg.batch_size, replace=False)] for a in (self.x, self.y)))
+            idx = rng.choice(len(self.y), cfg.batch_size, replace=False)
+            batch = User(self.index, self.x[idx], self.y[idx])
             G = batch.gradients(model, w, cfg.grad_clip)
             return user_update("gd-dp", G, cfg.batch_size, sigma2, rng)
         return user_update(cfg.scheme, self.gradients(model, w, cfg.grad_clip), cfg.batch_size, sigma2, rng)
