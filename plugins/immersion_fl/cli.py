@@ -107,6 +107,8 @@ def fl_run(hidden: str, plot_dir: Path | None, as_json: bool, engine: str, injec
     if cfg.scheme == "mpdp":
         keys = keys[:4] + keys[6:10] + ["upload_bytes_ratio", "noise", "epsilon", "delta", "epsilon_total",
                                         "delta_total", "sensitivity_assumed", "sensitivity_observed_max"]
+    elif "sigma2" in out:                                           # seed 001's schemes
+        keys = keys[:4] + keys[7:10] + ["epsilon", "delta", "alpha", "sigma2", "accountant"]
     for key in keys:
         click.echo(f"  {key:24s} {out[key]}")
     for p in out.get("plots", []):
