@@ -274,3 +274,9 @@ def test_cli_json(tmp_path):
     assert summary["scheme"] == "mpdp" and summary["max_abs_diff_vs_plain"] < 1e-9
     bad = CliRunner().invoke(main, ["fl", "run", "--scheme", "sifl-m1", "--noise", "on"])
     assert bad.exit_code != 0 and "noise" in bad.output
+
+
+def test_an_aborted_round_counts_twice_in_epsilon_total():
+    res = run_federated(_cfg(noise="on", rounds=2), faults=FaultPlan({(0, 1): "raise", (2, 1): "no-recovery"}))
+    out = res.summary()
+    assert len(res.aborted) == 1 and out["releases"] == 3 and out["epsilon_total"] == pytest.approx(3 * out["epsilon"])

@@ -56,7 +56,7 @@ class MpdpResult(RunResult):
     def summary(self) -> dict[str, Any]:
         out = super().summary()
         cfg, cal = self.config, self.calibration
-        rounds = len(self.accuracy)
+        releases = len(self.accuracy) + len(self.aborted)     # an aborted attempt's uploads were seen too
         out.update({
             "noise": "on" if cal is not None else "off", "graph": cfg.graph, "mask_corrections": cfg.mask_corrections,
             "upload_bytes_per_client": float(np.mean(self.upload_bytes)) if self.upload_bytes else None,
@@ -64,7 +64,8 @@ class MpdpResult(RunResult):
                                    if self.upload_bytes else None),
             "broadcast_bytes_ratio": self.broadcast_bytes / self.broadcast_bytes_plain,
             "epsilon": cal.epsilon if cal else None, "delta": cal.delta if cal else None,
-            "epsilon_total": cal.epsilon * rounds if cal else None, "delta_total": cal.delta * rounds if cal else None,
+            "epsilon_total": cal.epsilon * releases if cal else None,
+            "delta_total": cal.delta * releases if cal else None, "releases": releases,
             "composition": "basic, over rounds" if cal else None, "theorem": cal.theorem if cal else None,
             "theta_reading": cal.reading if cal else None,
             "sigma_eta": cal.sigma_eta if cal else None, "sigma_delta": cal.sigma_delta if cal else None,
