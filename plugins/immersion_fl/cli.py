@@ -48,9 +48,11 @@ def fl_group() -> None:
 @click.option("--epsilon-local", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="Per-element epsilon of each upload (seed 000 Theorem 1 or 2).")
 @click.option("--noise", type=click.Choice(["auto", "laplace", "gaussian", "on", "off"]), default="auto",
-              show_default=True, help="SIFL: laplace or gaussian (auto: laplace). mpdp: on or off (auto: on).")
+              show_default=True,
+              help="SIFL: laplace or gaussian (auto: laplace). mpdp, sgd-dp, gsgd-dp, gd-dp: on or off (auto: on).")
 @click.option("--delta", type=click.FloatRange(0, 0.5, min_open=True), default=1e-5,
-              show_default=True, help="Delta for --noise gaussian (SIFL) and of mpdp's per-round guarantee.")
+              show_default=True, help="Delta for --noise gaussian (SIFL), of mpdp's per-round guarantee and of the "
+              "sgd-dp, gsgd-dp, gd-dp run.")
 @click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="mpdp: per-round epsilon (seed 004 Eq. 23); sgd-dp, gsgd-dp, gd-dp: total over all rounds.")
 @click.option("--grad-clip", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
