@@ -124,7 +124,7 @@ def server_view_one_client(weights: list[torch.Tensor], x: torch.Tensor, t: torc
     Returns the server's Eq. 22 recovery from this client's upload alone (its noisy true-space
     gradient), the corrections it received (``LocalResult``) and the perturbed model it sent.
     """
-    layout = Layout(tuple([int(weights[0].shape[1])] + [int(w.shape[0]) for w in weights]))
+    layout = Layout.of(weights)
     if epsilon is None:
         noise = NoiseSettings(0.0, 0.0, mask_corrections=False)
     else:
@@ -143,7 +143,7 @@ def server_phi_sum(weights: list[torch.Tensor], batches: Sequence[torch.Tensor],
     """A round of ``K = len(batches)`` clients with masked corrections: the server unmasks only the
     sum; returns the mean ``Phi`` over clients (Eq. 21) and the perturbed model."""
     k = len(batches)
-    layout = Layout(tuple([int(weights[0].shape[1])] + [int(w.shape[0]) for w in weights]))
+    layout = Layout.of(weights)
     cal = calibrate(epsilon, DELTA, k)
     noise = NoiseSettings(cal.sigma_eta, cal.sigma_delta, mask_corrections=True)
     model, _ = perturb(weights, rng)

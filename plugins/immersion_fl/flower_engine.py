@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import asdict
 from typing import Any, Callable
@@ -162,27 +163,37 @@ def client_train(msg: Any, context: Any) -> Any:
 
 
 def build_apps(cfg: RunConfig, *, progress: Callable[[str], None] | None, sink: dict[str, Any],
-               faults: FaultPlan | None = None) -> tuple[Any, Any]:
-    """A ServerApp and a ClientApp for ``cfg``; the ServerApp leaves its RunResult in ``sink``."""
+               faults: FaultPlan | None = None, server_work: Callable[..., Any] | None = None,
+               client_work: Callable[[Any, Any], Any] | None = None) -> tuple[Any, Any]:
+    """A ServerApp and a ClientApp for ``cfg``; the ServerApp leaves its result in ``sink``.
+
+    ``server_work(grid, cfg, plan=, progress=)`` and ``client_work(msg, context)`` default to this
+    module's :func:`serve` and :func:`client_train`; a scheme with its own rounds passes its own.
+    """
     _, serverapp, clientapp, _ = _flwr()
     server_app, client_app = serverapp.ServerApp(), clientapp.ClientApp()
+    work = server_work or serve
 
     @server_app.main()
     def main(grid: Any, context: Any) -> None:
-        sink["result"] = serve(grid, cfg, plan=faults or FaultPlan(), progress=progress)
+        sink["result"] = work(grid, cfg, plan=faults or FaultPlan(), progress=progress)
 
-    client_app.train()(client_train)
+    client_app.train()(client_work or client_train)
     return server_app, client_app
 
 
 def run_flower(cfg: RunConfig, *, progress: Callable[[str], None] | None = None,
-               faults: FaultPlan | None = None) -> RunResult:
-    """Run ``cfg`` on Flower's simulation runtime (Ray backend) with ``cfg.clients`` virtual nodes."""
+               faults: FaultPlan | None = None, server_work: Callable[..., Any] | None = None,
+               client_work: Callable[[Any, Any], Any] | None = None) -> Any:
+    """Run ``cfg`` on Flower's simulation runtime (Ray backend) with ``cfg.clients`` virtual nodes
+    (Ray gets no more CPUs than there are nodes); ``server_work``/``client_work`` as in :func:`build_apps`."""
     _, _, _, simulation = _flwr()
     sink: dict[str, Any] = {}
-    server_app, client_app = build_apps(cfg, progress=progress, sink=sink, faults=faults)
+    server_app, client_app = build_apps(cfg, progress=progress, sink=sink, faults=faults, server_work=server_work,
+                                        client_work=client_work)
     simulation.run_simulation(server_app=server_app, client_app=client_app, num_supernodes=cfg.clients,
-                              backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
+                              backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                              "init_args": {"num_cpus": min(cfg.clients, os.cpu_count() or 1)}})
     if "result" not in sink:
         raise RuntimeError("the Flower run ended without a result (see the Flower log above)")
     return sink["result"]

@@ -48,6 +48,11 @@ class Calibration:
     theta_max: float
 
 
+def _eq23_c(delta: float) -> float:
+    """``c = 2 log(2 / (delta sqrt(2 pi)))`` of Eq. 23."""
+    return 2.0 * math.log(2.0 / (delta * math.sqrt(2.0 * math.pi)))
+
+
 def theta_max(epsilon: float, delta: float) -> float:
     """Largest ``theta`` meeting Eq. 23.
 
@@ -60,13 +65,13 @@ def theta_max(epsilon: float, delta: float) -> float:
         raise InvalidArgumentError("epsilon", f"expected > 0, got {epsilon}")
     if not 0 < delta <= 0.5:
         raise InvalidArgumentError("delta", f"expected in (0, 0.5], got {delta}")
-    c = 2.0 * math.log(2.0 / (delta * math.sqrt(2.0 * math.pi)))
+    c = _eq23_c(delta)
     return min(math.sqrt(c + 2 * epsilon) - math.sqrt(c), math.sqrt(1 + 2 * epsilon) - 1) ** 2
 
 
 def meets_eq23(epsilon: float, delta: float, theta: float) -> bool:
     """Eq. 23 as printed (for checking a calibration independently of :func:`theta_max`)."""
-    c = 2.0 * math.log(2.0 / (delta * math.sqrt(2.0 * math.pi)))
+    c = _eq23_c(delta)
     return epsilon >= theta / 2 + math.sqrt(theta) and (epsilon - theta / 2) ** 2 >= c * theta
 
 

@@ -23,7 +23,7 @@ reveal (Bonawitz et al.'s recovery, without the double masking that protects lat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 from immersion import InvalidArgumentError
@@ -42,6 +42,11 @@ class Layout:
     """Flat layout of an upload for an MLP with layer sizes ``(n_0, ..., n_L)``."""
 
     sizes: tuple[int, ...]
+
+    @classmethod
+    def of(cls, weights: Sequence[Any]) -> "Layout":
+        """The layout for weight matrices ``(n_(l+1), n_l)`` (true or perturbed odd layers)."""
+        return cls((int(weights[0].shape[1]), *(int(w.shape[0]) for w in weights)))
 
     @property
     def gradient_shapes(self) -> list[tuple[int, ...]]:
@@ -139,20 +144,27 @@ def from_fixed(total: np.ndarray) -> np.ndarray:
     return (limbs[:, 0] + limbs[:, 1] / 2.0 ** LOW_BITS) / 2.0 ** HIGH_BITS
 
 
+def add_pair_terms(grad: np.ndarray, corrections: np.ndarray, me: int, peer: int, seeds: dict[str, bytes],
+                   layout: Layout, noise: NoiseSettings) -> None:
+    """Add, in place, what ``me`` puts into its upload for its pair with ``peer``: ``+Delta`` if
+    ``me < peer`` else ``-Delta`` (Eq. 17), and the pair's 64-bit mask with the same sign (mod 2^64)."""
+    if noise.sigma_delta > 0:
+        grad += _sign(me, peer) * pair_delta(seeds["delta"], noise.sigma_delta, layout.gradient_size)
+    if noise.mask_corrections:
+        (np.add if me < peer else np.subtract)(corrections, pair_mask(seeds["mask"], layout.correction_size),
+                                               out=corrections)
+
+
 def ddp_client(local: LocalResult, layout: Layout, *, me: int, seeds: dict[int, dict[str, bytes]],
                n_clients: int, noise: NoiseSettings, rng: np.random.Generator) -> Upload:
     """Algorithm 2 for client ``me``: ``seeds[v][purpose]`` are the pair seeds with each neighbour."""
     grad, corrections = layout.flatten(local)
     if noise.sigma_eta > 0:
-        grad = grad + uniform_dn(noise.sigma_eta, grad.shape, rng)                       # Eq. 16
-    if noise.sigma_delta > 0:
-        for peer in sorted(seeds):
-            grad = grad + _sign(me, peer) * pair_delta(seeds[peer]["delta"], noise.sigma_delta, grad.size)  # Eq. 17
+        grad += uniform_dn(noise.sigma_eta, grad.shape, rng)                              # Eq. 16
     if noise.mask_corrections:
         corrections = to_fixed(corrections, n_clients)
-        for peer in sorted(seeds):
-            mask = pair_mask(seeds[peer]["mask"], layout.correction_size)
-            (np.add if me < peer else np.subtract)(corrections, mask, out=corrections)    # wraps mod 2^64
+    for peer in sorted(seeds):
+        add_pair_terms(grad, corrections, me, peer, seeds[peer], layout, noise)
     return Upload(grad, corrections)
 
 
@@ -181,11 +193,7 @@ def dropout_correction(revealed: list[tuple[int, int, dict[str, bytes]]], layout
     grad = np.zeros(layout.gradient_size)
     corrections = np.zeros(2 * layout.correction_size, dtype=np.uint64)
     for survivor, dropped, seeds in revealed:
-        if noise.sigma_delta > 0:
-            grad += _sign(survivor, dropped) * pair_delta(seeds["delta"], noise.sigma_delta, layout.gradient_size)
-        if noise.mask_corrections:
-            mask = pair_mask(seeds["mask"], layout.correction_size)
-            (np.add if survivor < dropped else np.subtract)(corrections, mask, out=corrections)
+        add_pair_terms(grad, corrections, survivor, dropped, seeds, layout, noise)
     return grad, corrections
 
 

@@ -29,16 +29,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import asdict
 from functools import partial
 from typing import Any, Callable
 
 import numpy as np
+from immersion_fl import flower_engine as fl_flower
 from immersion_fl.engine import RunConfig
 from immersion_fl.faults import FaultPlan
-from immersion_fl.flower_engine import _arrays, _config_from_json, _flwr, _flwr_types
+from immersion_fl.flower_engine import _arrays, _config_from_json, _flwr_types
 
 from . import engine
 from .ddp import PURPOSES, NoiseSettings, Upload
@@ -277,29 +277,9 @@ def client_train(msg: Any, context: Any) -> Any:
         client.forget(t)
 
 
-def build_apps(cfg: RunConfig, *, progress: Callable[[str], None] | None, sink: dict[str, Any],
-               faults: FaultPlan | None = None) -> tuple[Any, Any]:
-    """A ServerApp and a ClientApp for ``cfg``; the ServerApp leaves its MpdpResult in ``sink``."""
-    _, serverapp, clientapp, _ = _flwr()
-    server_app, client_app = serverapp.ServerApp(), clientapp.ClientApp()
-
-    @server_app.main()
-    def main(grid: Any, context: Any) -> None:
-        sink["result"] = serve(grid, cfg, plan=faults or FaultPlan(), progress=progress)
-
-    client_app.train()(client_train)
-    return server_app, client_app
-
-
 def run_flower(cfg: RunConfig, *, progress: Callable[[str], None] | None = None,
                faults: FaultPlan | None = None) -> engine.MpdpResult:
     """Run ``cfg`` with MP-DP on Flower's simulation runtime (Ray backend), ``cfg.clients`` virtual nodes."""
-    _, _, _, simulation = _flwr()
-    sink: dict[str, Any] = {}
-    server_app, client_app = build_apps(cfg, progress=progress, sink=sink, faults=faults)
-    simulation.run_simulation(server_app=server_app, client_app=client_app, num_supernodes=cfg.clients,
-                              backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                              "init_args": {"num_cpus": min(cfg.clients, os.cpu_count() or 1)}})
-    if "result" not in sink:
-        raise RuntimeError("the Flower run ended without a result (see the Flower log above)")
-    return sink["result"]
+    result: engine.MpdpResult = fl_flower.run_flower(cfg, progress=progress, faults=faults, server_work=serve,
+                                                     client_work=client_train)
+    return result

@@ -52,10 +52,11 @@ def local_model_training(model: PerturbedModel, x: Any, targets: Any) -> LocalRe
     func = torch.func
     batch, n_out = targets.shape
 
-    def outputs(*odd: Any) -> tuple[Any, Any]:
-        return PerturbedModel(odd, model.transitional).forward(x)
+    def outputs(*odd: Any) -> tuple[tuple[Any, Any], Any]:
+        y_hat, alpha, hidden = PerturbedModel(odd, model.transitional).forward_with_hidden(x)
+        return (y_hat, alpha), hidden.detach()
 
-    (y_hat, alpha), vjp = func.vjp(outputs, *model.odd)
+    (y_hat, alpha), vjp, hidden_last = func.vjp(outputs, *model.odd, has_aux=True)
     y_hat, alpha = y_hat.detach(), alpha.detach()
     error = y_hat - targets
     eye = torch.eye(n_out, dtype=y_hat.dtype)
@@ -63,14 +64,6 @@ def local_model_training(model: PerturbedModel, x: Any, targets: Any) -> LocalRe
     cot_y = torch.cat([error[None], alpha[None, :, None] * eye[:, None, :], torch.zeros_like(error)[None]]) / batch
     cot_alpha = torch.cat([torch.zeros_like(alpha)[None], error.T, alpha[None]]) / batch
     grads = func.vmap(vjp)((cot_y, cot_alpha))
-    hidden_last = _last_hidden(model, x)
     return LocalResult(grad_hat=tuple(g[0] for g in grads), psi=tuple(g[1:-1] for g in grads[:-1]),
                        psi_last=(alpha[:, None] * hidden_last).mean(0), phi=tuple(g[-1] for g in grads[:-1]))
 
-
-def _last_hidden(model: PerturbedModel, x: Any) -> Any:
-    """``y^hat^(2L-2)`` per sample (the input of the last layer)."""
-    h = x
-    for w, d in zip(model.odd[:-1], model.transitional, strict=True):
-        h = ((h @ w.T).clamp_min(0.0) * d).clamp_min(0.0)
-    return h

@@ -51,11 +51,16 @@ class PerturbedModel:
 
     def forward(self, x: Any) -> tuple[Any, Any]:
         """``(y^hat^(2L-1), alpha)`` with ``alpha = sum_i y^hat^(2L-2)_i`` (Theorem 12)."""
+        y_hat, alpha, _ = self.forward_with_hidden(x)
+        return y_hat, alpha
+
+    def forward_with_hidden(self, x: Any) -> tuple[Any, Any, Any]:
+        """:meth:`forward` and ``y^hat^(2L-2)``, the input of the last layer."""
         h = x
         for w, d in zip(self.odd[:-1], self.transitional, strict=True):
             h = (h @ w.T).clamp_min(0.0)          # layer 2l - 1: y^hat = r^(l) o y
             h = (h * d).clamp_min(0.0)            # layer 2l: y^hat = (1 / s^(l)) o y
-        return h @ self.odd[-1].T, h.sum(1)
+        return h @ self.odd[-1].T, h.sum(1), h
 
 
 @dataclass(frozen=True)

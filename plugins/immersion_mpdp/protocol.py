@@ -102,7 +102,7 @@ class MpdpClient:
         local = local_model_training(model, x, targets)
         self.timings["client_lmt"] = time.perf_counter() - tick
         tick = time.perf_counter()
-        layout = Layout((int(model.odd[0].shape[1]), *(int(w.shape[0]) for w in model.odd)))
+        layout = Layout.of(model.odd)
         rng = (np.random.default_rng([self.seed, round_t, self.index, 16, self._attempt]) if self.deterministic_keys
                else np.random.default_rng())
         upload = ddp_client(local, layout, me=self.index, seeds=self._seeds(round_t, neighbours, publics),
@@ -132,7 +132,7 @@ class MpdpServer:
 
     @property
     def layout(self) -> Layout:
-        return Layout((int(self.weights[0].shape[1]), *(int(w.shape[0]) for w in self.weights)))
+        return Layout.of(self.weights)
 
     def begin_round(self, members: Sequence[int]) -> tuple[PerturbedModel, dict[int, list[int]]]:
         """Phase 2: fresh keys, the perturbed model (Algorithm 1) and the neighbour graph."""
