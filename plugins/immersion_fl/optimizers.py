@@ -60,7 +60,8 @@ class Adam:
         v = self.beta2 * v + (1 - self.beta2) * grad * grad
         m_hat = m / (1 - self.beta1 ** t)
         v_hat = v / (1 - self.beta2 ** t)
-        return -self.lr * m_hat / (v_hat.sqrt() + self.eps), (m, v, t)
+        # v >= 0 in exact arithmetic; a decoded v (SIML's target Adam) can be -1e-20: clamp before sqrt
+        return -self.lr * m_hat / (v_hat.clamp_min(0.0).sqrt() + self.eps), (m, v, t)
 
 
 def make_optimizer(name: str, lr: float) -> Any:

@@ -1,7 +1,9 @@
 """Private files: atomic writes with owner-only permissions, and npz packing without pickle."""
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -30,3 +32,36 @@ def npz_bytes(arrays: dict[str, Any]) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()
+
+
+def write_signed(path: Path, magic: bytes, meta: dict[str, Any], arrays: dict[str, Any], *, prefix: str) -> None:
+    """One private file: ``magic``, the SHA-256 of the payload, then an ``.npz`` of ``arrays`` plus ``meta`` (JSON)."""
+    payload = npz_bytes({"__meta__": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays})
+    write_private(path, magic + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload, prefix=prefix)
+
+
+def read_signed(source: Path, magic: bytes, *, what: str, error: type[Exception],
+                private: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(meta, arrays)`` of a file written by :func:`write_signed`; ``error("path: ...")`` if it is not one.
+
+    Refuses foreign, truncated or modified files and, if ``private``, files other users can read.
+    """
+    try:
+        blob = source.read_bytes()
+    except OSError as exc:
+        raise error(f"path: cannot read {source} ({exc.strerror})") from None
+    if not blob.startswith(magic):
+        raise error(f"path: {source} is not an immersion {what} file")
+    header_end = blob.find(b"\n", len(magic))
+    digest, payload = blob[len(magic):header_end].decode(errors="replace"), blob[header_end + 1:]
+    if header_end < 0 or hashlib.sha256(payload).hexdigest() != digest:
+        raise error(f"path: {source} failed its integrity check (truncated or modified)")
+    if private and source.stat().st_mode & 0o077:
+        raise error(f"path: {source} is readable by other users; run chmod 600 on it")
+    try:
+        with np.load(io.BytesIO(payload), allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        meta = json.loads(arrays.pop("__meta__").tobytes().decode())
+    except (KeyError, ValueError, OSError) as exc:
+        raise error(f"path: {source} is malformed ({exc})") from None
+    return meta, arrays

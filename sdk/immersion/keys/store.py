@@ -2,16 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import io
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._files import npz_bytes, write_private
+from .._files import read_signed, write_signed
 from ..errors import KeyFileError
 from .codes import DenseCode, DenseMask, StructuredCode, StructuredMask
 from .structured import MixParams
@@ -63,42 +60,35 @@ def save_keys(keys: "Keys", path: str | os.PathLike[str], *, overwrite: bool = F
         raise KeyFileError(f"path: {target} exists; pass overwrite=True to replace it")
     if not target.parent.is_dir():
         raise KeyFileError(f"path: folder {target.parent} does not exist")
-    meta = {"noise": None if keys.noise is None else dataclasses.asdict(keys.noise),
-            "codes": {name: getattr(keys, f"{name}_code").kind for name in _CODES},
-            "mask": "dense" if isinstance(keys.mask, DenseMask) else "structured",
-            "mask_is_generated": keys.mask_is_generated}
-    payload = npz_bytes({"__meta__": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **key_arrays(keys)})
-    write_private(target, MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload, prefix=".keys-")
+    write_signed(target, MAGIC, keys_meta(keys), key_arrays(keys), prefix=".keys-")
     return target
 
 
 def load_keys(path: str | os.PathLike[str]) -> "Keys":
     """Read keys written by :func:`save_keys`; refuse truncated, altered or foreign files."""
+    meta, arrays = read_signed(Path(path), MAGIC, what="key", error=KeyFileError)
+    return keys_from_arrays(meta, arrays, source=Path(path))
+
+
+def keys_meta(keys: "Keys") -> dict[str, Any]:
+    """The non-array part of ``keys`` (noise law, code kinds), JSON-ready."""
+    return {"noise": None if keys.noise is None else dataclasses.asdict(keys.noise),
+            "codes": {name: getattr(keys, f"{name}_code").kind for name in _CODES},
+            "mask": "dense" if isinstance(keys.mask, DenseMask) else "structured",
+            "mask_is_generated": keys.mask_is_generated}
+
+
+def keys_from_arrays(meta: dict[str, Any], arrays: dict[str, np.ndarray], *, source: Path) -> "Keys":
+    """Rebuild keys from :func:`keys_meta` and :func:`key_arrays` (extra arrays are ignored)."""
     from .keys import Keys, NoiseLaw
 
-    source = Path(path)
     try:
-        blob = source.read_bytes()
-    except OSError as exc:
-        raise KeyFileError(f"path: cannot read {source} ({exc.strerror})") from None
-    if not blob.startswith(MAGIC):
-        raise KeyFileError(f"path: {source} is not an immersion key file")
-    header_end = blob.find(b"\n", len(MAGIC))
-    digest, payload = blob[len(MAGIC):header_end].decode(errors="replace"), blob[header_end + 1:]
-    if header_end < 0 or hashlib.sha256(payload).hexdigest() != digest:
-        raise KeyFileError(f"path: {source} failed its integrity check (truncated or modified)")
-    if source.stat().st_mode & 0o077:
-        raise KeyFileError(f"path: {source} is readable by other users; run chmod 600 on it")
-    try:
-        with np.load(io.BytesIO(payload), allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-        meta = json.loads(arrays.pop("__meta__").tobytes().decode())
         codes = {name: _code(arrays, name, meta["codes"][name]) for name in _CODES}
         mask: Any = (DenseMask(arrays["mask.pi4"]) if meta["mask"] == "dense" else
                      StructuredMask(float(arrays["mask.beta"][0]), arrays["mask.signs"], arrays["mask.source"]))
         law = None if meta["noise"] is None else NoiseLaw(**meta["noise"])
         generated = bool(meta["mask_is_generated"])
-    except (KeyError, ValueError, OSError, TypeError, AttributeError, IndexError) as exc:
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
         raise KeyFileError(f"path: {source} is malformed ({exc})") from None
     return Keys(codes["input"], codes["state"], codes["output"], mask, law, generated)
 

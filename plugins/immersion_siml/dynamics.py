@@ -1,0 +1,136 @@
+"""The optimizer as a dynamical system (seed 002 eq. 39): ``x_{t+1} = x_t + change(x_t, D)``.
+
+The state ``x`` is the flat vector ``(w, optimizer moments)``: ``w`` alone for SGD (eq. 40),
+``(w, m, v)`` for Adam (eq. 41); Adam's step counter is public (it is the loop index). Plain
+training and the target optimizer call the same :meth:`OptimizerDynamics.change`, so the only
+difference between them is the encoding, which is what makes their comparison exact.
+
+A target step is one mini-batch (``sync="batch"``, eqs. 40-41 literally) or one epoch
+(``sync="epoch"``: ``t`` counts epochs, as the paper's eq. 39 says); both are instances of
+eq. 44, with ``p(x) = -change(x)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+from immersion import InvalidArgumentError
+
+from .models import SimlModel
+
+SYNC_MODES = ("epoch", "batch")
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """The public training schedule: optimizer, learning rate, epochs, batches and their order."""
+
+    optimizer: str = "adam"
+    lr: float = 0.001
+    epochs: int = 5
+    batch_size: int = 32
+    sync: str = "epoch"
+    order_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in ("sgd", "adam"):
+            raise InvalidArgumentError("optimizer", f"expected 'sgd' or 'adam', got {self.optimizer!r}")
+        if not (isinstance(self.lr, (int, float)) and np.isfinite(self.lr) and self.lr > 0):
+            raise InvalidArgumentError("lr", f"expected a finite lr > 0, got {self.lr!r}")
+        for name in ("epochs", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise InvalidArgumentError(name, f"expected an integer >= 1, got {value!r}")
+        if self.sync not in SYNC_MODES:
+            raise InvalidArgumentError("sync", f"expected one of {SYNC_MODES}, got {self.sync!r}")
+
+    def batches(self, n_samples: int) -> list[list[np.ndarray]]:
+        """Index arrays of every mini-batch, epoch by epoch (a fresh shuffle per epoch; last batch may be short).
+
+        Examples
+        --------
+        >>> [[b.tolist() for b in e] for e in TrainingPlan(epochs=1, batch_size=2, order_seed=0).batches(3)]
+        [[[1, 2], [0]]]
+        """
+        rng = np.random.default_rng(self.order_seed)
+        epochs = []
+        for _ in range(self.epochs):
+            order = rng.permutation(n_samples)
+            epochs.append([order[i:i + self.batch_size] for i in range(0, n_samples, self.batch_size)])
+        return epochs
+
+
+class OptimizerDynamics:
+    """``change(x, features, targets, t)`` of one mini-batch step on the flat state ``x`` (eq. 39-41)."""
+
+    def __init__(self, model: SimlModel, optimizer: str, lr: float) -> None:
+        from immersion_fl.optimizers import make_optimizer
+
+        self.model, self.optimizer = model, make_optimizer(optimizer, lr)
+        self.n_params = model.n_params
+        probe = self.optimizer.init(model.initial_vector(0))
+        self._kinds = ["vector" if hasattr(item, "shape") else "counter" for item in probe]
+        # Adam's second moment v ~ g^2 is carried as sqrt(v): see the class docstring
+        self._root_slots = {1} if optimizer == "adam" else set()
+        self.n_moments = self._kinds.count("vector")
+        self.n_state = self.n_params * (1 + self.n_moments)
+
+    def initial_state(self, w0: Any) -> Any:
+        """``x0 = (w0, zero moments)``."""
+        torch = self.model._torch
+        return torch.cat([w0] + [torch.zeros_like(w0)] * self.n_moments)
+
+    def params(self, x: Any) -> Any:
+        """The model parameters ``w``, the first block of ``x``."""
+        return x[..., :self.n_params]
+
+    def _unpack(self, x: Any, steps_done: int) -> tuple[Any, tuple[Any, ...]]:
+        chunks = iter(x[self.n_params * (i + 1):self.n_params * (i + 2)] for i in range(self.n_moments))
+        state = tuple(next(chunks) if kind == "vector" else steps_done for kind in self._kinds)
+        return x[:self.n_params], tuple(v * v if i in self._root_slots else v for i, v in enumerate(state))
+
+    def _stored(self, state: tuple[Any, ...]) -> list[Any]:
+        return [v.clamp_min(0.0).sqrt() if i in self._root_slots else v
+                for i, v in enumerate(state) if hasattr(v, "shape")]
+
+    def change(self, x: Any, features: Any, targets: Any, steps_done: int) -> Any:
+        """``x_{t+1} - x_t`` for one mini-batch: ``-p(x_t)`` of eq. 44 (eq. 40 for SGD, eq. 41 for Adam)."""
+        torch = self.model._torch
+        w, state = self._unpack(x, steps_done)
+        _, grad = self.model.loss_and_grad(w, features, targets)
+        update, new_state = self.optimizer.update(grad, state, w)
+        moments = [new - old for new, old in zip(self._stored(new_state), self._stored(state), strict=True)]
+        return torch.cat([update] + moments)
+
+    def epoch_change(self, x: Any, features: Any, targets: Any, batches: list[np.ndarray], steps_done: int) -> Any:
+        """``x_{e+1} - x_e`` over one epoch of mini-batches (``sync="epoch"``)."""
+        start = x
+        for i, idx in enumerate(batches):
+            x = x + self.change(x, features[idx], targets[idx], steps_done + i)
+        return x - start
+
+
+def run_plan(dynamics: OptimizerDynamics, x: Any, features: Any, targets: Any, plan: TrainingPlan, *,
+             apply_change: Callable[[Any, Any], Any] | None = None, read_state: Callable[[Any], Any] | None = None,
+             on_epoch: Callable[[int, Any], None] | None = None) -> Any:
+    """Iterate the plan from state ``x``: the plain optimizer, or (with the hooks) its target.
+
+    ``read_state(x)`` gives the original-coordinate state the optimizer works on and
+    ``apply_change(x, dx)`` applies a change: identity and ``x + dx`` for plain training,
+    ``Pi2_left x~`` and ``x~ + Pi2 dx`` for the target optimizer (eq. 44). ``on_epoch(e, x)``
+    is called after every epoch (curves, progress).
+    """
+    read = read_state or (lambda s: s)
+    apply = apply_change or (lambda s, dx: s + dx)
+    steps_done = 0
+    for e, batches in enumerate(plan.batches(len(features))):
+        if plan.sync == "epoch":
+            x = apply(x, dynamics.epoch_change(read(x), features, targets, batches, steps_done))
+        else:
+            for i, idx in enumerate(batches):
+                x = apply(x, dynamics.change(read(x), features[idx], targets[idx], steps_done + i))
+        steps_done += len(batches)
+        if on_epoch is not None:
+            on_epoch(e, x)
+    return x

@@ -1,0 +1,114 @@
+"""The cloud side of SIML: the target optimizer of seed 002 eq. 44 (Corollary 1, two time scales).
+
+The service receives the encoded dataset ``y~_i = Pi1 y_i + N1 s_i`` (eq. 42) once and the
+encoded initial state ``x~_0 = Pi2 x_0`` (eq. 43), iterates
+
+    x~_{t+1} = x~_t - Pi2 p(Pi2_left x~_t, D_bar),   D_bar = {Pi1_left y~_i}      (eq. 44)
+
+and returns ``w~* = Pi3 w_T + Pi4 y~_0`` with ``w_T`` the parameter block of ``Pi2_left x~_T``.
+``D_bar`` is the same at every step (the dataset is uploaded once), so it is computed once.
+
+What this protects, honestly: the service holds ``Pi1_left`` and ``Pi2_left`` (eq. 44 needs
+them), so it sees the decoded data and every model iterate; the encoding protects the dataset
+file and the returned model against parties without the target (links, storage), element by
+element (Theorem 1). See THREAT_MODEL.md.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from immersion import InvalidArgumentError, Keys
+
+from .dynamics import OptimizerDynamics, TrainingPlan, run_plan
+
+
+class SampleLayout:
+    """One dataset row ``y_i = (flattened image, one-hot label)``; ``n_sample = prod(image_shape) + n_classes``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> layout = SampleLayout((1, 2, 2), 3)
+    >>> rows = layout.rows(torch.ones(2, 1, 2, 2, dtype=torch.float64), torch.tensor([0, 2]))
+    >>> rows.shape, rows[1, 4:].tolist()
+    (torch.Size([2, 7]), [0.0, 0.0, 1.0])
+    """
+
+    def __init__(self, image_shape: tuple[int, int, int], n_classes: int) -> None:
+        self.image_shape, self.n_classes = tuple(int(s) for s in image_shape), int(n_classes)
+        self.n_features = self.image_shape[0] * self.image_shape[1] * self.image_shape[2]
+        self.n_sample = self.n_features + self.n_classes
+
+    def rows(self, images: Any, labels: Any) -> Any:
+        """Stack images (N, C, H, W) and integer labels (N,) into rows (N, n_sample)."""
+        import torch
+
+        onehot = torch.nn.functional.one_hot(labels.long(), self.n_classes).to(images.dtype)
+        return torch.cat([images.reshape(len(images), -1), onehot], dim=1)
+
+    def split(self, rows: Any) -> tuple[Any, Any]:
+        """``(images, targets)`` from rows: the inverse of :meth:`rows` (targets stay probability rows)."""
+        return rows[:, :self.n_features].reshape((-1,) + self.image_shape), rows[:, self.n_features:]
+
+
+class TargetOptimizer:
+    """Eq. 44 on one backend: what the training service runs. Holds no ``N1``, ``Pi3_left`` or noise.
+
+    Parameters
+    ----------
+    keys:
+        The geometry of the user's keys (``n_input`` = sample size, ``n_state`` = optimizer state
+        size, ``n_output`` = number of model parameters); any noise law is ignored.
+    dynamics:
+        The plain optimizer (:class:`OptimizerDynamics`), built from public model and plan.
+    layout:
+        How a decoded row splits into image and label.
+    backend:
+        An ``immersion`` array backend (torch, float64 for exact decoding).
+    """
+
+    def __init__(self, *, keys: Keys, dynamics: OptimizerDynamics, layout: SampleLayout, backend: Any) -> None:
+        dims = keys.dims
+        expected = {"n_input": layout.n_sample, "n_state": dynamics.n_state, "n_output": dynamics.n_params}
+        got = {k: dims[k] for k in expected}
+        if got != expected:
+            raise InvalidArgumentError("keys", f"were drawn for {got}, but this model and dataset need {expected}")
+        self.dynamics, self.layout, self.backend = dynamics, layout, backend
+        self.n_state_encoded = keys.state_code.n_total
+        self.n_input_encoded = keys.input_code.n_total
+        self.n_output_encoded = keys.output_code.n_total
+        self._input_in = keys.input_code.decoder(backend)
+        self._state_in = keys.state_code.decoder(backend)
+        self._state_out = keys.state_code.encoder(backend)
+        self._output_out = keys.output_code.encoder(backend)
+        self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
+
+    def decoded_dataset(self, encoded_dataset: Any) -> tuple[Any, Any]:
+        """``D_bar``: images and label rows from ``Pi1_left y~_i`` (eq. 44)."""
+        if tuple(encoded_dataset.shape[1:]) != (self.n_input_encoded,) or encoded_dataset.ndim != 2:
+            raise InvalidArgumentError("encoded_dataset", f"expected shape (N, {self.n_input_encoded}), "
+                                                          f"got {tuple(encoded_dataset.shape)}")
+        return self.layout.split(self._input_in(encoded_dataset))
+
+    def decoded_params(self, encoded_state: Any) -> Any:
+        """``w_t``, the parameter block of ``Pi2_left x~_t`` (what the service evaluates, e.g. for curves)."""
+        return self.dynamics.params(self._state_in(encoded_state))
+
+    def train(self, encoded_state: Any, encoded_dataset: Any, plan: TrainingPlan, *,
+              on_epoch: Callable[[int, Any], None] | None = None) -> tuple[Any, Any]:
+        """Run eq. 44 for the whole plan; return ``(w~*, x~_T)``.
+
+        ``on_epoch(e, x~)`` is called after every epoch with the encoded state.
+        """
+        if tuple(encoded_state.shape) != (self.n_state_encoded,):
+            raise InvalidArgumentError("encoded_state", f"expected shape ({self.n_state_encoded},), "
+                                                        f"got {tuple(encoded_state.shape)}")
+        images, targets = self.decoded_dataset(encoded_dataset)
+        state_out = self._state_out
+        final = run_plan(self.dynamics, encoded_state, images, targets, plan, read_state=self._state_in,
+                         apply_change=lambda xt, dx: xt + state_out(dx), on_epoch=on_epoch)
+        return self.output(final, encoded_dataset[0]), final
+
+    def output(self, encoded_state: Any, encoded_first_sample: Any) -> Any:
+        """``w~* = Pi3 w_T + Pi4 y~_0`` (eq. 44, output map)."""
+        return self._output_out(self.decoded_params(encoded_state)) + self._mask(encoded_first_sample)
