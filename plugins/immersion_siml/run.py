@@ -132,6 +132,7 @@ def run_siml(model_name: str, dataset: Any, plan: TrainingPlan, *, design: Priva
     siml_params = [dynamics.params(x) for x in service_epochs.params]
 
     plain_params: list[Any] = []
+    w_plain: Any = None
     train_seconds_plain = float("nan")
     if compare_plain:
         layout = target.layout
@@ -146,7 +147,7 @@ def run_siml(model_name: str, dataset: Any, plan: TrainingPlan, *, design: Priva
     def accuracy(w: Any) -> float:
         return model.evaluate(w, x_test, y_test)[0]
 
-    per_epoch = [float((a - b).abs().max()) for a, b in zip(siml_params, plain_params, strict=True)]
+    per_epoch = [float((a - b).abs().max()) for a, b in zip(siml_params, plain_params, strict=True)] if compare_plain else []
     sample = dataset.x_train[0].reshape(-1)
     return SimlResult(
         model=model_name, dataset=dataset.name, plan=plan, n_params=dynamics.n_params,
