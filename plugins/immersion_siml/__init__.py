@@ -11,6 +11,6 @@ from immersion.hookspecs import CommandSpec, hookimpl
 
 @hookimpl
 def immersion_register_commands() -> list[CommandSpec]:
-    from .cli import siml_group
+    from .cli import bench_siml_cmd, siml_group
 
-    return [CommandSpec("siml", siml_group, parent="")]
+    return [CommandSpec("siml", siml_group, parent=""), CommandSpec("siml", bench_siml_cmd, parent="bench")]

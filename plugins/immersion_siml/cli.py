@@ -206,3 +206,57 @@ def decode_cmd(keys_file: Path, job_file: Path, model_in: Path, out_file: Path |
         data = load_dataset(eval_dataset, seed=seed)
         out["accuracy"] = target.dynamics.model.evaluate(w, torch.as_tensor(data.x_test), torch.as_tensor(data.y_test))[0]
     click.echo(json.dumps(out) if as_json else "\n".join(f"{k:14s} {v}" for k, v in out.items()))
+
+
+@click.command("siml")
+@click.option("--model", type=click.Choice(MODEL_NAMES), default="nn-x2", show_default=True,
+              help="CKKS runs on nn-x2 only.")
+@click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default="adam", show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="[default: 0.001 for adam, 0.05 for sgd]")
+@click.option("--epochs", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True)
+@click.option("--sync", type=click.Choice(["epoch", "batch"]), default="epoch", show_default=True,
+              help="SIML's headline sync (both are measured).")
+@click.option("--dataset", default="digits", show_default=True)
+@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=1e-5, show_default=True,
+              help="DP-SGD's delta.")
+@click.option("--repeats", type=click.IntRange(1), default=3, show_default=True)
+@click.option("--ckks-samples", type=click.IntRange(1), default=4, show_default=True)
+@click.option("--no-baselines", is_flag=True, help="Plain and SIML only.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the JSON here.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_siml_cmd(model: str, optimizer: str, lr: float | None, epochs: int, batch_size: int, sync: str, dataset: str,
+                   delta: float, repeats: int, ckks_samples: int, no_baselines: bool, seed: int, out_file: Path | None,
+                   as_json: bool) -> None:
+    """Plain, SIML, Opacus DP-SGD (epsilon 0.1, 0.6, 2, 10) and CKKS on one model and dataset."""
+    from immersion_fl.data import load_dataset
+
+    from .bench import bench_siml
+    from .dynamics import TrainingPlan
+
+    plan = TrainingPlan(optimizer=optimizer, lr=DEFAULT_LR[optimizer] if lr is None else lr, epochs=epochs,
+                        batch_size=batch_size, sync=sync, order_seed=seed)
+    result = bench_siml(model=model, dataset=load_dataset(dataset, seed=seed), plan=plan, delta=delta, repeats=repeats,
+                        ckks_samples=ckks_samples, seed=seed, baselines=not no_baselines,
+                        progress=lambda msg: click.echo(f"[bench] {msg}", err=True))
+    text = json.dumps(result)
+    if out_file is not None:
+        out_file.write_text(text + "\n")
+    if as_json:
+        click.echo(text)
+        return
+    click.echo(f"{model} on {result['dataset']}, {optimizer}, {epochs} epochs")
+    click.echo(f"  plain accuracy {result['accuracy_plain']:.4f}, SIML {result['accuracy_siml']:.4f}, "
+               f"max |w_SIML - w_plain| {result['siml_max_abs_diff_vs_plain']:.2e}")
+    for row in result["siml_by_sync"]:
+        click.echo(f"  SIML / plain time ({row['sync']} sync): {row['time_ratio']:.2f}")
+    for row in result["dpsgd"]:
+        click.echo(f"  DP-SGD epsilon {row['epsilon']:>4}: accuracy {row['accuracy']:.4f}, time / plain torch "
+                   f"{row['time_ratio']:.2f}")
+    if result["ckks_time_ratio_vs_siml"] is not None:
+        click.echo(f"  CKKS (extrapolated) / SIML time: {result['ckks_time_ratio_vs_siml']:.0f}")
+    for note in result["skipped"]:
+        click.echo(f"  skipped {note}")
