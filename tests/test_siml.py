@@ -179,3 +179,17 @@ def test_cli_run_json_and_the_three_step_service(tmp_path):
     assert json.loads(res.stdout)["accuracy"] == out["accuracy"]      # same seed: same keys, data order, weights
     again = runner.invoke(main, ["siml", "serve", str(job), "--out", str(enc)])
     assert again.exit_code != 0 and "exists" in again.output
+
+
+def test_two_party_demo_script(tmp_path):
+    """fl_demos/siml_service.py: the service runs in its own process, from the job file alone."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "fl_demos" / "siml_service.py"
+    out = subprocess.run([sys.executable, str(script), "--epochs", "2", "--workdir", str(tmp_path), "--json"],
+                         capture_output=True, text=True, check=True, timeout=300)
+    result = json.loads(out.stdout)
+    assert result["max_abs_diff_vs_plain"] <= 1e-9 and result["accuracy"] == result["accuracy_plain"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.siml", "model.enc", "user.keys"]

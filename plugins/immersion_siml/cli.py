@@ -187,14 +187,13 @@ def decode_cmd(keys_file: Path, job_file: Path, model_in: Path, out_file: Path |
     import numpy as np
     import torch
     from immersion import load_keys
-    from immersion.coding import Immersion
 
-    from .job import decode_model, load_encoded_model, load_job
+    from .job import decode_model, key_holder, load_encoded_model, load_job
 
     keys, job = load_keys(keys_file), load_job(job_file)
     encoded_model, info = load_encoded_model(model_in)
-    target = job.target()
-    user = Immersion(keys=keys, target=target, backend=target.backend, noise_rng=np.random.default_rng())  # type: ignore[arg-type]
+    user = key_holder(keys, job)
+    target = user.target
     w = decode_model(user, torch.as_tensor(encoded_model), torch.as_tensor(job.encoded_dataset[0]))
     out: dict[str, Any] = {"model": job.model, "n_params": int(w.shape[0]), **info}
     if out_file is not None:

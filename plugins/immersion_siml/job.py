@@ -125,6 +125,13 @@ def prepare_job(model_name: str, images: Any, labels: Any, plan: TrainingPlan, *
     return user, job, x0
 
 
+def key_holder(keys: Keys, job: SimlJob) -> Immersion:
+    """The user's handle rebuilt from saved keys and the job they encoded (to decode the service's answer)."""
+    target = job.target()
+    return Immersion(keys=keys, target=target, backend=target.backend,  # type: ignore[arg-type]
+                     noise_rng=np.random.default_rng())
+
+
 def decode_model(user: Immersion, encoded_model: Any, encoded_first_sample: Any) -> Any:
     """``w* = Pi3_left (w~* - Pi4 y~_0)`` (eq. 45)."""
     return user.decode_output(encoded_model, encoded_first_sample)
