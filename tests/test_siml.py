@@ -193,3 +193,30 @@ def test_two_party_demo_script(tmp_path):
     result = json.loads(out.stdout)
     assert result["max_abs_diff_vs_plain"] <= 1e-9 and result["accuracy"] == result["accuracy_plain"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.siml", "model.enc", "user.keys"]
+
+
+def test_bench_skips_missing_baselines_with_a_message(monkeypatch, digits):
+    import sys
+
+    from immersion_siml.bench import bench_siml
+
+    monkeypatch.setitem(sys.modules, "opacus", None)
+    monkeypatch.setitem(sys.modules, "tenseal", None)
+    small = dataclasses.replace(digits, x_train=digits.x_train[:200], y_train=digits.y_train[:200])
+    out = bench_siml(model="nn-x2", dataset=small, plan=TrainingPlan(epochs=1, batch_size=50), repeats=1)
+    assert out["dpsgd"] == [] and out["ckks"] is None and out["ckks_time_ratio_vs_siml"] is None
+    assert len(out["skipped"]) == 2 and all("baselines" in note for note in out["skipped"])
+    assert out["siml_max_abs_diff_vs_plain"] <= 1e-9 and out["accuracy_siml"] == out["accuracy_plain"]
+    assert [row["sync"] for row in out["siml_by_sync"]] == ["epoch", "batch"]
+
+
+def test_the_service_can_decode_the_training_set(tmp_path, digits):
+    """THREAT_MODEL.md: eq. 44 needs Pi1_left, so whoever holds the job file recovers every sample."""
+    plan = TrainingPlan(optimizer="sgd", lr=0.05, epochs=1)
+    x, y = torch.as_tensor(digits.x_train[:100]), torch.as_tensor(digits.y_train[:100])
+    _, job, _ = prepare_job("nn-x2", x, y, plan, design=PrivacyDesign(epsilon_data=0.1), rng=2)
+    loaded = load_job(save_job(job, tmp_path / "job.siml"))
+    images, targets = loaded.target().decoded_dataset(torch.as_tensor(loaded.encoded_dataset))
+    assert float((images - x).abs().max()) < 1e-10
+    assert torch.equal(targets.argmax(1), y)
+    assert np.abs(loaded.encoded_dataset[:, :64] - digits.x_train[:100].reshape(100, -1)).mean() > 1.0
