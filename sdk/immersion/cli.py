@@ -74,6 +74,28 @@ def serve_cmd(bind: str, max_requests: int | None) -> None:
     serve(bind, max_requests=max_requests)
 
 
+@main.command("audit")
+@click.option("--scheme", default=None, help="Only attacks on this scheme (e.g. immerse, sifl-m1, mpdp).")
+@click.option("--attack", default=None, help="Only this attack (e.g. subspace).")
+@click.option("--quick", is_flag=True, help="Smaller settings (a smoke run).")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def audit_cmd(scheme: str | None, attack: str | None, quick: bool, seed: int, as_json: bool) -> None:
+    """Run the known attacks against each scheme and report what they measure (THREAT_MODEL.md)."""
+    from .audit import run_audit
+
+    result = run_audit(scheme=scheme, attack=attack, quick=quick, seed=seed,
+                       progress=lambda msg: click.echo(f"[audit] {msg}", err=True))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    header = ("attack", "scheme", "mitigation", "metric", "value", "baseline", "verdict")
+    click.echo(" | ".join(header))
+    for r in result["attacks"]:
+        click.echo(f"{r['attack']} | {r['scheme']} | {r['mitigation'] or '-'} | {r['metric']} | {r['value']:.4g} | "
+                   f"{r['baseline']:.4g} | {r['verdict']}")
+
+
 @main.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plugins_cmd(as_json: bool) -> None:

@@ -72,6 +72,17 @@ class CommandSpec:
     parent: str = ""
 
 
+@dataclass(frozen=True)
+class AttackSpec:
+    """An attack for ``immersion audit``: ``run(quick=..., seed=...)`` returns a list of
+    :class:`immersion.audit.AttackResult` (one per scheme and setting, mitigations included)."""
+
+    name: str
+    schemes: tuple[str, ...]
+    run: Callable[..., Any]
+    description: str = ""
+
+
 @hookspec
 def immersion_register_backends() -> list[BackendSpec]:
     """Return the array backends this plugin provides. Called once when the registry is built."""
@@ -99,4 +110,10 @@ def immersion_register_optimizers() -> list[OptimizerSpec]:
 @hookspec
 def immersion_register_commands() -> list[CommandSpec]:
     """Return CLI commands (demos, benchmarks, tools) this plugin adds. Called once, by the CLI."""
+    raise NotImplementedError
+
+
+@hookspec
+def immersion_register_attacks() -> list[AttackSpec]:
+    """Return the attacks this plugin adds to ``immersion audit``. Called once, by the audit."""
     raise NotImplementedError

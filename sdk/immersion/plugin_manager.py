@@ -13,7 +13,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import InvalidArgumentError, PluginError
-from .hookspecs import AlgorithmSpec, BackendSpec, CommandSpec, OptimizerSpec, SchemeSpec
+from .hookspecs import AlgorithmSpec, AttackSpec, BackendSpec, CommandSpec, OptimizerSpec, SchemeSpec
 
 #: Modules registered when the package's entry points are not visible (e.g. PYTHONPATH use).
 BUILTIN_PLUGINS = ("immersion.builtin",)
@@ -46,6 +46,10 @@ class Registry:
     def commands(self) -> list[CommandSpec]:
         """CLI commands from every plugin (collected on demand: only the CLI needs them)."""
         return [spec for batch in self.manager.hook.immersion_register_commands() for spec in batch]
+
+    def attacks(self) -> dict[str, AttackSpec]:
+        """Attacks from every plugin, by name (collected on demand: only the audit needs them)."""
+        return self._collect(self.manager.hook.immersion_register_attacks(), "attack", self._force)
 
     def make_backend(self, name: str, *, dtype: str | None, device: str | None) -> Any:
         if name not in self.backends:
