@@ -220,3 +220,12 @@ def test_the_service_can_decode_the_training_set(tmp_path, digits):
     assert float((images - x).abs().max()) < 1e-10
     assert torch.equal(targets.argmax(1), y)
     assert np.abs(loaded.encoded_dataset[:, :64] - digits.x_train[:100].reshape(100, -1)).mean() > 1.0
+
+
+def test_audit_row_service_decodes_the_training_set():
+    from immersion_siml.attacks import run_service_decodes
+
+    rows = run_service_decodes(quick=True)
+    assert [r.verdict for r in rows] == ["leaks", "leaks"]
+    assert rows[0].value < 1e-10 < 1.0 < rows[0].baseline and rows[0].detail["labels_recovered"] == 1.0
+    assert rows[1].value < 1e-9 < rows[1].baseline

@@ -6,7 +6,7 @@ returns an encoded model only the key holder decodes (eq. 45). Registers ``immer
 """
 from __future__ import annotations
 
-from immersion.hookspecs import CommandSpec, hookimpl
+from immersion.hookspecs import AttackSpec, CommandSpec, hookimpl
 
 
 @hookimpl
@@ -14,3 +14,11 @@ def immersion_register_commands() -> list[CommandSpec]:
     from .cli import bench_siml_cmd, siml_group
 
     return [CommandSpec("siml", siml_group, parent=""), CommandSpec("siml", bench_siml_cmd, parent="bench")]
+
+
+@hookimpl
+def immersion_register_attacks() -> list[AttackSpec]:
+    from .attacks import run_service_decodes
+
+    return [AttackSpec("service-decodes", ("siml",), run_service_decodes,
+                       "the SIML service (or any holder of the job file) decodes data and model")]
