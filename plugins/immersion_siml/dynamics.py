@@ -51,7 +51,7 @@ class TrainingPlan:
         Examples
         --------
         >>> [[b.tolist() for b in e] for e in TrainingPlan(epochs=1, batch_size=2, order_seed=0).batches(3)]
-        [[[1, 2], [0]]]
+        [[[2, 0], [1]]]
         """
         rng = np.random.default_rng(self.order_seed)
         epochs = []

@@ -1,9 +1,9 @@
-"""Built-in plugin: the numpy and torch backends (registered through the entry-point group)."""
+"""Built-in plugin: the numpy and torch backends, and the audit's attacks on ``immerse`` (entry-point group)."""
 from __future__ import annotations
 
 from typing import Any
 
-from .hookspecs import BackendSpec, hookimpl
+from .hookspecs import AttackSpec, BackendSpec, hookimpl
 
 
 def _numpy(*, dtype: str | None = None, device: str | None = None) -> Any:
@@ -25,3 +25,10 @@ def _torch(*, dtype: str | None = None, device: str | None = None) -> Any:
 def immersion_register_backends() -> list[BackendSpec]:
     return [BackendSpec("numpy", _numpy, "numpy float64 reference backend"),
             BackendSpec("torch", _torch, "torch backend, CPU or CUDA, float32 or float64 (extra: torch)")]
+
+
+@hookimpl
+def immersion_register_attacks() -> list[AttackSpec]:
+    from .attacks.eavesdropper import attack_specs
+
+    return attack_specs()
