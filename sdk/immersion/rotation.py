@@ -101,8 +101,7 @@ class RotatingTarget:
             raise InvalidArgumentError("rotation", f"is for key period {rotation.period}, but the cloud is in period "
                                        f"{self.period}: apply every rotation once, in order")
         old, new = self.target, rotation.target
-        xt = v.backend_array(old.backend, "encoded_state", encoded_state, last_dim=old.n_state_encoded, ndim=1)
-        moved = new._state_out(old._state_in(xt))
+        moved = old.reencode_state(encoded_state, new)
         self.target, self.period = new, rotation.period
         return moved
 

@@ -107,6 +107,14 @@ class TargetAlgorithm:
         x, y = self._state_in(xt), self._input_in(yt)
         return self._output_out(self._g(x, y, w)) + self._mask(yt), self._state_out(self._f(x, y, w))
 
+    def reencode_state(self, encoded_state: Any, new_target: "TargetAlgorithm") -> Any:
+        """``x~_new = Pi2_new Pi2_left x~`` for a key rotation: the same state under ``new_target``'s keys.
+
+        The cloud can apply this itself: it learns nothing new, as it decodes the state every step.
+        """
+        xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
+        return new_target._state_out(self._state_in(xt))
+
     def output(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
         """The encoded output ``u~`` of the current state and input."""
         self._check_public(w)
