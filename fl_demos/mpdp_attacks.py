@@ -60,6 +60,10 @@ as many unseen non-members: the attack success rate is the balanced accuracy (50
   ``r_est = sum_i alpha_i (y_hat_i - t_i) / sum_i alpha_i^2`` (the trained model is close to its
   targets), and attacks ``y_hat - alpha r_est``: a model functionally close to the true one.
   Theorem 7 rules out recovering the exact weights, not this.
+
+The building blocks (DLG, the algebraic inversion of ``Phi``, the estimate of ``r``) live in
+``immersion_mpdp.attacks``, which also registers the audit attacks ``gradient-inversion`` and
+``mpdp-output-mask`` (``immersion audit --scheme mpdp``).
 """
 from __future__ import annotations
 
@@ -67,26 +71,33 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 from immersion_fl.data import load_dataset
+from immersion_mpdp.attacks import (
+    DELTA,
+    N_CLASSES,
+    attack_phi,
+    estimate_r,
+    invert,
+    invert_phi_algebraic,  # noqa: F401  (re-exported: tests/test_mpdp_attacks.py)
+    phi_of,
+    plain_gradient_of,
+    psnr_mse,
+    server_phi_sum,
+    server_view_one_client,
+    train_overfit,
+)
 from immersion_mpdp.calibration import calibrate
-from immersion_mpdp.ddp import Layout, NoiseSettings, ddp_client, mean_local_result, sum_uploads
-from immersion_mpdp.lmt import local_model_training
 from immersion_mpdp.mlp import accuracy, forward, init_weights, mse_gradient, one_hot
-from immersion_mpdp.perturbation import PerturbedModel, perturb, recover
-from scipy.optimize import linear_sum_assignment
+from immersion_mpdp.perturbation import perturb
 
-N_CLASSES = 10
-DELTA = 1e-5
-MSE_FLOOR = 1e-10          # PSNR is capped at 100 dB (exact reconstructions)
-
-QUICK = {"images": 2, "batches": (1,), "restarts": 1, "lbfgs_iter": 200, "mia_members": 200, "mia_steps": 400,
-         "mia_key_draws": 3}
-FULL = {"images": 8, "batches": (1, 4), "restarts": 6, "lbfgs_iter": 500, "mia_members": 200, "mia_steps": 400,
-        "mia_key_draws": 10}
+QUICK: dict[str, Any] = {"images": 2, "batches": (1,), "restarts": 1, "lbfgs_iter": 200, "mia_members": 200,
+                         "mia_steps": 400, "mia_key_draws": 3}
+FULL: dict[str, Any] = {"images": 8, "batches": (1, 4), "restarts": 6, "lbfgs_iter": 500, "mia_members": 200,
+                        "mia_steps": 400, "mia_key_draws": 10}
 
 
 def log(message: str) -> None:
@@ -94,215 +105,7 @@ def log(message: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# metrics
-
-
-def psnr_mse(recon: torch.Tensor, truth: torch.Tensor) -> tuple[float, float]:
-    """Mean PSNR (dB, range 1, capped at 100) and mean MSE over images, dummies paired with the
-    true images by the assignment of least total MSE."""
-    recon = recon.clamp(0.0, 1.0)
-    cost = ((recon[:, None, :] - truth[None, :, :]) ** 2).mean(-1).numpy()
-    rows, cols = linear_sum_assignment(cost)
-    mse = cost[rows, cols]
-    psnr = 10.0 * np.log10(1.0 / np.maximum(mse, MSE_FLOOR))
-    return float(psnr.mean()), float(mse.mean())
-
-
-# ----------------------------------------------------------------------------------------------
-# what the server observes
-
-
-def random_seeds(me: int, n_clients: int, rng: np.random.Generator) -> dict[int, dict[str, bytes]]:
-    """Pair seeds with every other client (complete graph). The server never learns them."""
-    return {v: {p: rng.bytes(32) for p in ("delta", "mask")} for v in range(n_clients) if v != me}
-
-
-def server_view_one_client(weights: list[torch.Tensor], x: torch.Tensor, t: torch.Tensor, *, epsilon: float | None,
-                           n_clients: int, rng: np.random.Generator) -> tuple[list[torch.Tensor], Any, PerturbedModel]:
-    """One client's round with the corrections in the clear, as the server sees it.
-
-    Returns the server's Eq. 22 recovery from this client's upload alone (its noisy true-space
-    gradient), the corrections it received (``LocalResult``) and the perturbed model it sent.
-    """
-    layout = Layout.of(weights)
-    if epsilon is None:
-        noise = NoiseSettings(0.0, 0.0, mask_corrections=False)
-    else:
-        cal = calibrate(epsilon, DELTA, n_clients)
-        noise = NoiseSettings(cal.sigma_eta, cal.sigma_delta, mask_corrections=False)
-    model, keys = perturb(weights, rng)
-    local = local_model_training(model, x, t)
-    upload = ddp_client(local, layout, me=0, seeds=random_seeds(0, n_clients, rng), n_clients=n_clients,
-                        noise=noise, rng=rng)
-    seen = layout.unflatten(upload.gradient, upload.corrections)
-    return recover(keys, seen.grad_hat, seen.psi, seen.psi_last, seen.phi), seen, model
-
-
-def server_phi_sum(weights: list[torch.Tensor], batches: Sequence[torch.Tensor], targets: Sequence[torch.Tensor], *,
-                   epsilon: float, rng: np.random.Generator) -> tuple[list[torch.Tensor], PerturbedModel]:
-    """A round of ``K = len(batches)`` clients with masked corrections: the server unmasks only the
-    sum; returns the mean ``Phi`` over clients (Eq. 21) and the perturbed model."""
-    k = len(batches)
-    layout = Layout.of(weights)
-    cal = calibrate(epsilon, DELTA, k)
-    noise = NoiseSettings(cal.sigma_eta, cal.sigma_delta, mask_corrections=True)
-    model, _ = perturb(weights, rng)
-    pair = {(a, b): {p: rng.bytes(32) for p in ("delta", "mask")} for a in range(k) for b in range(a + 1, k)}
-    uploads = []
-    for me, (x, t) in enumerate(zip(batches, targets, strict=True)):
-        seeds = {v: pair[(min(me, v), max(me, v))] for v in range(k) if v != me}
-        uploads.append(ddp_client(local_model_training(model, x, t), layout, me=me, seeds=seeds, n_clients=k,
-                                  noise=noise, rng=rng))
-    mean = mean_local_result(sum_uploads(uploads, masked=True), k, layout, masked=True)
-    return list(mean.phi), model
-
-
-def phi_of(model: PerturbedModel, x: torch.Tensor) -> list[torch.Tensor]:
-    """``Phi = d/dW^hat mean 1/2 alpha^2`` for the odd layers but the last, differentiable in ``x``."""
-    params = [w.detach().requires_grad_(True) for w in model.odd]
-    _, alpha = PerturbedModel(tuple(params), model.transitional).forward(x)
-    return list(torch.autograd.grad(0.5 * (alpha ** 2).mean(), params[:-1], create_graph=True))
-
-
-def plain_gradient_of(weights: list[torch.Tensor], x: torch.Tensor, t: torch.Tensor) -> list[torch.Tensor]:
-    """The MSE gradient, differentiable in ``x`` and ``t``."""
-    params = [w.detach().requires_grad_(True) for w in weights]
-    loss = 0.5 * ((forward(params, x) - t) ** 2).sum(1).mean()
-    return list(torch.autograd.grad(loss, params, create_graph=True))
-
-
-# ----------------------------------------------------------------------------------------------
-# gradient inversion
-
-
-def invert(match: Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]], target: list[torch.Tensor],
-           n_images: int, n_inputs: int, *, with_labels: bool, rng: np.random.Generator, restarts: int,
-           max_iter: int) -> tuple[torch.Tensor, float]:
-    """DLG with L-BFGS: dummy images (and targets) whose gradient matches ``target`` in relative L2.
-
-    * The first layer's gradient (or ``Phi``) of a bias-free MLP is ``sum_i u_i x_i^T``: its row
-      space holds the images. The dummies are searched in its top ``n_images`` right singular
-      vectors first, then polished in pixel space.
-    * With labels, a first pass optimises free targets too. Free targets leave the scale of each
-      image undetermined (``x -> s x`` with ``y - t -> (y - t) / s`` gives the same gradient), so,
-      as with iDLG, the targets are then fixed to the one-hot vectors of their argmax, the images
-      rescaled by the best factor on a grid and optimised again.
-    * One image: an analytic start as well (the top singular vector is the image's direction; the
-      label and the scale are searched on a grid).
-
-    The restart with the smallest matching loss is kept (the attacker sees that loss, not the
-    truth). Returns the images and that loss.
-    """
-    target = [g.detach() for g in target]
-    scale = float(sum((g ** 2).sum() for g in target))
-    basis = torch.linalg.svd(target[0], full_matrices=False)[2][:n_images]          # (n_images, n_inputs)
-    subspace = basis.shape[0] == n_images
-
-    def matching_loss(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return sum(((g - h) ** 2).sum() for g, h in zip(match(x, t), target, strict=True)) / scale
-
-    def lbfgs(params: list[torch.Tensor], loss_fn: Callable[[], torch.Tensor]) -> float:
-        opt = torch.optim.LBFGS(params, lr=1.0, max_iter=max_iter, history_size=50, line_search_fn="strong_wolfe",
-                                tolerance_grad=1e-12, tolerance_change=1e-14)
-
-        def closure() -> torch.Tensor:
-            opt.zero_grad()
-            loss = loss_fn()
-            loss.backward()
-            return loss
-
-        opt.step(closure)
-        value = float(loss_fn().detach())
-        return value if np.isfinite(value) else np.inf
-
-    def pixels(c: torch.Tensor) -> torch.Tensor:
-        return c @ basis if subspace else c
-
-    candidates: list[tuple[float, torch.Tensor, torch.Tensor]] = []
-    for _ in range(restarts):
-        start = torch.as_tensor(rng.uniform(0.0, 1.0, size=(n_images, n_inputs)))
-        c = (start @ basis.T if subspace else start).requires_grad_(True)
-        t = torch.as_tensor(rng.uniform(0.0, 1.0, size=(n_images, N_CLASSES))).requires_grad_(with_labels)
-        if with_labels:
-            lbfgs([c, t], lambda c=c, t=t: matching_loss(pixels(c), t))
-            t = one_hot(t.detach().argmax(1), N_CLASSES)
-            factors = np.geomspace(0.2, 5.0, 41)
-            values = [float(matching_loss(pixels(c.detach() * f), t).detach()) for f in factors]
-            c = (c.detach() * factors[int(np.nanargmin(values))]).requires_grad_(True)
-        value = lbfgs([c], lambda c=c, t=t: matching_loss(pixels(c), t))
-        candidates.append((value, pixels(c.detach()), t))
-    if with_labels and n_images == 1:
-        direction = basis[0] * torch.sign(basis[0].sum())
-        factors = np.geomspace(0.05, 50.0, 121) / float(direction.abs().max())
-        options = [(float(matching_loss(direction[None] * f, one_hot(torch.tensor([c]), N_CLASSES)).detach()), f, c)
-                   for c in range(N_CLASSES) for f in factors]
-        value, factor, label = min(options)
-        candidates.append((value, direction[None] * factor, one_hot(torch.tensor([label]), N_CLASSES)))
-    _, x0, t = min(candidates, key=lambda item: item[0])
-    x = x0.clone().requires_grad_(True)
-    lbfgs([x], lambda: matching_loss(x, t))                  # polish in pixel space
-    return x.detach(), float(matching_loss(x, t).detach())
-
-
-def invert_phi_algebraic(model: PerturbedModel, phi_first: torch.Tensor, *, max_rank: int = 16,
-                         max_subsets: int = 5000) -> torch.Tensor | None:
-    """Exact inversion of a (summed) ``Phi`` of the first layer, when few samples are in it.
-
-    ``Phi^(1) = 1/N sum_i alpha_i (d o m_i) x_i^T`` with ``d`` the public transitional diagonal and
-    ``m_i = 1[W^hat^(1) x_i > 0]`` the sample's activation pattern, so ``P = Phi / d`` (row-wise)
-    is ``M^T Y`` with a 0/1 matrix ``M`` (N x h) and ``y_i = alpha_i x_i / N``. Its rank is ``N``.
-    Each pattern ``m_i`` is a 0/1 vector in the column space of ``P``: with ``C = U S`` from the
-    SVD and ``R`` any ``N`` independent rows of ``C``, ``m_i = C R^-1 b`` for ``b = m_i`` on those
-    rows, so trying the ``2^N`` vectors ``b`` finds every pattern (and a few spurious 0/1
-    combinations, removed by checking ``1[W^hat^(1) y_i > 0] = m_i``). Then ``Y`` follows by least
-    squares and ``x_i = y_i / sqrt(alpha(y_i) / N)`` (``alpha`` is positively homogeneous).
-    Returns ``None`` where ``N > max_rank`` or no consistent set of patterns is found.
-    """
-    from itertools import combinations, product
-
-    from scipy.linalg import qr
-
-    if model.n_layers != 2:                   # alpha below is that of one hidden layer
-        return None
-    w1, d = model.odd[0].numpy(), model.transitional[0].numpy()
-    p = phi_first.detach().numpy() / d[:, None]
-    u, s, _ = np.linalg.svd(p, full_matrices=False)
-    n = int((s > s[0] * 1e-9).sum()) if s[0] > 0 else 0
-    if not 0 < n <= max_rank:
-        return None
-    c = u[:, :n] * s[:n]
-    rows = qr(c.T, pivoting=True)[2][:n]
-    b = np.array(list(product((0.0, 1.0), repeat=n)))[1:]
-    v = c @ np.linalg.solve(c[rows], b.T)
-    binary = (np.abs(v - np.round(v)) < 1e-6).all(0) & ((np.round(v) == 0) | (np.round(v) == 1)).all(0)
-    candidates = np.round(v[:, binary]).T
-    for count, chosen in enumerate(combinations(range(len(candidates)), n)):
-        if count >= max_subsets:
-            break
-        m = candidates[list(chosen)]
-        if np.linalg.matrix_rank(m) < n:
-            continue
-        y = np.linalg.lstsq(m.T, p, rcond=None)[0]
-        pre = y @ w1.T
-        alpha = (np.maximum(pre, 0.0) * d).sum(1)
-        if (alpha > 0).all() and ((pre > 0) == (m > 0)).all():
-            return torch.as_tensor(y / np.sqrt(alpha / n)[:, None])
-    return None
-
-
-def attack_phi(model: PerturbedModel, phi: list[torch.Tensor], n_images: int, n_inputs: int, *,
-               rng: np.random.Generator, restarts: int, max_iter: int) -> tuple[torch.Tensor, str]:
-    """The algebraic inversion where it applies, else DLG on ``Phi``; returns the images and the method."""
-    recon = invert_phi_algebraic(model, phi[0])
-    if recon is not None:
-        scale = float(sum((g ** 2).sum() for g in phi))
-        with torch.enable_grad():
-            loss = float(sum(((g - h) ** 2).sum() for g, h in zip(phi_of(model, recon), phi, strict=True)).detach()) / scale
-        if loss < 1e-12:
-            return recon, "algebraic"
-    recon, _ = invert(lambda a, b: phi_of(model, a), phi, n_images, n_inputs, with_labels=False, rng=rng,
-                      restarts=restarts, max_iter=max_iter)
-    return recon, "dlg"
+# gradient inversion (the attacks themselves live in immersion_mpdp.attacks, shared with ``immersion audit``)
 
 
 def gradient_inversion(cfg: dict[str, Any], data: Any, seed: int) -> dict[str, Any]:
@@ -313,7 +116,7 @@ def gradient_inversion(cfg: dict[str, Any], data: Any, seed: int) -> dict[str, A
     y_all = torch.as_tensor(data.y_train, dtype=torch.long)
     n_inputs, k = x_all.shape[1], cfg["clients"]
     rng = np.random.default_rng([seed, 7])
-    kw = {"rng": rng, "restarts": cfg["restarts"], "max_iter": cfg["lbfgs_iter"]}
+    kw: dict[str, Any] = {"rng": rng, "restarts": cfg["restarts"], "max_iter": cfg["lbfgs_iter"]}
     mean_image = x_all.mean(0, keepdim=True)
     checks = {"max_abs_recover_minus_plain_noise_off": 0.0, "max_abs_phi_autograd_minus_upload": 0.0}
     out: dict[str, Any] = {}
@@ -382,18 +185,6 @@ def gradient_inversion(cfg: dict[str, Any], data: Any, seed: int) -> dict[str, A
 # membership inference
 
 
-def train_overfit(x: torch.Tensor, t: torch.Tensor, sizes: tuple[int, ...], steps: int, seed: int) -> list[Any]:
-    """Full-batch Adam on the MSE loss of the member set (what the clients jointly train), no noise."""
-    params = [w.clone().requires_grad_(True) for w in init_weights(sizes, seed)]
-    opt = torch.optim.Adam(params, lr=3e-3)
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = 0.5 * ((forward(params, x) - t) ** 2).sum(1).mean()
-        loss.backward()
-        opt.step()
-    return [p.detach() for p in params]
-
-
 def threshold_attack(cal_scores: np.ndarray, cal_member: np.ndarray, eval_scores: np.ndarray,
                      eval_member: np.ndarray) -> float:
     """Yeom-style: member iff loss < threshold, the threshold maximising balanced accuracy on the
@@ -441,8 +232,7 @@ def membership_inference(cfg: dict[str, Any], data: Any, seed: int) -> dict[str,
             model, keys = perturb(weights, rng)
             y_hat, alpha = model.forward(x)
             perturbed.append(asr(y_hat))
-            a, e = alpha[half], (y_hat - t)[half]                 # the attacker's labelled data only
-            r_est = (a[:, None] * e).sum(0) / (a ** 2).sum()
+            r_est = estimate_r(alpha[half], y_hat[half], t[half])     # the attacker's labelled data only
             r_err.append(float((r_est - keys.r_out).norm() / keys.r_out.norm()))
             corrected.append(asr(y_hat - alpha[:, None] * r_est))
     return {

@@ -6,11 +6,12 @@ distributed DP noise whose pairwise parts cancel in the sum (DDP_Client, Algorit
 pairwise seeds from X25519 key agreement); the server aggregates and recovers the true
 aggregate gradient (MU_Server, Algorithm 3, Eq. 22).
 
-Registers the federated scheme ``mpdp`` (``immersion fl run --scheme mpdp``).
+Registers the federated scheme ``mpdp`` (``immersion fl run --scheme mpdp``) and the audit attacks
+``mpdp-output-mask`` and ``gradient-inversion`` (``immersion audit``; :mod:`immersion_mpdp.attacks`).
 """
 from __future__ import annotations
 
-from immersion.hookspecs import SchemeSpec, hookimpl
+from immersion.hookspecs import AttackSpec, SchemeSpec, hookimpl
 
 
 @hookimpl
@@ -20,3 +21,14 @@ def immersion_register_fl_schemes() -> list[SchemeSpec]:
     return [SchemeSpec("mpdp", unsupported_factory,
                        "MP-DP: perturbed MLP + distributed DP noise (seed 004 Algorithms 1-4)", runner=run_mpdp,
                        flower_module="immersion_mpdp.flower_engine")]
+
+
+@hookimpl
+def immersion_register_attacks() -> list[AttackSpec]:
+    from .attacks import run_gradient_inversion, run_output_mask
+
+    return [AttackSpec("mpdp-output-mask", ("mpdp",), run_output_mask,
+                       "a client regresses the output mask out of W_hat (least-squares r) and gets the model's function"),
+            AttackSpec("gradient-inversion", ("fedavg", "mpdp"), run_gradient_inversion,
+                       "DLG on a one-image client: FedSGD gradient, MP-DP upload (noise off / epsilon 1), Phi clear / "
+                       "masked sum")]
