@@ -1,11 +1,12 @@
 """Federated learning by immersion: SIFL M1/M2 (seed 000) and random-matrix SIFL (seed 003).
 
 Registers the schemes ``fedavg``, ``sifl-m1``, ``sifl-m2``, ``sifl-rm``, the optimizers ``sgd``,
-``momentum``, ``adam``, and the commands ``immersion fl run`` and ``immersion bench sifl``.
+``momentum``, ``adam``, the commands ``immersion fl run`` and ``immersion bench sifl``, and the audit's
+attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak`` (:mod:`.attacks`).
 """
 from __future__ import annotations
 
-from immersion.hookspecs import CommandSpec, OptimizerSpec, SchemeSpec, hookimpl
+from immersion.hookspecs import AttackSpec, CommandSpec, OptimizerSpec, SchemeSpec, hookimpl
 
 
 @hookimpl
@@ -32,3 +33,16 @@ def immersion_register_commands() -> list[CommandSpec]:
     from .cli import bench_sifl, fl_group
 
     return [CommandSpec("fl", fl_group, parent=""), CommandSpec("sifl", bench_sifl, parent="bench")]
+
+
+@hookimpl
+def immersion_register_attacks() -> list[AttackSpec]:
+    from . import attacks
+
+    return [AttackSpec("shared-noise-difference", attacks.DIFFERENCE_SCHEMES, attacks.run_shared_noise_difference,
+                       "the round noise is shared: the difference of two uploads is noise-free (mitigations: "
+                       "client-noise, secure-aggregation)"),
+            AttackSpec("client-decodes", attacks.DIFFERENCE_SCHEMES, attacks.run_client_decodes,
+                       "every client's kit decodes the global model every round"),
+            AttackSpec("m2-scalar-leak", ("sifl-m2",), attacks.run_m2_scalar_leak,
+                       "the M2 server recovers w up to a scalar from the p columns of w_bar")]

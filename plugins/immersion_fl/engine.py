@@ -18,7 +18,7 @@ from .data import Dataset, load_dataset, split_clients
 from .faults import FaultPlan, run_client
 from .models import FlatModel, build_model
 from .optimizers import make_optimizer
-from .schemes import FedAvg, SchemeOptions, client_upload, make_scheme
+from .schemes import FedAvg, SchemeOptions, check_client_noise, client_upload, make_scheme
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class RunConfig:
     block_size: int = 8          # block transforms are memory-bound: b = 8 reads 4x less than b = 32
     compare_plain: bool = True
     client_timeout: float | None = None
+    client_noise: bool = False    # sifl: each client adds its own noise in ker(Pi1_left) (local engine only)
 
 
 @dataclass
@@ -125,13 +126,16 @@ class Server:
 
         if cfg.rounds < 1:
             raise InvalidArgumentError("rounds", f"expected >= 1, got {cfg.rounds}")
+        check_client_noise(cfg.client_noise)
         model = build_model_for(cfg, data)
         w0 = model.initial_vector(cfg.seed)
         backend = make_backend("torch", dtype="float64", device="cpu")
         scheme = make_scheme(cfg.scheme, SchemeOptions(
             backend=backend, rng=np.random.default_rng([cfg.seed, 1]), extra=cfg.extra, p=cfg.p,
             epsilon_local=cfg.epsilon_local, clip=cfg.clip, kind=cfg.keys, block_size=cfg.block_size,
-            noise="laplace" if cfg.noise == "auto" else cfg.noise, delta=cfg.delta))
+            noise="laplace" if cfg.noise == "auto" else cfg.noise, delta=cfg.delta, client_noise=cfg.client_noise))
+        if cfg.client_noise and not getattr(scheme, "client_noise", False):
+            check_client_noise(cfg.client_noise, cfg.scheme)          # a scheme that ignored the option
         scheme.setup(w0)
         plain = FedAvg() if cfg.compare_plain and cfg.scheme != "fedavg" else None
         if plain is not None:
@@ -206,6 +210,9 @@ def run_federated(cfg: RunConfig, *, engine: str = "local", progress: Callable[[
     from immersion.plugin_manager import registry
 
     runner = registry().fl_scheme(cfg.scheme).runner
+    check_client_noise(cfg.client_noise, cfg.scheme if runner is not None else None)
+    if cfg.client_noise and engine == "flower":
+        raise InvalidArgumentError("client_noise", "only the local engine supports it")
     if runner is not None:
         if checkpoint is not None or resume or stop_after is not None:
             raise InvalidArgumentError("checkpoint", f"scheme {cfg.scheme!r} does not support checkpoints yet")

@@ -13,9 +13,15 @@ would see (used to evaluate accuracy and to compare with FedAvg).
 * ``sifl-rm`` (seed 003): the same algebra as M1 with the random-matrix key shape of that paper
   (``m = n + 1``: one noise column, ``M = Pi1_left``, ``G = Pi1``) and a fresh offset each round
   (unit scale: the paper gives neither a scale nor a DP analysis, so no epsilon is reported).
+
+``client_noise=True`` (all three SIFL schemes) adds to each upload fresh noise of the client's own in
+``ker(Pi1_left) = range(N1)`` (:func:`kernel_noise`): the server's decode (eq. 21; eq. 25 in M2, column
+by column) removes it exactly, and the difference of two uploads is no longer noise-free (the round
+noise ``N1 r_t`` is shared, THREAT_MODEL.md). It does not protect against a holder of any client kit.
 """
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +71,29 @@ class ClientKit:
             dec = StructuredDecoder(transform, arrays["signal_pos"], backend, scale)
         pi2_right = backend.asarray(arrays["pi2_right"][:, 0]) if "pi2_right" in arrays else None
         return cls(enc, dec, pi2_right)
+
+
+def kernel_noise(kit: ClientKit, z: Any) -> Any:
+    """``(I - Pi1 Pi1_left) z``: the part of ``z`` in ``ker(Pi1_left)``, from the client kit alone.
+
+    Keys drawn here have ``Pi1 = a Q_S`` and ``N1 = Q_N`` with ``Q`` orthogonal, so this is the
+    orthogonal projection onto ``range(N1)``; for any left inverse it lies in ``ker(Pi1_left)``, which is
+    all exact decoding needs (seed 000 eq. 21: ``Pi1_left (Pi1 w + N1 r + e) = w`` for every such ``e``).
+    With ``z ~ N(0, sigma^2 I)`` the result has the law of ``N1 s`` with ``s ~ N(0, sigma^2 I_m)``; with
+    Laplace ``z`` each element is a mix of ``n~`` Laplace variables (same variance as ``(N1 s)_j``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from immersion.backends import make_backend
+    >>> from immersion.keys import draw_code
+    >>> code, be = draw_code(4, 3, kind="dense", rng=0), make_backend("torch", dtype="float64", device="cpu")
+    >>> kit = ClientKit(code.encoder(be), code.decoder(be))
+    >>> e = kernel_noise(kit, torch.ones(7, dtype=torch.float64))
+    >>> bool(kit.decode(e).abs().max() < 1e-12)
+    True
+    """
+    return z - kit.encode(kit.decode(z))
 
 
 def client_upload(kit: ClientKit | None, client: Client, received: Any, round_t: int) -> Any:
@@ -147,6 +176,8 @@ class SiflM1(FedAvg):
     delta: float = 1e-5
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     backend: Any = None
+    client_noise: bool = False             # each client adds its own noise in ker(Pi1_left) (see kernel_noise)
+    client_entropy: int | None = None      # simulation only: seeds the clients' noise (None: OS entropy)
 
     def setup(self, w0: Any) -> None:
         n = int(w0.numel())
@@ -161,6 +192,27 @@ class SiflM1(FedAvg):
         self.key_bytes = self.code.nbytes
         self.n_encoded = self.code.n_total
         self.w = w0.clone()
+        self._os_entropy = secrets.randbits(64)
+
+    def client_upload(self, client: Client, received: Any, round_t: int) -> Any:
+        """:func:`client_upload`, plus with ``client_noise`` the client's own noise in ``ker(Pi1_left)``.
+
+        ``z`` has the round noise's law and scale per entry (``noise``, ``noise_scale``), so each element
+        has the variance of the broadcast's round noise (M1, RM: that of the upload's too; M2's upload
+        noise is scaled by ``||Pi2^R||``). ``epsilon_local`` is unchanged (independent noise added to a
+        DP release is post-processing); ``privacy()`` adds ``epsilon_difference``. In this in-process
+        simulation client ``i`` seeds its generator with ``(client_entropy, round, i)``; a deployment
+        draws it on the client, from its own entropy.
+        """
+        upload = client_upload(self.kit, client, received, round_t)
+        if not self.client_noise:
+            return upload
+        entropy = self.client_entropy if self.client_entropy is not None else self._os_entropy
+        rng = np.random.default_rng([entropy, round_t, client.index])
+        draw = rng.laplace if self.noise == "laplace" else rng.normal
+        z = _torch().as_tensor(draw(0.0, self.noise_scale, tuple(upload.shape)), dtype=upload.dtype,
+                               device=upload.device)
+        return upload + kernel_noise(self.kit, z)
 
     def _fresh_noise(self, rows: tuple[int, ...] = ()) -> Any:
         return self._draw(rows + (self.code.n_noise,))
@@ -183,7 +235,13 @@ class SiflM1(FedAvg):
         return self._encode_noisy(self.w, self._fresh_noise())     # eq. 19, fresh offset every round
 
     def kit_arrays(self) -> dict[str, np.ndarray]:
+        self._refuse_client_noise_remotely()
         return ClientKit.arrays(self.code, None)
+
+    def _refuse_client_noise_remotely(self) -> None:
+        if self.client_noise:
+            raise InvalidArgumentError("client_noise", "only the local engine supports it (the Flower handshake "
+                                       "sends the kit before the noise scale is calibrated)")
 
     def state(self) -> dict[str, np.ndarray]:
         return {"w": self.w.numpy(), "noise": np.frombuffer(self._noise.get_state(), dtype=np.uint8),
@@ -223,8 +281,26 @@ class SiflM1(FedAvg):
         sigma_bar = self._noise_rows() * self.noise_scale
         local = self._epsilons(self._sensitivity_rows(2 * self.clip / min(sizes)), sigma_bar)
         glob = self._epsilons(self._sensitivity_rows(2 * self.clip / sum(sizes)), sigma_bar)
-        return {"epsilon_local": float(local.max()), "epsilon_global": float(glob.max()), "noise": self.noise,
-                "delta": None if self.noise == "laplace" else self.delta}
+        out = {"epsilon_local": float(local.max()), "epsilon_global": float(glob.max()), "noise": self.noise,
+               "delta": None if self.noise == "laplace" else self.delta}
+        if self.client_noise:
+            out["epsilon_difference"] = self._epsilon_difference(sizes)
+        return out
+
+    def _epsilon_difference(self, sizes: list[int]) -> float | None:
+        """Per-element epsilon of the difference of two uploads with ``client_noise`` (Gaussian only).
+
+        The shared round noise cancels; what is left is ``N1 (s_i - s_k)`` with independent
+        ``s ~ N(0, sigma^2 I_m)`` (see :func:`kernel_noise`), so eq. 44 applies with
+        ``sigma_bar_j = sqrt(2) sigma ||N1^j||_2`` and the sensitivity of one upload. For Laplace the
+        client noise is not the law of seed 000 Theorem 1: no epsilon is claimed (None). Without
+        ``client_noise`` the difference is noise-free (no finite epsilon).
+        """
+        if self.noise != "gaussian":
+            return None
+        sigma_bar = np.sqrt(2.0) * self.code.row_stats().l2_noise * self.noise_scale
+        sens = self._sensitivity_rows(2 * self.clip / min(sizes))
+        return float(gaussian_epsilon(sens, sigma_bar, self.delta).max())
 
 
 @dataclass
@@ -255,6 +331,7 @@ class SiflM2(SiflM1):
         return self._encode_noisy(self.w_bar, self._fresh_noise((self.p,)))   # eq. 26: p encoded columns
 
     def kit_arrays(self) -> dict[str, np.ndarray]:
+        self._refuse_client_noise_remotely()
         return ClientKit.arrays(self.code, self._pi2_right_array)
 
     def state(self) -> dict[str, np.ndarray]:
@@ -318,16 +395,29 @@ class SchemeOptions:
     block_size: int = 8
     noise: str = "laplace"
     delta: float = 1e-5
+    client_noise: bool = False
 
     def sifl(self) -> dict[str, Any]:
         if self.noise not in ("laplace", "gaussian"):
             raise InvalidArgumentError("noise", f"expected 'laplace' or 'gaussian', got {self.noise!r}")
+        check_client_noise(self.client_noise)
         return {"backend": self.backend, "rng": self.rng, "epsilon_local": self.epsilon_local, "clip": self.clip,
-                "kind": self.kind, "block_size": self.block_size, "noise": self.noise, "delta": self.delta}
+                "kind": self.kind, "block_size": self.block_size, "noise": self.noise, "delta": self.delta,
+                "client_noise": self.client_noise}
+
+
+def check_client_noise(value: Any, scheme: str | None = None) -> None:
+    """Refuse a ``client_noise`` that is not a bool, or that is on for a scheme without round noise."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidArgumentError("client_noise", f"expected True or False, got {value!r}")
+    if value and scheme is not None:
+        raise InvalidArgumentError("client_noise", f"scheme {scheme!r} has no round noise to complement; "
+                                   "use sifl-m1, sifl-m2 or sifl-rm")
 
 
 def fedavg_scheme(options: SchemeOptions) -> FedAvg:
     """Plain FedAvg (the reference)."""
+    check_client_noise(options.client_noise, "fedavg")
     return FedAvg()
 
 
