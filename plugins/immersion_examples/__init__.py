@@ -18,11 +18,12 @@ def immersion_register_algorithms() -> list[AlgorithmSpec]:
 @hookimpl
 def immersion_register_commands() -> list[CommandSpec]:
     import click
+    from immersion.cli_types import FiniteFloatRange
 
     @click.command("controller")
     @click.option("--steps", type=click.IntRange(1), default=400, show_default=True, help="Control steps.")
-    @click.option("--epsilon-input", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
-    @click.option("--epsilon-output", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
+    @click.option("--epsilon-input", type=FiniteFloatRange(min=0, min_open=True), default=1e-3, show_default=True)
+    @click.option("--epsilon-output", type=FiniteFloatRange(min=0, min_open=True), default=1e-3, show_default=True)
     @click.option("--seed", type=int, default=0, show_default=True)
     @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="Write PNG plots into this folder.")

@@ -63,8 +63,10 @@ class Checkpoint:
             with np.load(path, allow_pickle=False) as data:
                 arrays = {k: data[k] for k in data.files}
             meta = json.loads(arrays.pop("meta").tobytes().decode())
-        except (OSError, ValueError, KeyError) as exc:
-            raise KeyFileError(f"checkpoint: cannot read {path} ({exc})") from None
+            if not isinstance(meta, dict) or not {"cfg", "keys_sha256", "next_round", "history", "privacy"} <= set(meta):
+                raise ValueError("no checkpoint metadata")
+        except Exception as exc:  # noqa: BLE001 - missing, truncated or altered: numpy's npy/zip parsers raise many kinds
+            raise KeyFileError(f"checkpoint: cannot read {path} ({type(exc).__name__}: {exc})") from None
         if meta["cfg"] != self.cfg_json:
             raise KeyFileError(f"checkpoint: {path} belongs to another configuration; resume with the same options")
         if meta["keys_sha256"] != _digest(self._keys(server)):

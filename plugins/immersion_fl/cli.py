@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
+from immersion.cli_types import SEED, FiniteFloatRange, json_safe
 from immersion.plugin_manager import registry
 
 SCHEMES = tuple(sorted(registry().fl_schemes))
@@ -17,9 +19,10 @@ def _hidden(value: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(v) for v in value.split(",") if v.strip())
     except ValueError:
-        raise click.BadParameter(f"{value!r}: expected comma-separated layer sizes, e.g. 200,200") from None
+        raise click.BadParameter(f"{value!r}: expected comma-separated layer sizes, e.g. 200,200",
+                                 param_hint="--hidden") from None
     if not sizes or min(sizes) < 1:
-        raise click.BadParameter(f"{value!r}: expected positive layer sizes")
+        raise click.BadParameter(f"{value!r}: expected positive layer sizes", param_hint="--hidden")
     return sizes
 
 
@@ -37,45 +40,45 @@ def fl_group() -> None:
 @click.option("--rounds", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--local-epochs", type=click.IntRange(1), default=1, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True)
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=0.05, show_default=True)
+@click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=0.05, show_default=True)
 @click.option("--dataset", default="digits", show_default=True, help="digits, digits28, mnist:PATH or fashion:PATH.")
 @click.option("--split", type=click.Choice(["iid", "dirichlet"]), default="iid", show_default=True)
-@click.option("--alpha", type=click.FloatRange(min=0, min_open=True), default=0.5, show_default=True,
+@click.option("--alpha", type=FiniteFloatRange(min=0, min_open=True), default=0.5, show_default=True,
               help="Dirichlet concentration for --split dirichlet.")
 @click.option("--extra", type=click.IntRange(1), default=None,
               help="Added dimensions n~ - n (default: 201 for M1/M2 as in the paper's MLP, 1 for sifl-rm).")
 @click.option("--p", "p", type=click.IntRange(2), default=2, show_default=True, help="Aggregator columns (sifl-m2).")
-@click.option("--epsilon-local", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+@click.option("--epsilon-local", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="Per-element epsilon of each upload (seed 000 Theorem 1 or 2).")
 @click.option("--noise", type=click.Choice(["auto", "laplace", "gaussian", "on", "off"]), default="auto",
               show_default=True,
               help="SIFL: laplace or gaussian (auto: laplace). mpdp, sgd-dp, gsgd-dp, gd-dp: on or off (auto: on).")
-@click.option("--delta", type=click.FloatRange(0, 0.5, min_open=True), default=1e-5,
+@click.option("--delta", type=FiniteFloatRange(0, 0.5, min_open=True), default=1e-5,
               show_default=True, help="Delta for --noise gaussian (SIFL), of mpdp's per-round guarantee and of the "
               "sgd-dp, gsgd-dp, gd-dp run.")
-@click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+@click.option("--epsilon", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="mpdp: per-round epsilon (seed 004 Eq. 23); sgd-dp, gsgd-dp, gd-dp: total over all rounds.")
-@click.option("--grad-clip", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+@click.option("--grad-clip", type=FiniteFloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="sgd-dp, gsgd-dp, gd-dp: per-example gradient clip C (seed 001).")
-@click.option("--sigma2", type=click.FloatRange(min=0), default=None,
+@click.option("--sigma2", type=FiniteFloatRange(min=0), default=None,
               help="sgd-dp, gsgd-dp, gd-dp: per-user noise variance (WF-NA floor); default: calibrated to --epsilon.")
 @click.option("--graph", default="complete", show_default=True,
               help="mpdp: neighbour graph for pairwise noise, complete or nout:N (Theorems 10, 11).")
 @click.option("--mask-corrections/--no-mask-corrections", default=True, show_default=True,
               help="mpdp: the server sees only the sum of Psi and Phi (off: the paper's clear upload).")
-@click.option("--sensitivity", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+@click.option("--sensitivity", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="mpdp: assumed per-record sensitivity (the paper's S_f = 1; the run reports the observed one).")
-@click.option("--clip", type=click.FloatRange(min=0, min_open=True), default=100.0, show_default=True,
+@click.option("--clip", type=FiniteFloatRange(min=0, min_open=True), default=100.0, show_default=True,
               help="Client model norm bound C (sensitivity 2C/|D_i|, seed 000 Remark 3; the paper uses 1000).")
 @click.option("--keys", type=click.Choice(["auto", "dense", "block"]), default="auto", show_default=True)
 @click.option("--block-size", type=click.IntRange(1), default=8, show_default=True,
               help="Block size of structured keys (transforms are memory-bound: smaller is faster).")
 @click.option("--engine", type=click.Choice(["local", "flower"]), default="local", show_default=True,
               help="local: clients in this process; flower: Flower ClientApps on Flower's simulation runtime.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--compare-plain/--no-compare-plain", default=True, show_default=True,
               help="Run plain FedAvg in lockstep with the same batches.")
-@click.option("--client-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--client-timeout", type=FiniteFloatRange(min=0, min_open=True, max=threading.TIMEOUT_MAX), default=None,
               help="Seconds a client may take before it is left out of the round.")
 @click.option("--inject-fault", "inject", multiple=True, metavar="CLIENT:ROUND:KIND",
               help="Make a client fail on purpose (raise, timeout, malformed, wrong-shape).")
@@ -93,16 +96,22 @@ def fl_run(hidden: str, plot_dir: Path | None, as_json: bool, engine: str, injec
     cfg = RunConfig(hidden=_hidden(hidden), **options)
     if engine == "flower" and (checkpoint or resume):
         raise click.UsageError("--checkpoint/--resume work with --engine local")
-    result = run_federated(cfg, engine=engine, progress=progress_bar(cfg.rounds), faults=FaultPlan.parse(inject),
-                           checkpoint=checkpoint, resume=resume)
+    try:
+        result = run_federated(cfg, engine=engine, progress=progress_bar(cfg.rounds), faults=FaultPlan.parse(inject),
+                               checkpoint=checkpoint, resume=resume)
+    except RuntimeError as exc:   # the engine's "every client failed" (e.g. an --lr so large that training diverges)
+        if "every client failed" not in str(exc):
+            raise
+        raise click.ClickException(f"{exc} (see the reasons above; check --lr, --clip, --epsilon-local, "
+                                   "--client-timeout)") from None
     out = result.summary()
     out["engine"] = engine
     if plot_dir is not None:
         from .plots import write_fl_plots
 
         out["plots"] = [str(p) for p in write_fl_plots(result, plot_dir)]
-    if as_json:
-        click.echo(json.dumps(out))
+    if as_json:   # strict JSON: an infinite epsilon (no noise) is null
+        click.echo(json.dumps(json_safe(out)))
         return
     keys = ["scheme", "optimizer", "model", "n_params", "n_encoded", "key_bytes", "max_abs_diff_vs_plain",
             "accuracy", "accuracy_plain", "round_time_ratio", "epsilon_local", "epsilon_global"]
@@ -142,4 +151,4 @@ def bench_sifl(rounds: int, scheme: str, dataset: str, local_epochs: int, as_jso
     plain = float(np.median(result.round_s_plain))
     out.update({"plain_round_s_median": plain, "codec_s_per_round": codec,
                 "round_time_ratio_from_codec": (plain + codec) / plain})
-    click.echo(json.dumps(out) if as_json else "\n".join(f"  {k:24s} {v}" for k, v in out.items()))
+    click.echo(json.dumps(json_safe(out)) if as_json else "\n".join(f"  {k:24s} {v}" for k, v in out.items()))

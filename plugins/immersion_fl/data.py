@@ -6,7 +6,9 @@ Nothing is downloaded. ``digits`` (8x8) can be upsampled to 28x28 so that the pa
 from __future__ import annotations
 
 import gzip
+import math
 import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,14 +63,17 @@ def load_digits_dataset(*, size: int = 8, test_fraction: float = 0.2, seed: int 
 
 def _read_idx(path: Path) -> np.ndarray:
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:  # type: ignore[operator]
-        header = fh.read(4)
-        if len(header) != 4 or header[:2] != b"\x00\x00" or header[2] != 0x08:
-            raise InvalidArgumentError("dataset", f"{path} is not an IDX file of unsigned bytes")
-        ndim = header[3]
-        shape = struct.unpack(">" + "I" * ndim, fh.read(4 * ndim))
-        data = np.frombuffer(fh.read(), dtype=np.uint8)
-    if data.size != int(np.prod(shape)):
+    try:
+        with opener(path, "rb") as fh:  # type: ignore[operator]
+            header = fh.read(4)
+            if len(header) != 4 or header[:2] != b"\x00\x00" or header[2] != 0x08:
+                raise InvalidArgumentError("dataset", f"{path} is not an IDX file of unsigned bytes")
+            ndim = header[3]
+            shape = struct.unpack(">" + "I" * ndim, fh.read(4 * ndim))
+            data = np.frombuffer(fh.read(), dtype=np.uint8)
+    except (OSError, EOFError, zlib.error, struct.error) as exc:   # unreadable, truncated or corrupt (gzip)
+        raise InvalidArgumentError("dataset", f"{path} is truncated or corrupt ({exc})") from None
+    if data.size != math.prod(shape):
         raise InvalidArgumentError("dataset", f"{path} is truncated: {data.size} bytes for shape {shape}")
     return data.reshape(shape)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import socket
 import subprocess
 import sys
@@ -9,12 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import click
+from immersion.cli_types import FiniteFloatRange
 
 
 def _free_loopback_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+#: Parameters eqs. 47-48 divide by.
+_DIVISORS = ("theta1", "theta2", "V1", "V2")
 
 
 def _parameters(overrides: tuple[str, ...]) -> Any:
@@ -34,6 +40,9 @@ def _parameters(overrides: tuple[str, ...]) -> Any:
             values[name] = float(raw)
         except ValueError:
             raise click.BadParameter(f"{item!r}: {raw!r} is not a number", param_hint="--set") from None
+        if not math.isfinite(values[name]) or (name in _DIVISORS and values[name] == 0):
+            raise click.BadParameter(f"{item!r}: expected a finite number{' other than 0' * (name in _DIVISORS)}",
+                                     param_hint="--set")
     defaults = ReactorParameters()
     initial = (values.pop("x1_0", defaults.initial_state[0]), values.pop("x2_0", defaults.initial_state[1]))
     return ReactorParameters(initial_state=initial, **values)
@@ -50,12 +59,12 @@ def _remote_factory(address: str, dt: float, timeout_s: float) -> Any:
 @click.command("reactor")
 @click.option("--steps", type=click.IntRange(1), default=2000, show_default=True,
               help="Controller samples (2000 = 20 s at dt 0.01).")
-@click.option("--dt", type=click.FloatRange(min=0, min_open=True, max=1.0), default=0.01, show_default=True,
+@click.option("--dt", type=FiniteFloatRange(min=0, min_open=True, max=1.0), default=0.01, show_default=True,
               help="Sampling period h of the controller [s].")
 @click.option("--substeps", type=click.IntRange(1), default=10, show_default=True,
               help="Plant Euler sub-steps per sample.")
-@click.option("--epsilon-input", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
-@click.option("--epsilon-output", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
+@click.option("--epsilon-input", type=FiniteFloatRange(min=0, min_open=True), default=1e-3, show_default=True)
+@click.option("--epsilon-output", type=FiniteFloatRange(min=0, min_open=True), default=1e-3, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write the PNGs of Figs. 8-12 into this folder.")
@@ -72,6 +81,8 @@ def reactor_command(steps: int, dt: float, substeps: int, epsilon_input: float, 
     from .simulation import run_reactor, summary
 
     params = _parameters(overrides)
+    if connect is not None and "://" not in connect:
+        raise click.BadParameter(f"{connect!r}: expected a ZeroMQ address such as tcp://HOST:PORT", param_hint="--connect")
 
     server = None
     address = connect

@@ -47,8 +47,8 @@ class Setting:
                 raise InvalidArgumentError(name, f"expected >= 1, got {getattr(self, name)}")
         if self.batch > self.samples:
             raise InvalidArgumentError("batch", f"expected <= samples ({self.samples}), got {self.batch}")
-        if not self.clip > 0:
-            raise InvalidArgumentError("clip", f"expected > 0, got {self.clip}")
+        if not (self.clip > 0 and 0 < self.clip * self.clip < math.inf):   # every bound uses C^2
+            raise InvalidArgumentError("clip", f"expected > 0 with a finite, non-zero square, got {self.clip}")
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,11 @@ def sgd_guarantee(s: Setting, sigma2: float, delta: float, *, rounds: int = 1) -
     multiplier = math.sqrt(s.users * _positive(sigma2, "sigma2")) * s.batch / (2 * s.clip)
     accountant = rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
     event = dpa.SampledWithoutReplacementDpEvent(s.samples, s.batch, dpa.GaussianDpEvent(multiplier))
-    accountant.compose(dpa.SelfComposedDpEvent(event, rounds))
-    eps, order = accountant.get_epsilon_and_optimal_order(delta)
+    try:
+        accountant.compose(dpa.SelfComposedDpEvent(event, rounds))
+        eps, order = accountant.get_epsilon_and_optimal_order(delta)
+    except (ArithmeticError, ValueError) as exc:   # dp-accounting's float math fails at extreme multipliers
+        raise InvalidArgumentError("sigma2", f"noise multiplier sqrt(N sigma2) B / (2 C) = {multiplier:.3g} is outside "
+                                   f"the range dp-accounting can evaluate ({exc}); check sigma2 and the clip") from None
     return Guarantee(float(eps), delta, float(order), rounds, math.inf,
                      "SGD + IID sampling + isotropic Gaussian (dp-accounting, sampling without replacement)")

@@ -5,6 +5,7 @@ import json
 import math
 
 import click
+from immersion.cli_types import FiniteFloatRange
 
 
 @click.group("dp")
@@ -18,14 +19,14 @@ def dp_group() -> None:
 @click.option("--users", type=click.IntRange(1), required=True, help="N, users whose updates are summed.")
 @click.option("--samples", type=click.IntRange(1), required=True, help="D, records per user.")
 @click.option("--batch", type=click.IntRange(1), required=True, help="B, the covariance scale of Gaussian sampling.")
-@click.option("--clip", type=click.FloatRange(min=0, min_open=True), required=True, help="C, per-example clip norm.")
-@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), required=True)
+@click.option("--clip", type=FiniteFloatRange(min=0, min_open=True), required=True, help="C, per-example clip norm.")
+@click.option("--delta", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), required=True)
 @click.option("--rounds", type=click.IntRange(1), default=1, show_default=True, help="T (RDP adds over rounds).")
-@click.option("--lambda-min", "lambda_min", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--lambda-min", "lambda_min", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Theorem 2: a lower bound on every user's lambda_min(G G^T / D); Lambda = N * this.")
-@click.option("--lambda-sum", "lambda_sum", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--lambda-sum", "lambda_sum", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Theorem 2: Lambda, the sum over users of lambda_min(G_i G_i^T / D).")
-@click.option("--sigma2", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--sigma2", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Theorem 4: the WF-NA eigenvalue floor sigma^2 on G G^T / (B D).")
 @click.option("--strict-range", is_flag=True, help="Theorem 4: the paper's stated range alpha < N D sigma^2 / (2 C^2).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

@@ -82,7 +82,8 @@ def calibrate(scheme: str, s: Setting, epsilon: float, delta: float, rounds: int
     while account(scheme, s, hi, delta, rounds).epsilon > epsilon:
         hi *= 10
         if hi > 1e12:
-            raise InvalidArgumentError("epsilon", f"{scheme} cannot reach epsilon {epsilon} with any noise")
+            raise InvalidArgumentError("epsilon", f"{scheme} cannot reach epsilon {epsilon} with any noise "
+                                       f"(sigma2 <= 1e12) at grad_clip {s.clip:g}")
     while hi / lo > 1.001:
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if account(scheme, s, mid, delta, rounds).epsilon > epsilon else (lo, mid)

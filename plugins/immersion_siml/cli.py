@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
+from immersion.cli_types import SEED, FiniteFloatRange
 
 from .models import MODEL_NAMES
 
@@ -18,24 +19,24 @@ def _plan_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--model", type=click.Choice(MODEL_NAMES), default="mlp64", show_default=True,
                      help="Seed 002 Table I model (digits-sized on digits)."),
         click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default="adam", show_default=True),
-        click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=None,
+        click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=None,
                      help="Learning rate [default: 0.001 for adam (the paper's), 0.05 for sgd]."),
         click.option("--epochs", type=click.IntRange(1), default=10, show_default=True, help="T (the paper: 50)."),
         click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True),
         click.option("--sync", type=click.Choice(["epoch", "batch"]), default="epoch", show_default=True,
                      help="One target step per epoch (eq. 39's t) or per mini-batch (eqs. 40-41)."),
         click.option("--dataset", default="digits", show_default=True, help="digits, digits28, mnist:PATH or fashion:PATH."),
-        click.option("--epsilon-data", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+        click.option("--epsilon-data", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
                      help="Per-element DP target of each encoded sample (Theorem 1)."),
-        click.option("--epsilon-model", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+        click.option("--epsilon-model", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
                      help="Per-element DP target of the encoded model (Theorem 1)."),
-        click.option("--sensitivity-data", type=click.FloatRange(min=0, min_open=True), default=1.0,
+        click.option("--sensitivity-data", type=FiniteFloatRange(min=0, min_open=True), default=1.0,
                      show_default=True, help="L1 sensitivity of one sample (the paper's Delta^D)."),
-        click.option("--sensitivity-model", type=click.FloatRange(min=0, min_open=True), default=1000.0,
+        click.option("--sensitivity-model", type=FiniteFloatRange(min=0, min_open=True), default=1000.0,
                      show_default=True, help="L1 sensitivity of the model (the paper's Delta^w = C)."),
         click.option("--keys", "key_kind", type=click.Choice(["auto", "dense", "block"]), default="auto",
                      show_default=True),
-        click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
+        click.option("--seed", type=SEED, default=0, show_default=True,
                      help="Keys, noise, initial weights and batch order."),
     ]
     for option in reversed(options):
@@ -127,9 +128,11 @@ def encode_cmd(model: str, optimizer: str, lr: float | None, epochs: int, batch_
 
     plan, design = _plan_and_design(optimizer, lr, epochs, batch_size, sync, seed, epsilon_data, epsilon_model,
                                     sensitivity_data, sensitivity_model, key_kind)
-    for path in (keys_out, job_out):
+    for option, path in (("--keys-out", keys_out), ("--job-out", job_out)):
         if path.exists() and not force:
-            raise click.UsageError(f"{path} exists; pass --force to replace it")
+            raise click.UsageError(f"{option}: {path} exists; pass --force to replace it")
+        if not path.parent.is_dir():   # checked before anything is written: no keys without their job file
+            raise click.UsageError(f"{option}: folder {path.parent} does not exist")
     data = load_dataset(dataset, seed=seed)
     user, job, _ = prepare_job(model, torch.as_tensor(data.x_train), torch.as_tensor(data.y_train), plan,
                                design=design, init_seed=seed, rng=None if secure else seed, secure=secure,
@@ -158,6 +161,8 @@ def serve_cmd(job_file: Path, out_file: Path, device: str | None, force: bool) -
     job = load_job(job_file)
     if out_file.exists() and not force:
         raise click.UsageError(f"{out_file} exists; pass --force to replace it")
+    if not out_file.parent.is_dir():   # checked before training, not after
+        raise click.UsageError(f"--out: folder {out_file.parent} does not exist")
     target = job.target(device=device)
     be = target.backend
     epochs = job.plan.epochs
@@ -179,7 +184,7 @@ def serve_cmd(job_file: Path, out_file: Path, device: str | None, force: bool) -
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the decoded parameter vector here (.npy).")
 @click.option("--evaluate", "eval_dataset", default=None, help="Report test accuracy on this dataset (e.g. digits).")
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Dataset split seed for --evaluate.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Dataset split seed for --evaluate.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def decode_cmd(keys_file: Path, job_file: Path, model_in: Path, out_file: Path | None, eval_dataset: str | None,
                seed: int, as_json: bool) -> None:
@@ -211,19 +216,19 @@ def decode_cmd(keys_file: Path, job_file: Path, model_in: Path, out_file: Path |
 @click.option("--model", type=click.Choice(MODEL_NAMES), default="nn-x2", show_default=True,
               help="CKKS runs on nn-x2 only.")
 @click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default="adam", show_default=True)
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="[default: 0.001 for adam, 0.05 for sgd]")
 @click.option("--epochs", type=click.IntRange(1), default=10, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True)
 @click.option("--sync", type=click.Choice(["epoch", "batch"]), default="epoch", show_default=True,
               help="SIML's headline sync (both are measured).")
 @click.option("--dataset", default="digits", show_default=True)
-@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=1e-5, show_default=True,
+@click.option("--delta", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=1e-5, show_default=True,
               help="DP-SGD's delta.")
 @click.option("--repeats", type=click.IntRange(1), default=3, show_default=True)
 @click.option("--ckks-samples", type=click.IntRange(1), default=4, show_default=True)
 @click.option("--no-baselines", is_flag=True, help="Plain and SIML only.")
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

@@ -44,6 +44,8 @@ class TrainingPlan:
                 raise InvalidArgumentError(name, f"expected an integer >= 1, got {value!r}")
         if self.sync not in SYNC_MODES:
             raise InvalidArgumentError("sync", f"expected one of {SYNC_MODES}, got {self.sync!r}")
+        if isinstance(self.order_seed, bool) or not isinstance(self.order_seed, (int, np.integer)) or self.order_seed < 0:
+            raise InvalidArgumentError("order_seed", f"expected an integer >= 0, got {self.order_seed!r}")
 
     def batches(self, n_samples: int) -> list[list[np.ndarray]]:
         """Index arrays of every mini-batch, epoch by epoch (a fresh shuffle per epoch; last batch may be short).

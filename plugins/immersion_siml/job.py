@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from immersion import ImmersionError, InvalidArgumentError, Keys
-from immersion._files import read_signed, write_signed
+from immersion._files import as_path, read_signed, write_signed
 from immersion.backends import make_backend
 from immersion.coding import Immersion
 from immersion.keygen import draw_geometry, split_rng, validated_design
@@ -138,7 +138,7 @@ def decode_model(user: Immersion, encoded_model: Any, encoded_first_sample: Any)
 
 
 def _checked_path(path: str | os.PathLike[str], overwrite: bool) -> Path:
-    target = Path(path)
+    target = as_path(path)
     if target.is_dir():
         raise SimlFileError(f"path: {target} is a folder; give a file name")
     if target.exists() and not overwrite:
@@ -150,6 +150,8 @@ def _checked_path(path: str | os.PathLike[str], overwrite: bool) -> Path:
 
 def save_job(job: SimlJob, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
     """Write the job file for the service (atomic, mode 0600)."""
+    if not isinstance(job, SimlJob):
+        raise InvalidArgumentError("job", f"expected a SimlJob, got {type(job).__name__}")
     target = _checked_path(path, overwrite)
     meta = {"model": job.model, "image_shape": list(job.image_shape), "n_classes": job.n_classes,
             "plan": dataclasses.asdict(job.plan), "keys": keys_meta(job.public_keys)}
@@ -161,15 +163,32 @@ def save_job(job: SimlJob, path: str | os.PathLike[str], *, overwrite: bool = Fa
 
 def load_job(path: str | os.PathLike[str]) -> SimlJob:
     """Read a job file written by :func:`save_job`; refuse foreign, truncated or modified files."""
-    source = Path(path)
+    source = as_path(path)
     meta, arrays = read_signed(source, JOB_MAGIC, what="SIML job", error=SimlFileError, private=False)
     try:
         plan = TrainingPlan(**meta["plan"])
         keys = keys_from_arrays(meta["keys"], arrays, source=source)
-        return SimlJob(str(meta["model"]), tuple(int(s) for s in meta["image_shape"]),  # type: ignore[arg-type]
-                       int(meta["n_classes"]), plan, keys, arrays["encoded_dataset"], arrays["encoded_state"])
+        image_shape = tuple(int(s) for s in meta["image_shape"])
+        n_classes = int(meta["n_classes"])
+        if len(image_shape) != 3 or min(image_shape) < 1 or n_classes < 1:
+            raise ValueError(f"image shape {image_shape} and {n_classes} classes")
+        if SampleLayout(image_shape, n_classes).n_sample != keys.dims["n_input"]:  # type: ignore[arg-type]
+            raise ValueError(f"samples of {image_shape} images and {n_classes} classes do not fit the keys")
+        dataset = _finite(arrays["encoded_dataset"], "encoded_dataset", (None, keys.input_code.n_total))
+        state = _finite(arrays["encoded_state"], "encoded_state", (keys.state_code.n_total,))
+        return SimlJob(str(meta["model"]), image_shape, n_classes, plan, keys, dataset, state)  # type: ignore[arg-type]
     except (KeyError, TypeError, ValueError) as exc:
         raise SimlFileError(f"path: {source} is malformed ({exc})") from None
+
+
+def _finite(arr: np.ndarray, name: str, shape: tuple[int | None, ...]) -> np.ndarray:
+    """``arr`` as float64 if it is a finite real array of ``shape`` (``None``: any length >= 1)."""
+    if (arr.dtype.kind not in "fiu" or arr.ndim != len(shape) or arr.size == 0
+            or any(want is not None and got != want for got, want in zip(arr.shape, shape, strict=True))):
+        raise ValueError(f"{name} is not a real array of shape {shape}: {arr.dtype}, {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr.astype(np.float64)
 
 
 def save_encoded_model(encoded_model: Any, path: str | os.PathLike[str], *, info: dict[str, Any],
@@ -182,8 +201,11 @@ def save_encoded_model(encoded_model: Any, path: str | os.PathLike[str], *, info
 
 def load_encoded_model(path: str | os.PathLike[str]) -> tuple[np.ndarray, dict[str, Any]]:
     """``(w~*, info)`` from a file written by :func:`save_encoded_model`."""
-    source = Path(path)
+    source = as_path(path)
     info, arrays = read_signed(source, MODEL_MAGIC, what="SIML encoded-model", error=SimlFileError, private=False)
-    if "encoded_model" not in arrays:
-        raise SimlFileError(f"path: {source} is malformed (no encoded_model)")
-    return arrays["encoded_model"], info
+    try:
+        if not isinstance(info, dict):
+            raise ValueError("its info is not a JSON object")
+        return _finite(arrays["encoded_model"], "encoded_model", (None,)), info
+    except (KeyError, ValueError) as exc:
+        raise SimlFileError(f"path: {source} is malformed ({exc})") from None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from immersion import InvalidArgumentError, Keys
+from immersion import InvalidArgumentError, Keys, NonFiniteError
 
 from .dynamics import OptimizerDynamics, TrainingPlan, run_plan
 
@@ -103,11 +103,29 @@ class TargetOptimizer:
         if tuple(encoded_state.shape) != (self.n_state_encoded,):
             raise InvalidArgumentError("encoded_state", f"expected shape ({self.n_state_encoded},), "
                                                         f"got {tuple(encoded_state.shape)}")
+        if encoded_dataset.ndim == 2 and encoded_dataset.shape[0] == 0:
+            raise InvalidArgumentError("encoded_dataset", "has no samples")
+        for name, value in (("encoded_state", encoded_state), ("encoded_dataset", encoded_dataset)):
+            if not self.backend.all_finite(value):
+                raise NonFiniteError(name, "contains NaN or inf")
         images, targets = self.decoded_dataset(encoded_dataset)
+        if not (self.backend.all_finite(images) and self.backend.all_finite(targets)):
+            raise NonFiniteError("encoded_dataset", "is too large: decoding it overflows to inf or NaN")
         state_out = self._state_out
+
+        def checked_epoch(epoch: int, xt: Any) -> None:
+            if not self.backend.all_finite(xt):
+                raise NonFiniteError("plan", f"training diverged to NaN or inf in epoch {epoch + 1} "
+                                             "(a learning rate or data too large)")
+            if on_epoch is not None:
+                on_epoch(epoch, xt)
+
         final = run_plan(self.dynamics, encoded_state, images, targets, plan, read_state=self._state_in,
-                         apply_change=lambda xt, dx: xt + state_out(dx), on_epoch=on_epoch)
-        return self.output(final, encoded_dataset[0]), final
+                         apply_change=lambda xt, dx: xt + state_out(dx), on_epoch=checked_epoch)
+        out = self.output(final, encoded_dataset[0])
+        if not (self.backend.all_finite(out) and self.backend.all_finite(final)):
+            raise NonFiniteError("plan", "training diverged to NaN or inf (a learning rate or data too large)")
+        return out, final
 
     def output(self, encoded_state: Any, encoded_first_sample: Any) -> Any:
         """``w~* = Pi3 w_T + Pi4 y~_0`` (eq. 44, output map)."""

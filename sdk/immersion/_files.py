@@ -12,6 +12,15 @@ from typing import Any
 import numpy as np
 
 
+def as_path(value: Any, name: str = "path") -> Path:
+    """``value`` as a :class:`~pathlib.Path`, or an :class:`InvalidArgumentError` naming ``name``."""
+    from .errors import InvalidArgumentError
+
+    if not isinstance(value, (str, os.PathLike)) or not isinstance(os.fspath(value), str) or "\0" in os.fspath(value):
+        raise InvalidArgumentError(name, f"expected a file path (str or os.PathLike without NUL bytes), got {value!r}")
+    return Path(value)
+
+
 def write_private(path: Path, payload: bytes, *, prefix: str = ".tmp-") -> None:
     """Write ``payload`` to ``path`` with mode 0600, atomically: a crash never leaves a partial file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
@@ -62,6 +71,6 @@ def read_signed(source: Path, magic: bytes, *, what: str, error: type[Exception]
         with np.load(io.BytesIO(payload), allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
         meta = json.loads(arrays.pop("__meta__").tobytes().decode())
-    except (KeyError, ValueError, OSError) as exc:
-        raise error(f"path: {source} is malformed ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - numpy's npy/zip parsers raise many kinds on a forged payload
+        raise error(f"path: {source} is malformed ({type(exc).__name__}: {exc})") from None
     return meta, arrays

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from typing import Any
 
 import numpy as np
@@ -29,11 +30,19 @@ def positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
     return int(value)
 
 
+def as_float(value: Any) -> float:
+    """``float(value)``, with ``inf`` for an integer beyond float64 (instead of an OverflowError)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def positive_float(name: str, value: Any, *, allow_zero: bool = False) -> float:
     """Return ``value`` as a finite float > 0 (or >= 0) or raise naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgumentError(name, f"expected a positive number, got {value!r}")
-    out = float(value)
+    out = as_float(value)
     if not np.isfinite(out) or out < 0 or (out == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise InvalidArgumentError(name, f"expected a finite number {bound}, got {value!r}")
@@ -48,17 +57,28 @@ def probability(name: str, value: Any) -> float:
     return out
 
 
+#: dtype kinds accepted as numbers: bool, signed/unsigned integer, float, and object (checked entry by entry).
+_NUMERIC_KINDS = "biufO"
+
+
 def finite_array(name: str, value: Any, *, last_dim: int | None = None,
                  ndim: int | None = None) -> np.ndarray:
     """Convert ``value`` to a float64 array, checking its trailing length and finiteness."""
-    if isinstance(value, np.ndarray) and value.dtype == np.float64:
+    if type(value) is np.ndarray and value.dtype == np.float64:
         arr = value                               # fast path: the common case on every step
     else:
-        if np.iscomplexobj(value):
-            raise InvalidArgumentError(name, "expected real numbers, got complex values")
+        if isinstance(value, np.ma.MaskedArray):  # masked entries are missing values
+            value = np.ma.filled(value.astype(np.float64), np.nan) if value.dtype.kind in "biuf" else value.data
         try:
-            arr = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
+            raw = np.asarray(value)
+            if raw.dtype.kind == "c":
+                raise InvalidArgumentError(name, "expected real numbers, got complex values")
+            if raw.dtype.kind not in _NUMERIC_KINDS:
+                raise InvalidArgumentError(name, f"expected an array of numbers, got dtype {raw.dtype}")
+            arr = raw.astype(np.float64)
+        except (TypeError, ValueError, OverflowError) as exc:
+            if isinstance(exc, InvalidArgumentError):
+                raise
             raise InvalidArgumentError(name, f"expected an array of numbers ({exc})") from None
     if ndim is not None and arr.ndim != ndim:
         raise InvalidArgumentError(name, f"expected {ndim} dimension(s), got shape {arr.shape}")
@@ -77,6 +97,10 @@ def backend_array(backend: Any, name: str, value: Any, *, last_dim: int, ndim: i
     :func:`finite_array`.
     """
     if backend.is_array(value) and not isinstance(value, np.ndarray):
+        if getattr(value, "is_complex", lambda: False)():
+            raise InvalidArgumentError(name, "expected real numbers, got complex values")
+        if str(getattr(value, "layout", "torch.strided")) != "torch.strided" or getattr(value, "is_meta", False):
+            raise InvalidArgumentError(name, "expected a dense tensor holding values (not sparse, not meta)")
         if value.ndim == 0 or value.shape[-1] != last_dim or (ndim is not None and value.ndim != ndim):
             want = f"({last_dim},)" if ndim == 1 else f"(..., {last_dim})"
             raise InvalidArgumentError(name, f"expected shape {want}, got {tuple(value.shape)}")
@@ -91,3 +115,30 @@ def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise InvalidArgumentError(name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
     return str(value)
+
+
+def finite_result(backend: Any, name: str, value: Any, what: str) -> Any:
+    """``value`` (a result computed from finite inputs) if finite; else a :class:`NonFiniteError` naming ``name``.
+
+    Huge but finite inputs can overflow to inf (or NaN) once multiplied by the keys: that must raise,
+    not propagate.
+    """
+    if backend.all_finite(value):
+        return value
+    raise NonFiniteError(name, f"is too large: {what} overflows to inf or NaN in {backend.dtype_name}")
+
+
+def physical_memory() -> float:
+    """Bytes of physical memory (inf where the OS does not say)."""
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return math.inf
+
+
+def vector_fits(name: str, value: int, entries: int, what: str = "one encoded vector") -> None:
+    """Refuse sizes for which ``what`` (``entries`` float64 numbers) could not fit in memory, naming ``name``."""
+    memory = physical_memory()
+    if 8 * entries > memory:
+        raise InvalidArgumentError(name, f"{value} is too large: {what} needs {entries} float64 entries, more than "
+                                   f"this machine's {memory / 2**30:.0f} GiB of memory")

@@ -12,17 +12,24 @@ from typing import Any
 import click
 
 from . import __version__
+from .cli_types import FiniteFloatRange, json_safe
 from .errors import ImmersionError
 
 
 class _Group(click.Group):
-    """A click group that turns the SDK's own errors into a one-line message and exit code 2."""
+    """A click group that turns the SDK's own errors into a one-line message and exit code 2.
+
+    Errors of the machine (a file that cannot be written, memory that cannot be had) get a
+    one-line message and exit code 1; anything else is a bug and keeps its traceback.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except ImmersionError as exc:
             raise click.UsageError(str(exc)) from None
+        except (OSError, MemoryError) as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 
 
 @click.group(cls=_Group)
@@ -157,7 +164,7 @@ def _draw(params: dict[str, Any], rng: Any, secure: bool = False) -> Any:
 @_key_options
 @click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True)
 @click.option("--steps", type=click.IntRange(1), default=1, show_default=True, help="Compose over this many steps.")
-@click.option("--delta", type=click.FloatRange(0, 1, max_open=True), default=1e-6, show_default=True,
+@click.option("--delta", type=FiniteFloatRange(0, 1, max_open=True), default=1e-6, show_default=True,
               help="Delta for the composition (0 <= delta < 1).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -173,8 +180,8 @@ def report_cmd(dtype: str, steps: int, delta: float, seed: int, as_json: bool, *
     if steps > 1:
         out["composed"] = {"steps": steps, **report.composed(steps, delta=delta)}
     out["keys"] = repr(keys)
-    if as_json:
-        click.echo(json.dumps(out))
+    if as_json:   # strict JSON: an infinite figure (e.g. no guarantee) is null
+        click.echo(json.dumps(json_safe(out)))
         return
     for key, value in out.items():
         click.echo(f"{key:28s} {value}")

@@ -46,7 +46,8 @@ class Immersion:
 
     def encode_state(self, state: Any) -> Any:
         """``x~0 = Pi2 x0`` (seed 002: the state starts on the manifold, without noise)."""
-        return self._state_enc(self._array("state", state, self.n_state))
+        return v.finite_result(self.backend, "state", self._state_enc(self._array("state", state, self.n_state)),
+                               "encoding it")
 
     def encode_input(self, y: Any) -> Any:
         """``y~ = Pi1 y + N1 s`` with fresh noise ``s`` on every call (eq. 16); ``y`` may be batched."""
@@ -55,17 +56,18 @@ class Immersion:
         law = self.keys.noise
         assert law is not None
         draw = self._noise.laplace if law.kind == "laplace" else self._noise.normal
-        return self._input_enc(arr, draw(s_shape, law.mean, law.scale))
+        return v.finite_result(self.backend, "y", self._input_enc(arr, draw(s_shape, law.mean, law.scale)), "encoding it")
 
     def decode_output(self, encoded_output: Any, encoded_input: Any) -> Any:
         """``u = Pi3_left (u~ - Pi4 y~)`` (eq. 18), with the ``y~`` the output was computed from."""
         ut = self._array("encoded_output", encoded_output, self.target.n_output_encoded)
         yt = self._array("encoded_input", encoded_input, self.target.n_input_encoded)
-        return self._output_dec(ut - self._mask(yt))
+        return v.finite_result(self.backend, "encoded_output", self._output_dec(ut - self._mask(yt)), "decoding it")
 
     def decode_state(self, encoded_state: Any) -> Any:
         """``x = Pi2_left x~``."""
-        return self._state_dec(self._array("encoded_state", encoded_state, self.target.n_state_encoded))
+        decoded = self._state_dec(self._array("encoded_state", encoded_state, self.target.n_state_encoded))
+        return v.finite_result(self.backend, "encoded_state", decoded, "decoding it")
 
     def report(self) -> PrivacyReport:
         """Per-element epsilon recomputed from the drawn keys, and the predicted decode error."""

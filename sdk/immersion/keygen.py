@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import secrets
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,16 +40,15 @@ class NoiseTargets:
         noise = v.one_of("noise", noise, ("laplace", "gaussian"))
         if noise == "laplace":
             for name, val in (("delta_input", delta_input), ("delta_output", delta_output)):
-                if val not in (None, 0, 0.0):
+                if val is not None and not (isinstance(val, numbers.Real) and not isinstance(val, bool) and val == 0):
                     raise InvalidArgumentError(name, "Laplace noise gives pure DP (delta = 0); use noise='gaussian'")
             d_in = d_out = None
         else:
             d_in = v.probability("delta_input", 1e-5 if delta_input is None else delta_input)
             d_out = v.probability("delta_output", 1e-5 if delta_output is None else delta_output)
-        try:
-            mean = float(noise_mean)
-        except (TypeError, ValueError):
-            raise InvalidArgumentError("noise_mean", f"expected a finite number, got {noise_mean!r}") from None
+        if isinstance(noise_mean, bool) or not isinstance(noise_mean, numbers.Real):
+            raise InvalidArgumentError("noise_mean", f"expected a finite number, got {noise_mean!r}")
+        mean = v.as_float(noise_mean)
         if not math.isfinite(mean):
             raise InvalidArgumentError("noise_mean", f"expected a finite number, got {noise_mean!r}")
         return cls(noise, v.positive_float("epsilon_input", epsilon_input),
@@ -70,10 +70,14 @@ class NoiseTargets:
 
 def resolve_rng(rng: Any, secure: bool) -> np.random.Generator:
     """A numpy Generator from ``rng`` (seed, Generator or None), or from OS entropy if ``secure``."""
+    if not isinstance(secure, (bool, np.bool_)):
+        raise InvalidArgumentError("secure", f"expected True or False, got {secure!r}")
     if secure:
         if rng is not None:
             raise InvalidArgumentError("rng", "pass either rng or secure=True, not both")
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(secrets.randbits(256))))
+    if isinstance(rng, (bool, np.bool_)):
+        raise InvalidArgumentError("rng", f"expected None, an int seed or a numpy Generator, got {rng!r}")
     if rng is None or isinstance(rng, (int, np.integer, np.random.SeedSequence)):
         if isinstance(rng, (int, np.integer)) and rng < 0:
             raise InvalidArgumentError("rng", f"expected a non-negative seed, got {rng}")
@@ -96,14 +100,26 @@ def draw_geometry(kind: Any, dims: dict[str, int], block_size: int, rng: np.rand
         largest = max(dims["n_state"] + dims["extra_state"], dims["n_input"] + dims["extra_input"],
                       dims["n_output"] + dims["extra_output"])
         kind = "dense" if largest <= AUTO_DENSE_LIMIT else "block"
-    keys = Keys.draw(kind=kind, block_size=block_size, rng=rng, **dims)  # type: ignore[arg-type]
+    biggest = max(("n_state", "n_input", "n_output"), key=lambda n: dims[n] + dims["extra" + n[1:]])
+    size = dims[biggest] + dims["extra" + biggest[1:]]
+    v.vector_fits(biggest, dims[biggest], size * (size if kind == "dense" else min(block_size, size)), "the keys")
+    try:
+        keys = Keys.draw(kind=kind, block_size=block_size, rng=rng, **dims)  # type: ignore[arg-type]
+    except MemoryError as exc:
+        raise InvalidArgumentError(biggest, f"keys of these dimensions do not fit in memory ({exc})") from None
     keys.validate()
     return keys
 
 
 def validated_dims(**dims: Any) -> dict[str, int]:
-    """Check the six dimensions (all integers >= 1), naming the bad one."""
-    return {name: v.positive_int(name, value) for name, value in dims.items()}
+    """Check the six dimensions (all integers >= 1, one encoded vector fits in memory), naming the bad one."""
+    out = {name: v.positive_int(name, value) for name, value in dims.items()}
+    for n_name in ("n_state", "n_input", "n_output"):
+        x_name = "extra" + n_name[1:]
+        if n_name in out and x_name in out:
+            name = n_name if out[n_name] >= out[x_name] else x_name
+            v.vector_fits(name, out[name], out[n_name] + out[x_name])
+    return out
 
 
 def validated_design(*, n_state: Any, n_input: Any, n_output: Any, extra_state: Any, extra_input: Any,

@@ -71,7 +71,12 @@ class RemoteTarget:
         self._sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
         self._sock.setsockopt(zmq.SNDTIMEO, int(timeout_s * 1000))
         self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.connect(address)
+        try:
+            self._sock.connect(address)
+        except (zmq.ZMQError, TypeError) as exc:
+            self._sock.close()
+            raise InvalidArgumentError("address", f"{address!r} is not a ZeroMQ address such as tcp://HOST:PORT "
+                                       f"({exc})") from None
         self.address = address
         header = json.dumps({"algorithm": algorithm, "params": params or {}}).encode()
         reply = self._request([b"setup", header, npz_bytes(public_target_matrices(imm.keys))])

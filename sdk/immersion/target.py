@@ -21,7 +21,14 @@ class CheckedFunction:
     def __call__(self, x: Any, y: Any, w: Any) -> Any:
         out = self.fn(x, y, w) if self.uses_public else self.fn(x, y)
         if not self._backend.is_array(out):
-            out = self._backend.asarray(np.asarray(out, dtype=np.float64))
+            try:
+                out = self._backend.asarray(np.asarray(out, dtype=np.float64))
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise InvalidArgumentError(self.name, f"returned {type(out).__name__}, not an array of numbers "
+                                           f"({exc})") from None
+        dtype = out.dtype
+        if getattr(dtype, "is_complex", False) or getattr(dtype, "kind", "f") not in "biuf":
+            raise InvalidArgumentError(self.name, f"returned values of dtype {dtype}, expected real numbers")
         shape = tuple(out.shape)
         if shape != (self.n_out,):
             if self.n_out == 1 and shape in ((), (1, 1)):
@@ -34,6 +41,16 @@ class CheckedFunction:
 
     def __getstate__(self) -> dict[str, Any]:
         return self.__dict__
+
+
+def _finite_public(backend: ArrayBackend, w: Any) -> bool:
+    """False only for a numeric ``w`` with NaN or inf (``w`` may be anything the user's f and g take)."""
+    if backend.is_array(w):
+        return bool(backend.all_finite(w))
+    try:
+        return v.all_finite(np.asarray(w, dtype=np.float64))
+    except (TypeError, ValueError, OverflowError):
+        return True
 
 
 class TargetAlgorithm:
@@ -93,7 +110,8 @@ class TargetAlgorithm:
         self._check_public(w)
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
-        return self._state_out(self._f(self._state_in(xt), self._input_in(yt), w))
+        x, y = self._state_in(xt), self._input_in(yt)
+        return self._encoded_state(self._call(self._f, x, y, w))
 
     def advance(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> tuple[Any, Any]:
         """``(output, step)`` of one sample in one call, decoding ``x~`` and ``y~`` once.
@@ -105,7 +123,7 @@ class TargetAlgorithm:
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
         x, y = self._state_in(xt), self._input_in(yt)
-        return self._output_out(self._g(x, y, w)) + self._mask(yt), self._state_out(self._f(x, y, w))
+        return self._encoded_output(self._call(self._g, x, y, w), yt), self._encoded_state(self._call(self._f, x, y, w))
 
     def reencode_state(self, encoded_state: Any, new_target: "TargetAlgorithm") -> Any:
         """``x~_new = Pi2_new Pi2_left x~`` for a key rotation: the same state under ``new_target``'s keys.
@@ -120,4 +138,27 @@ class TargetAlgorithm:
         self._check_public(w)
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
-        return self._output_out(self._g(self._state_in(xt), self._input_in(yt), w)) + self._mask(yt)
+        return self._encoded_output(self._call(self._g, self._state_in(xt), self._input_in(yt), w), yt)
+
+    # Huge but finite encoded vectors or results can overflow once multiplied by the keys: name the culprit
+    # (checked only on the way out, or when f/g already failed, so the common path costs one finiteness test).
+    def _call(self, fn: CheckedFunction, x: Any, y: Any, w: Any) -> Any:
+        try:
+            return fn(x, y, w)
+        except NonFiniteError:
+            for name, decoded in (("encoded_state", x), ("encoded_input", y)):
+                v.finite_result(self.backend, name, decoded, "decoding it")
+            if w is not None and not _finite_public(self.backend, w):
+                raise NonFiniteError("w", "contains NaN or inf") from None
+            raise
+
+    def _encoded_state(self, fx: Any) -> Any:
+        return v.finite_result(self.backend, "f", self._state_out(fx), "its result, once encoded,")
+
+    def _encoded_output(self, gx: Any, yt: Any) -> Any:
+        masked = self._mask(yt)
+        out = self._output_out(gx) + masked
+        if not self.backend.all_finite(out):
+            v.finite_result(self.backend, "encoded_input", masked, "its mask term Pi4 y~")
+            v.finite_result(self.backend, "g", out, "its result, once encoded,")
+        return out

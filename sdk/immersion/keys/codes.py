@@ -137,6 +137,15 @@ class DenseCode:
     def _stats(self) -> RowStats:
         return dense_row_stats(self.pi, self.noise_basis)
 
+    @cached_property
+    def inverse_gain(self) -> float:
+        """``max ||Pi_left^i||_2 * max ||Pi_j||_2`` (>= 1): how much decoding can amplify rounding.
+
+        1 for drawn keys (orthonormal columns scaled by ``a`` and ``1/a``); large for a user's
+        ill-conditioned ``Pi`` or a left inverse with huge entries.
+        """
+        return max(1.0, float(row_norms(self.pi_left).max(initial=0.0) * row_norms(self.pi.T).max(initial=0.0)))
+
     def row_stats(self) -> RowStats:
         return self._stats
 
@@ -212,6 +221,9 @@ class StructuredCode:
     def row_stats(self) -> RowStats:
         return self._stats[0]
 
+    #: ``Pi = a Q[:, signal]`` and ``Pi_left = Q[:, signal]^T / a``: decoding amplifies nothing.
+    inverse_gain = 1.0
+
     def flat_entries(self) -> np.ndarray:
         """``|Q[i, flat column of row i's group]|`` for every row i."""
         return self._stats[1]
@@ -231,6 +243,13 @@ class StructuredCode:
 
 
 Code = DenseCode | StructuredCode
+
+
+def row_norms(m: np.ndarray) -> np.ndarray:
+    """Row 2-norms of ``m`` without underflow (a mask scaled by 1e-170 squares to 0) or overflow."""
+    scale = np.abs(m).max(axis=1, initial=0.0)
+    safe = np.where(scale > 0, scale, 1.0)
+    return scale * np.linalg.norm(m / safe[:, None], axis=1)
 
 
 class DenseMaskOp:
@@ -254,7 +273,7 @@ class DenseMask:
 
     def noise_row_norms(self, input_code: Code, output_code: Code) -> np.ndarray:
         """``||(Pi4 N1)^j||_2`` for every output element j."""
-        return np.linalg.norm(self.pi4 @ input_code.dense_noise_basis(), axis=1)
+        return row_norms(self.pi4 @ input_code.dense_noise_basis())
 
     def noise_row_linf(self, input_code: Code, output_code: Code) -> np.ndarray:
         """``||(Pi4 N1)^j||_inf`` for every output element j."""

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
+import numbers
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
@@ -10,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .codes import Code, DenseCode, DenseMask, StructuredCode, StructuredMask
+from .codes import Code, DenseCode, DenseMask, StructuredCode, StructuredMask, row_norms
 from .stats import RowStats
 from .structured import draw_structured_layout
 
@@ -34,6 +36,24 @@ class NoiseLaw:
     sensitivity_output: float = 1.0
     delta_input: float = 0.0
     delta_output: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Refuse a law no theorem covers (named as :meth:`Keys.from_matrices` names them)."""
+        from .._validation import as_float
+
+        if not isinstance(self.kind, str) or self.kind not in ("laplace", "gaussian"):
+            raise InvalidArgumentError("noise", f"expected 'laplace' or 'gaussian', got {self.kind!r}")
+        for name, value, low in (("noise_scale", self.scale, "positive"), ("noise_mean", self.mean, None),
+                                 ("sensitivity_input", self.sensitivity_input, "positive"),
+                                 ("sensitivity_output", self.sensitivity_output, "positive"),
+                                 ("delta_input", self.delta_input, "probability"),
+                                 ("delta_output", self.delta_output, "probability")):
+            number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            if not number or not math.isfinite(as_float(value)) or (low == "positive" and not value > 0) or (
+                    low == "probability" and not 0 <= value < 1):
+                want = {"positive": "a finite number > 0", "probability": "a number in [0, 1)"}.get(
+                    low or "", "a finite number")
+                raise InvalidArgumentError(name, f"expected {want}, got {value!r}")
 
 
 def draw_structured_code(n: int, extra: int, *, block_size: int, rng: np.random.Generator) -> StructuredCode:
@@ -63,6 +83,13 @@ def draw_code(n: int, extra: int, *, kind: Literal["dense", "block"] = "block", 
     >>> code.dense_pi().shape, bool(np.allclose(code.dense_pi_left() @ code.dense_noise_basis(), 0))
     ((13, 10), True)
     """
+    from .._validation import one_of, positive_int, vector_fits
+
+    n, extra, block_size = positive_int("n", n), positive_int("extra", extra), positive_int("block_size", block_size)
+    kind = one_of("kind", kind, ("dense", "block"))  # type: ignore[assignment]
+    size = n + extra
+    vector_fits("extra" if extra >= n else "n", max(n, extra), size * (size if kind == "dense" else min(block_size, size)),
+                "the code's key matrices")
     gen = np.random.default_rng(rng)
     code = draw_structured_code(n, extra, block_size=n + extra if kind == "dense" else block_size, rng=gen)
     return densified(code) if kind == "dense" else code
@@ -259,6 +286,14 @@ class Keys:
         return self.mask.noise_row_linf(self.input_code, self.output_code)  # type: ignore[arg-type]
 
     @cached_property
+    def mask_row_norms(self) -> np.ndarray:
+        """``||Pi4^j||_2`` for every element j of u~ (block keys: equal to :attr:`mask_noise_row_norms`,
+        as ``N1`` has orthonormal columns and each row of ``Pi4`` has a single term)."""
+        if isinstance(self.mask, DenseMask):
+            return row_norms(self.mask.pi4)
+        return self.mask_noise_row_norms
+
+    @cached_property
     def mask_data_row_l1(self) -> np.ndarray:
         """``||(Pi4 Pi1)^j||_1`` (zero for generated keys: the mask carries noise only)."""
         return self.mask.data_row_l1(self.input_code, self.output_code)  # type: ignore[arg-type]
@@ -304,7 +339,7 @@ class Keys:
 def _matrix(name: str, value: Any, *, shape: tuple[int, int] | None = None) -> np.ndarray:
     try:
         arr = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InvalidArgumentError(name, "expected a 2-D array of numbers") from None
     if arr.ndim != 2:
         raise InvalidArgumentError(name, f"expected a 2-D array, got shape {arr.shape}")

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._files import read_signed, write_signed
-from ..errors import KeyFileError
+from .._files import as_path, read_signed, write_signed
+from ..errors import InvalidArgumentError, KeyFileError
 from .codes import DenseCode, DenseMask, StructuredCode, StructuredMask
 from .structured import MixParams
 
@@ -53,7 +53,11 @@ def save_keys(keys: "Keys", path: str | os.PathLike[str], *, overwrite: bool = F
     >>> oct(path.stat().st_mode & 0o777), load_keys(path).fingerprint == keys.fingerprint
     ('0o600', True)
     """
-    target = Path(path)
+    from .keys import Keys
+
+    if not isinstance(keys, Keys):
+        raise InvalidArgumentError("keys", f"expected a Keys object, got {type(keys).__name__}")
+    target = as_path(path)
     if target.is_dir():
         raise KeyFileError(f"path: {target} is a folder; give a file name")
     if target.exists() and not overwrite:
@@ -66,8 +70,9 @@ def save_keys(keys: "Keys", path: str | os.PathLike[str], *, overwrite: bool = F
 
 def load_keys(path: str | os.PathLike[str]) -> "Keys":
     """Read keys written by :func:`save_keys`; refuse truncated, altered or foreign files."""
-    meta, arrays = read_signed(Path(path), MAGIC, what="key", error=KeyFileError)
-    return keys_from_arrays(meta, arrays, source=Path(path))
+    source = as_path(path)
+    meta, arrays = read_signed(source, MAGIC, what="key", error=KeyFileError)
+    return keys_from_arrays(meta, arrays, source=source)
 
 
 def keys_meta(keys: "Keys") -> dict[str, Any]:
@@ -84,18 +89,93 @@ def keys_from_arrays(meta: dict[str, Any], arrays: dict[str, np.ndarray], *, sou
 
     try:
         codes = {name: _code(arrays, name, meta["codes"][name]) for name in _CODES}
-        mask: Any = (DenseMask(arrays["mask.pi4"]) if meta["mask"] == "dense" else
-                     StructuredMask(float(arrays["mask.beta"][0]), arrays["mask.signs"], arrays["mask.source"]))
+        mask: Any = (DenseMask(_real(arrays["mask.pi4"], 2)) if meta["mask"] == "dense" else
+                     StructuredMask(_scalar(arrays["mask.beta"]), _real(arrays["mask.signs"], 1),
+                                    _index(arrays["mask.source"], codes["input"].n_noise)))
         law = None if meta["noise"] is None else NoiseLaw(**meta["noise"])
-        generated = bool(meta["mask_is_generated"])
-    except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        generated = meta["mask_is_generated"]
+        if not isinstance(generated, bool):
+            raise ValueError("mask_is_generated is not a boolean")
+        keys = Keys(codes["input"], codes["state"], codes["output"], mask, law, generated)
+        _check_working(keys)
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError, np.linalg.LinAlgError) as exc:
         raise KeyFileError(f"path: {source} is malformed ({exc})") from None
-    return Keys(codes["input"], codes["state"], codes["output"], mask, law, generated)
+    return keys
+
+
+# A file with a valid checksum can still hold arrays that do not form keys (another version's file, a hand-made
+# one, a job file from an untrusted party): check what the coding layer relies on before anything runs.
+def _real(arr: np.ndarray, ndim: int) -> np.ndarray:
+    if arr.dtype.kind not in "fiu" or arr.ndim != ndim or not np.isfinite(arr).all():
+        raise ValueError(f"expected a finite real {ndim}-D array, got {arr.dtype} of shape {arr.shape}")
+    return arr.astype(np.float64)
+
+
+def _index(arr: np.ndarray, size: int) -> np.ndarray:
+    if arr.dtype.kind not in "iu" or arr.ndim != 1 or (arr.size and (arr.min() < 0 or arr.max() >= size)):
+        raise ValueError(f"expected integer indices below {size}, got {arr.dtype} of shape {arr.shape}")
+    return arr.astype(np.int64)
+
+
+def _scalar(arr: np.ndarray) -> float:
+    value = _real(arr, 1)
+    if value.shape != (1,) or not value[0] > 0:
+        raise ValueError(f"expected one positive number, got {arr!r}")
+    return float(value[0])
+
+
+def _check_working(keys: "Keys") -> None:
+    """Raise ValueError unless every code decodes what it encodes and the mask fits the codes."""
+    from ..backends.numpy_backend import NumpyBackend
+
+    be, rng = NumpyBackend(), np.random.default_rng(0)
+    for name in _CODES:
+        code = getattr(keys, f"{name}_code")
+        if not 1 <= code.n_signal < code.n_total or code.n_noise != code.n_total - code.n_signal:
+            raise ValueError(f"{name} code: {code.n_signal} signal and {code.n_noise} noise entries in {code.n_total}")
+        y, s = rng.standard_normal(code.n_signal), rng.standard_normal(code.n_noise)
+        with np.errstate(all="ignore"):
+            yt = code.noisy_encoder(be)(y, s)
+            back, dec = code.decoder(be)(yt), code.decoder(be)(code.encoder(be)(y))
+        scale = 1.0 + float(np.abs(yt).max())
+        if not (np.abs(back - y).max() <= 1e-8 * scale and np.abs(dec - y).max() <= 1e-8 * scale):   # NaN fails too
+            raise ValueError(f"{name} code does not decode what it encodes")
+    if isinstance(keys.mask, DenseMask):
+        want = (keys.output_code.n_total, keys.input_code.n_total)
+        if keys.mask.pi4.shape != want:
+            raise ValueError(f"mask has shape {keys.mask.pi4.shape}, expected {want}")
+    elif (keys.mask.signs.shape != keys.mask.source.shape or not isinstance(keys.output_code, StructuredCode)
+          or keys.mask.signs.shape[0] != keys.output_code.flat_pos.shape[0]
+          or not np.isin(keys.mask.signs, (-1.0, 1.0)).all()):
+        raise ValueError("mask signs (+-1) and sources do not match the output code's groups")
+    keys.validate()
 
 
 def _code(arrays: dict[str, np.ndarray], name: str, kind: str) -> Any:
     a = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith(name + ".")}
     if kind == "dense":
-        return DenseCode(a["pi"], a["pi_left"], a["noise_basis"])
-    mix = MixParams(a["blocks"], a["tail"], a["householder"], a["group_ids"], a["row_perm"])
-    return StructuredCode(mix, a["signal_pos"], a["noise_pos"], a["flat_pos"], float(a["signal_scale"][0]))
+        pi = _real(a["pi"], 2)
+        n_total, n_signal = pi.shape
+        pi_left, noise_basis = _real(a["pi_left"], 2), _real(a["noise_basis"], 2)
+        if pi_left.shape != (n_signal, n_total) or noise_basis.shape != (n_total, n_total - n_signal):
+            raise ValueError(f"{name} code: shapes {pi.shape}, {pi_left.shape}, {noise_basis.shape} do not fit")
+        return DenseCode(pi, pi_left, noise_basis)
+    if kind != "block":
+        raise ValueError(f"{name} code: unknown kind {kind!r}")
+    size = a["householder"].shape[0] if a["householder"].ndim == 1 else -1
+    blocks, tail = _real(a["blocks"], 3), _real(a["tail"], 2)
+    if (blocks.shape[1:2] != blocks.shape[2:3] or tail.shape[0] != tail.shape[1]
+            or blocks.shape[0] * blocks.shape[-1] + tail.shape[0] != size or size < 2):
+        raise ValueError(f"{name} code: blocks {blocks.shape} and tail {tail.shape} do not make {size} rows")
+    group_ids = _index(a["group_ids"], size)
+    if group_ids.shape != (size,) or group_ids[0] != 0 or not np.isin(np.diff(group_ids), (0, 1)).all():
+        raise ValueError(f"{name} code: group ids are not contiguous groups 0, 1, ...")
+    row_perm, signal_pos, noise_pos = (_index(a[k], size) for k in ("row_perm", "signal_pos", "noise_pos"))
+    if not np.array_equal(np.sort(row_perm), np.arange(size)) or not np.array_equal(
+            np.sort(np.concatenate([signal_pos, noise_pos])), np.arange(size)):
+        raise ValueError(f"{name} code: row permutation or signal/noise positions are not a permutation")
+    flat_pos = _index(a["flat_pos"], size)
+    if flat_pos.shape != (int(group_ids[-1]) + 1,):
+        raise ValueError(f"{name} code: expected one flat position per group")
+    mix = MixParams(blocks, tail, _real(a["householder"], 1), group_ids, row_perm)
+    return StructuredCode(mix, signal_pos, noise_pos, flat_pos, _scalar(a["signal_scale"]))

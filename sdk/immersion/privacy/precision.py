@@ -59,8 +59,13 @@ def predict_decode_error(keys: Keys, unit_roundoff: float, *, input_gain: float 
     common = dict(sigma=law.scale, mean=law.mean, n_noise=keys.input_code.n_noise, noise=law.kind)
     m_in = _largest_entry(keys.input_stats.l2_noise, **common)     # type: ignore[arg-type]
     m_out = _largest_entry(keys.mask_noise_row_norms, **common)    # type: ignore[arg-type]
+    # Pi4 y~ keeps the rounding error of y~ (about unit_roundoff * m_in per entry) times the mask: negligible
+    # unless the mask is huge (epsilon_input >> epsilon_output), where it swamps u~ (measured, see tests).
+    y_entry = m_in + float(np.max(keys.input_stats.l1_signal))      # noise and data parts of an entry of y~
+    mask_rounding = float(np.max(keys.mask_row_norms)) * unit_roundoff * math.sqrt(keys.input_code.n_total) * y_entry
     bound = ROUNDING_CONSTANT * unit_roundoff * (
-        math.sqrt(keys.input_code.n_total) * m_in * max(1.0, input_gain) + math.sqrt(keys.output_code.n_total) * m_out)
+        math.sqrt(keys.input_code.n_total) * m_in * max(1.0, input_gain) * keys.input_code.inverse_gain
+        + math.sqrt(keys.output_code.n_total) * (m_out + mask_rounding) * keys.output_code.inverse_gain)
     return PrecisionPrediction(m_in, m_out, bound)
 
 
@@ -96,7 +101,8 @@ def refuse_infeasible_precision(keys: Keys, be: ArrayBackend, tolerance: float, 
     floor = predicted_at(1e15)          # noise negligible: what rounding alone costs
     if floor >= goal:
         raise PrecisionError(
-            f"tolerance: no epsilon can meet tolerance {tolerance:.3g} in {dtype}: even negligible noise leaves a "
+            f"tolerance: no epsilon at this epsilon_input/epsilon_output ratio can meet tolerance {tolerance:.3g} "
+            f"in {dtype}: even negligible noise leaves a "
             f"predicted rounding error of {floor:.3g}. Raise tolerance"
             f"{' or use float64' if dtype != 'float64' else ''}.",
             smallest_feasible_epsilon_input=math.nan, smallest_feasible_epsilon_output=math.nan)
