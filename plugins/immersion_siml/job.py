@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from immersion import ImmersionError, InvalidArgumentError, Keys
-from immersion._files import as_path, read_signed, write_signed
+from immersion._files import as_path, read_signed, writable_path, write_signed
 from immersion.backends import make_backend
 from immersion.coding import Immersion
 from immersion.keygen import draw_geometry, split_rng, validated_design
@@ -138,14 +138,7 @@ def decode_model(user: Immersion, encoded_model: Any, encoded_first_sample: Any)
 
 
 def _checked_path(path: str | os.PathLike[str], overwrite: bool) -> Path:
-    target = as_path(path)
-    if target.is_dir():
-        raise SimlFileError(f"path: {target} is a folder; give a file name")
-    if target.exists() and not overwrite:
-        raise SimlFileError(f"path: {target} exists; pass overwrite=True (--force) to replace it")
-    if not target.parent.is_dir():
-        raise SimlFileError(f"path: folder {target.parent} does not exist")
-    return target
+    return writable_path(path, overwrite=overwrite, error=SimlFileError, overwrite_hint="overwrite=True (--force)")
 
 
 def save_job(job: SimlJob, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:

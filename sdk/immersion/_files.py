@@ -74,3 +74,15 @@ def read_signed(source: Path, magic: bytes, *, what: str, error: type[Exception]
     except Exception as exc:  # noqa: BLE001 - numpy's npy/zip parsers raise many kinds on a forged payload
         raise error(f"path: {source} is malformed ({type(exc).__name__}: {exc})") from None
     return meta, arrays
+
+
+def writable_path(path: Any, *, overwrite: bool, error: type[Exception], overwrite_hint: str = "overwrite=True") -> Path:
+    """``path`` as a file we may write: not a folder, not existing unless ``overwrite``, in an existing folder."""
+    target = as_path(path)
+    if target.is_dir():
+        raise error(f"path: {target} is a folder; give a file name")
+    if target.exists() and not overwrite:
+        raise error(f"path: {target} exists; pass {overwrite_hint} to replace it")
+    if not target.parent.is_dir():
+        raise error(f"path: folder {target.parent} does not exist")
+    return target

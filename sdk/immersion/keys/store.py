@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._files import as_path, read_signed, write_signed
+from .._files import as_path, read_signed, writable_path, write_signed
 from ..errors import InvalidArgumentError, KeyFileError
 from .codes import DenseCode, DenseMask, StructuredCode, StructuredMask
 from .structured import MixParams
@@ -57,13 +57,7 @@ def save_keys(keys: "Keys", path: str | os.PathLike[str], *, overwrite: bool = F
 
     if not isinstance(keys, Keys):
         raise InvalidArgumentError("keys", f"expected a Keys object, got {type(keys).__name__}")
-    target = as_path(path)
-    if target.is_dir():
-        raise KeyFileError(f"path: {target} is a folder; give a file name")
-    if target.exists() and not overwrite:
-        raise KeyFileError(f"path: {target} exists; pass overwrite=True to replace it")
-    if not target.parent.is_dir():
-        raise KeyFileError(f"path: folder {target.parent} does not exist")
+    target = writable_path(path, overwrite=overwrite, error=KeyFileError)
     write_signed(target, MAGIC, keys_meta(keys), key_arrays(keys), prefix=".keys-")
     return target
 
