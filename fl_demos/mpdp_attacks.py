@@ -81,6 +81,7 @@ from immersion_mpdp.attacks import (
     N_CLASSES,
     attack_phi,
     estimate_r,
+    inversion_setup,
     invert,
     invert_phi_algebraic,  # noqa: F401  (re-exported: tests/test_mpdp_attacks.py)
     phi_of,
@@ -91,7 +92,7 @@ from immersion_mpdp.attacks import (
     train_overfit,
 )
 from immersion_mpdp.calibration import calibrate
-from immersion_mpdp.mlp import accuracy, forward, init_weights, mse_gradient, one_hot
+from immersion_mpdp.mlp import accuracy, forward, mse_gradient, one_hot
 from immersion_mpdp.perturbation import perturb
 
 QUICK: dict[str, Any] = {"images": 2, "batches": (1,), "restarts": 1, "lbfgs_iter": 200, "mia_members": 200,
@@ -110,14 +111,8 @@ def log(message: str) -> None:
 
 def gradient_inversion(cfg: dict[str, Any], data: Any, seed: int) -> dict[str, Any]:
     """Every setting on the same images; one block of results per batch size."""
-    sizes = (64, cfg["hidden"], N_CLASSES)
-    weights = init_weights(sizes, seed)
-    x_all = torch.as_tensor(data.x_train.reshape(len(data.x_train), -1))
-    y_all = torch.as_tensor(data.y_train, dtype=torch.long)
-    n_inputs, k = x_all.shape[1], cfg["clients"]
-    rng = np.random.default_rng([seed, 7])
-    kw: dict[str, Any] = {"rng": rng, "restarts": cfg["restarts"], "max_iter": cfg["lbfgs_iter"]}
-    mean_image = x_all.mean(0, keepdim=True)
+    sizes, weights, x_all, y_all, kw, mean_image = inversion_setup(cfg, data, seed)
+    n_inputs, k, rng = x_all.shape[1], cfg["clients"], kw["rng"]
     checks = {"max_abs_recover_minus_plain_noise_off": 0.0, "max_abs_phi_autograd_minus_upload": 0.0}
     out: dict[str, Any] = {}
 

@@ -522,6 +522,17 @@ def noise_cost(epsilon: float = 1.0, path: Path = BENCH_JSON) -> tuple[str, dict
     return "from docs/figures/mpdp/bench_mpdp.json: " + "; ".join(parts), {"bench_runs": runs, "bench_timing": timing}
 
 
+def inversion_setup(cfg: dict[str, Any], data: Any, seed: int) -> tuple[Any, ...]:
+    """``(sizes, weights, x_all, y_all, lbfgs_kwargs, mean_image)`` shared by the audit and the demo's inversions."""
+    torch = torch_module()
+    sizes = (64, cfg["hidden"], N_CLASSES)
+    x_all = torch.as_tensor(data.x_train.reshape(len(data.x_train), -1))
+    kw: dict[str, Any] = {"rng": np.random.default_rng([seed, 7]), "restarts": cfg["restarts"],
+                          "max_iter": cfg["lbfgs_iter"]}
+    return (sizes, init_weights(sizes, seed), x_all, torch.as_tensor(data.y_train, dtype=torch.long), kw,
+            x_all.mean(0, keepdim=True))
+
+
 def run_gradient_inversion(*, quick: bool = False, seed: int = 0) -> list[AttackResult]:
     """``gradient-inversion``: DLG on one-image clients (see the module docstring); PSNR in dB, 100 = exact."""
     with single_thread():
@@ -537,14 +548,8 @@ def _run_gradient_inversion(quick: bool, seed: int) -> list[AttackResult]:
     start = time.perf_counter()
     cfg = GI_QUICK if quick else GI_FULL
     data = load_dataset("digits", seed=seed)
-    sizes = (64, cfg["hidden"], N_CLASSES)
-    weights = init_weights(sizes, seed)
-    x_all = torch.as_tensor(data.x_train.reshape(len(data.x_train), -1))
-    y_all = torch.as_tensor(data.y_train, dtype=torch.long)
-    n_inputs, k = x_all.shape[1], cfg["clients"]
-    rng = np.random.default_rng([seed, 7])
-    kw: dict[str, Any] = {"rng": rng, "restarts": cfg["restarts"], "max_iter": cfg["lbfgs_iter"]}
-    mean_image = x_all.mean(0, keepdim=True)
+    sizes, weights, x_all, y_all, kw, mean_image = inversion_setup(cfg, data, seed)
+    n_inputs, k, rng = x_all.shape[1], cfg["clients"], kw["rng"]
     scores: dict[str, list[float]] = {}
     methods: dict[str, list[str]] = {}
     noise_ratio: list[float] = []
