@@ -6,6 +6,7 @@ Also: .venv/bin/immersion bench core --json
 Besides the per-step ratios it measures building block keys for seed 000's CNN state
 (1,199,882 entries, n~ - n = 129): wall time and peak resident memory of that build.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,15 @@ def cnn_key_build() -> dict[str, float]:
     keys.state_code.row_stats()
     stats_s = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"n_state": 1_199_882, "n_state_encoded": keys.state_code.n_total, "build_s": build_s,
-            "row_stats_s": stats_s, "key_bytes": keys.nbytes, "peak_rss_bytes": peak * 1024,
-            "rss_growth_bytes": (peak - before) * 1024}
+    return {
+        "n_state": 1_199_882,
+        "n_state_encoded": keys.state_code.n_total,
+        "build_s": build_s,
+        "row_stats_s": stats_s,
+        "key_bytes": keys.nbytes,
+        "peak_rss_bytes": peak * 1024,
+        "rss_growth_bytes": (peak - before) * 1024,
+    }
 
 
 def main() -> None:
@@ -39,7 +46,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
     sizes = DEFAULT_SIZES[:2] if args.quick else DEFAULT_SIZES
-    result = bench_core(sizes=sizes, steps=args.steps, progress=lambda m: print(f"[bench] {m}", file=sys.stderr))
+    result = bench_core(
+        sizes=sizes, steps=args.steps, progress=lambda m: print(f"[bench] {m}", file=sys.stderr)
+    )
     if not args.quick:
         result["cnn_block_keys"] = cnn_key_build()
     print(json.dumps(result))

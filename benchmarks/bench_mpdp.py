@@ -13,6 +13,7 @@ Prints one JSON object (and each accuracy row on stderr as it finishes).
     python benchmarks/bench_mpdp.py [--rounds 100] [--quick] [--only timing|accuracy] [--plot DIR]
     python benchmarks/bench_mpdp.py --from-json SAVED.json --plot DIR
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--quick", action="store_true", help="few rounds, for a smoke test")
-    parser.add_argument("--only", choices=["timing", "accuracy"], default=None, help="run one of the two parts")
+    parser.add_argument(
+        "--only", choices=["timing", "accuracy"], default=None, help="run one of the two parts"
+    )
     parser.add_argument("--plot", type=Path, default=None, help="write mpdp_accuracy.png here")
-    parser.add_argument("--from-json", type=Path, default=None, help="plot a saved result instead of running")
+    parser.add_argument(
+        "--from-json", type=Path, default=None, help="plot a saved result instead of running"
+    )
     args = parser.parse_args()
     if args.from_json is not None:
         if args.plot is None:
@@ -49,28 +54,83 @@ def main() -> None:
     rounds = 3 if args.quick else args.rounds
     timing: dict = {}
     for masked in (True, False) if args.only != "accuracy" else ():
-        out = run(noise="on", clients=10, hidden=(200, 200), rounds=5 if not args.quick else 2,
-                  mask_corrections=masked, lr=0.01)
-        timing["masked" if masked else "clear"] = {k: out[k] for k in (
-            "round_time_ratio", "round_s_median", "upload_bytes_ratio", "broadcast_bytes_ratio", "phase_s_median",
-            "n_params")}
+        out = run(
+            noise="on",
+            clients=10,
+            hidden=(200, 200),
+            rounds=5 if not args.quick else 2,
+            mask_corrections=masked,
+            lr=0.01,
+        )
+        timing["masked" if masked else "clear"] = {
+            k: out[k]
+            for k in (
+                "round_time_ratio",
+                "round_s_median",
+                "upload_bytes_ratio",
+                "broadcast_bytes_ratio",
+                "phase_s_median",
+                "n_params",
+            )
+        }
     accuracy: list = []
     if args.only == "timing":
         print(json.dumps({"timing": timing}))
         return
-    exact = run(noise="off", clients=10, hidden=(200, 200), rounds=rounds, mask_corrections=False, lr=0.1)
-    accuracy.append({"clients": 10, "hidden": [200, 200], "noise": "off", "accuracy": exact["accuracy"],
-                     "accuracy_plain": exact["accuracy_plain"], "max_abs_diff_vs_plain": exact["max_abs_diff_vs_plain"]})
-    keep = ("delta", "accuracy", "accuracy_plain", "sigma_eta", "sensitivity_observed_max", "epsilon_total", "diverged")
-    grid = [(10, (200, 200), lr, rounds) for lr in (0.1, 0.01)] + [(100, (32,), 0.1, max(1, rounds // 2))]
+    exact = run(
+        noise="off", clients=10, hidden=(200, 200), rounds=rounds, mask_corrections=False, lr=0.1
+    )
+    accuracy.append(
+        {
+            "clients": 10,
+            "hidden": [200, 200],
+            "noise": "off",
+            "accuracy": exact["accuracy"],
+            "accuracy_plain": exact["accuracy_plain"],
+            "max_abs_diff_vs_plain": exact["max_abs_diff_vs_plain"],
+        }
+    )
+    keep = (
+        "delta",
+        "accuracy",
+        "accuracy_plain",
+        "sigma_eta",
+        "sensitivity_observed_max",
+        "epsilon_total",
+        "diverged",
+    )
+    grid = [(10, (200, 200), lr, rounds) for lr in (0.1, 0.01)] + [
+        (100, (32,), 0.1, max(1, rounds // 2))
+    ]
     for clients, hidden, lr, n_rounds in grid:
         for eps in (1.0, 3.0, 30.0, 300.0):
-            out = run(noise="on", epsilon=eps, clients=clients, hidden=hidden, rounds=n_rounds,
-                      mask_corrections=False, lr=lr)
-            accuracy.append({"clients": clients, "hidden": list(hidden), "lr": lr, "rounds": n_rounds, "epsilon": eps,
-                             **{k: out[k] for k in keep if k in out}})
+            out = run(
+                noise="on",
+                epsilon=eps,
+                clients=clients,
+                hidden=hidden,
+                rounds=n_rounds,
+                mask_corrections=False,
+                lr=lr,
+            )
+            accuracy.append(
+                {
+                    "clients": clients,
+                    "hidden": list(hidden),
+                    "lr": lr,
+                    "rounds": n_rounds,
+                    "epsilon": eps,
+                    **{k: out[k] for k in keep if k in out},
+                }
+            )
             print(f"[bench] -> {json.dumps(accuracy[-1])}", file=sys.stderr, flush=True)
-    result = {"rounds": rounds, "dataset": "digits", "batch_size": 32, "timing": timing, "accuracy": accuracy}
+    result = {
+        "rounds": rounds,
+        "dataset": "digits",
+        "batch_size": 32,
+        "timing": timing,
+        "accuracy": accuracy,
+    }
     if args.plot is not None:
         result["plot"] = str(plot_accuracy(result, args.plot))
     print(json.dumps(result))
@@ -79,21 +139,34 @@ def main() -> None:
 def plot_accuracy(result: dict, folder: Path) -> Path:
     """Final accuracy against per-round epsilon, one line per setting, plain FedSGD dashed."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    settings = sorted({(r["clients"], tuple(r["hidden"]), r["lr"]) for r in result["accuracy"] if "epsilon" in r})
+    settings = sorted(
+        {(r["clients"], tuple(r["hidden"]), r["lr"]) for r in result["accuracy"] if "epsilon" in r}
+    )
     for (clients, hidden, lr), color in zip(settings, ("C0", "C1", "C2", "C3"), strict=False):
-        rows = [r for r in result["accuracy"] if "epsilon" in r and (r["clients"], tuple(r["hidden"]), r["lr"]) ==
-                (clients, hidden, lr)]
+        rows = [
+            r
+            for r in result["accuracy"]
+            if "epsilon" in r
+            and (r["clients"], tuple(r["hidden"]), r["lr"]) == (clients, hidden, lr)
+        ]
         eps = [r["epsilon"] for r in rows]
-        acc = [r.get("accuracy", 0.1) for r in rows]                 # diverged: chance level
+        acc = [r.get("accuracy", 0.1) for r in rows]  # diverged: chance level
         label = f"{clients} clients, {'-'.join(map(str, hidden))} hidden, lr {lr}"
         ax.plot(eps, acc, "o-", color=color, label=label)
         for r in rows:
             if "diverged" in r:
-                ax.annotate("diverged", (r["epsilon"], 0.1), textcoords="offset points", xytext=(8, -3), fontsize=8)
+                ax.annotate(
+                    "diverged",
+                    (r["epsilon"], 0.1),
+                    textcoords="offset points",
+                    xytext=(8, -3),
+                    fontsize=8,
+                )
         plain = next(r["accuracy_plain"] for r in rows if "accuracy_plain" in r)
         ax.axhline(plain, color=color, linestyle="--", linewidth=1)
     ax.set_xscale("log")

@@ -6,6 +6,7 @@ For each epsilon the same 6-state nonlinear system runs 200 steps plainly and im
 measured max abs error of decoded outputs is printed beside the library's predicted bound
 (seed002 notes section 5: epsilon x error is roughly constant, ~1e-14 in float64).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,20 +27,40 @@ def measure(dtype: str) -> list[dict[str, float]]:
         backend = "numpy" if dtype == "float64" else "torch"
         if backend == "torch":
             import torch
+
             f_run, g_run = _torch_wrap(f), _torch_wrap(g)
             to = torch.float32
         else:
             f_run, g_run, to = f, g, None
-        imm = immerse(f_run, g_run, n_state=6, n_input=2, n_output=2, extra_input=3, extra_output=3,
-                      epsilon_input=eps, epsilon_output=eps, backend=backend, dtype=dtype, tolerance=None, rng=7)
+        imm = immerse(
+            f_run,
+            g_run,
+            n_state=6,
+            n_input=2,
+            n_output=2,
+            extra_input=3,
+            extra_output=3,
+            epsilon_input=eps,
+            epsilon_output=eps,
+            backend=backend,
+            dtype=dtype,
+            tolerance=None,
+            rng=7,
+        )
         inputs = np.random.default_rng(0).standard_normal((200, 2))
         if to is None:
             run = run_side_by_side(imm, f, g, x0=np.zeros(6), inputs=inputs)
             err = run.max_output_error
         else:
             err = _run_torch(imm, f, g, inputs, to)
-        rows.append({"epsilon": eps, "dtype": dtype, "max_abs_output_error": err,
-                     "predicted_bound": imm.report().decode_error_bound})
+        rows.append(
+            {
+                "epsilon": eps,
+                "dtype": dtype,
+                "max_abs_output_error": err,
+                "predicted_bound": imm.report().decode_error_bound,
+            }
+        )
     return rows
 
 
@@ -48,11 +69,13 @@ def _torch_wrap(fn):
 
     def wrapped(x, y):
         return torch.as_tensor(fn(x.double().numpy(), y.double().numpy()), dtype=x.dtype)
+
     return wrapped
 
 
 def _run_torch(imm, f, g, inputs, dtype) -> float:
     import torch
+
     x = np.zeros(6)
     xt = imm.encode_state(torch.zeros(6, dtype=dtype))
     worst = 0.0
@@ -76,17 +99,29 @@ def main() -> None:
     out = {"benchmark": "precision_tradeoff", "rows": rows}
     if args.plot:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+
         args.plot.mkdir(parents=True, exist_ok=True)
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for dtype, color in (("float64", "tab:blue"), ("float32", "tab:red")):
             sel = [r for r in rows if r["dtype"] == dtype]
             if sel:
-                ax.loglog([r["epsilon"] for r in sel], [r["max_abs_output_error"] for r in sel], "o-", color=color,
-                          label=f"{dtype} measured")
-                ax.loglog([r["epsilon"] for r in sel], [r["predicted_bound"] for r in sel], "--", color=color,
-                          label=f"{dtype} predicted bound")
+                ax.loglog(
+                    [r["epsilon"] for r in sel],
+                    [r["max_abs_output_error"] for r in sel],
+                    "o-",
+                    color=color,
+                    label=f"{dtype} measured",
+                )
+                ax.loglog(
+                    [r["epsilon"] for r in sel],
+                    [r["predicted_bound"] for r in sel],
+                    "--",
+                    color=color,
+                    label=f"{dtype} predicted bound",
+                )
         ax.invert_xaxis()
         ax.set_xlabel("per-element epsilon (smaller = more private)")
         ax.set_ylabel("max abs decode error")

@@ -6,6 +6,7 @@ controlled by an adaptive output-feedback controller that runs in the cloud on e
 Same as ``immersion demo reactor``; this script shows the few public calls behind it. Add
 ``--remote`` to the CLI form to run the controller in a separate ``immersion serve`` process.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,19 +17,45 @@ from immersion_reactor import ReactorParameters, run_reactor, summary
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=2000, help="controller samples (2000 = 20 s at dt 0.01)")
-    parser.add_argument("--dt", type=float, default=0.01, help="sampling period of the controller [s]")
-    parser.add_argument("--epsilon", type=float, default=1e-3, help="per-element epsilon of y~ and u~")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--steps", type=int, default=2000, help="controller samples (2000 = 20 s at dt 0.01)"
+    )
+    parser.add_argument(
+        "--dt", type=float, default=0.01, help="sampling period of the controller [s]"
+    )
+    parser.add_argument(
+        "--epsilon", type=float, default=1e-3, help="per-element epsilon of y~ and u~"
+    )
     parser.add_argument("--plot", type=Path, default=None, help="folder for the PNGs of Figs. 8-12")
     args = parser.parse_args()
 
-    run = run_reactor(steps=args.steps, dt=args.dt, epsilon_input=args.epsilon, epsilon_output=args.epsilon,
-                      params=ReactorParameters())          # the paper's parameters; override any field
+    run = run_reactor(
+        steps=args.steps,
+        dt=args.dt,
+        epsilon_input=args.epsilon,
+        epsilon_output=args.epsilon,
+        params=ReactorParameters(),
+    )  # the paper's parameters; override any field
     result = summary(run)
-    print(json.dumps({k: result[k] for k in ("max_abs_u", "max_abs_u_error", "final_state_norm_plain",
-                                             "final_state_norm_immersed", "epsilon_input", "step_time_ratio")},
-                     indent=2))
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in (
+                    "max_abs_u",
+                    "max_abs_u_error",
+                    "final_state_norm_plain",
+                    "final_state_norm_immersed",
+                    "epsilon_input",
+                    "step_time_ratio",
+                )
+            },
+            indent=2,
+        )
+    )
     if args.plot:
         from immersion_reactor.plots import write_plots
 

@@ -7,6 +7,7 @@ part on encoded data. The plain and the immersed loops run side by side from the
 
     .venv/bin/python control_demos/wrap_your_controller.py [--steps 600] [--plot out/]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,19 +38,34 @@ def f(x_hat: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--plot", type=Path, default=None, help="folder for a PNG of the two loops")
     args = parser.parse_args()
 
-    imm = immerse(f, g, n_state=2, n_input=1, n_output=1, extra_state=2, extra_input=2, extra_output=2,
-                  epsilon_input=1e-3, epsilon_output=1e-3, rng=42)
+    imm = immerse(
+        f,
+        g,
+        n_state=2,
+        n_input=1,
+        n_output=1,
+        extra_state=2,
+        extra_input=2,
+        extra_output=2,
+        epsilon_input=1e-3,
+        epsilon_output=1e-3,
+        rng=42,
+    )
     print(imm.keys)
-    print(f"per-element epsilon: input {imm.report().epsilon_input:.2e}, output {imm.report().epsilon_output:.2e}; "
-          f"predicted decode error {imm.report().decode_error_bound:.1e}")
+    print(
+        f"per-element epsilon: input {imm.report().epsilon_input:.2e}, output {imm.report().epsilon_output:.2e}; "
+        f"predicted decode error {imm.report().decode_error_bound:.1e}"
+    )
 
     sensor = np.random.default_rng(0).normal(0, 1e-3, args.steps)
-    x_plain = x_imm = np.array([1.2, 0.0])                  # the pendulum starts at 1.2 rad
+    x_plain = x_imm = np.array([1.2, 0.0])  # the pendulum starts at 1.2 rad
     xc_plain, xc_enc = np.zeros(2), imm.encode_state(np.zeros(2))
     worst_u, history = 0.0, []
     for k in range(args.steps):
@@ -57,20 +73,24 @@ def main() -> None:
         u_plain = g(xc_plain, y_plain)
         xc_plain = f(xc_plain, y_plain)
 
-        y_enc = imm.encode_input(y_imm)                     # user: encode the measurement
-        u_enc = imm.target.output(xc_enc, y_enc)            # cloud: works on encoded data only
+        y_enc = imm.encode_input(y_imm)  # user: encode the measurement
+        u_enc = imm.target.output(xc_enc, y_enc)  # cloud: works on encoded data only
         xc_enc = imm.target.step(xc_enc, y_enc)
-        u_imm = imm.decode_output(u_enc, y_enc)             # user: decode the control
+        u_imm = imm.decode_output(u_enc, y_enc)  # user: decode the control
 
         worst_u = max(worst_u, abs(u_plain[0] - u_imm[0]))
         x_plain, x_imm = plant(x_plain, u_plain[0]), plant(x_imm, u_imm[0])
         history.append((x_plain[0], x_imm[0], u_plain[0], u_imm[0], y_enc[0]))
-    print(f"{args.steps} steps: max |u_plain - u_decoded| = {worst_u:.2e}; final angle plain {x_plain[0]:+.2e}, "
-          f"immersed {x_imm[0]:+.2e}")
+    print(
+        f"{args.steps} steps: max |u_plain - u_decoded| = {worst_u:.2e}; final angle plain {x_plain[0]:+.2e}, "
+        f"immersed {x_imm[0]:+.2e}"
+    )
     if args.plot:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+
         h = np.array(history)
         args.plot.mkdir(parents=True, exist_ok=True)
         fig, ax = plt.subplots(2, 1, figsize=(7, 6), sharex=True)

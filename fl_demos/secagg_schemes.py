@@ -10,6 +10,7 @@ For every scheme and total epsilon, the per-user noise ``sigma2`` is calibrated 
 the Gaussian mechanism for GD-DP). Each run is beside the same run without noise. Prints one JSON
 object; ``--plot`` writes accuracy against epsilon and the per-round time of each scheme.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,35 +24,81 @@ from immersion_fl.engine import RunConfig, run_federated
 SCHEMES = ("sgd-dp", "gsgd-dp", "gd-dp")
 
 
-def run_demo(*, rounds: int, epsilons: list[float], users: int = 50, batch: int = 16, lr: float = 0.5,
-             seed: int = 0) -> dict:
+def run_demo(
+    *,
+    rounds: int,
+    epsilons: list[float],
+    users: int = 50,
+    batch: int = 16,
+    lr: float = 0.5,
+    seed: int = 0,
+) -> dict:
     rows = []
     for scheme in SCHEMES:
         for eps in epsilons:
-            cfg = RunConfig(scheme=scheme, model="linear", clients=users, rounds=rounds, batch_size=batch, lr=lr,
-                            epsilon=eps, delta=1e-4, grad_clip=10.0, seed=seed)
+            cfg = RunConfig(
+                scheme=scheme,
+                model="linear",
+                clients=users,
+                rounds=rounds,
+                batch_size=batch,
+                lr=lr,
+                epsilon=eps,
+                delta=1e-4,
+                grad_clip=10.0,
+                seed=seed,
+            )
             start = time.perf_counter()
             out = run_federated(cfg).summary()
-            rows.append({"scheme": scheme, "epsilon_target": eps, "epsilon": out["epsilon"], "alpha": out["alpha"],
-                         "sigma2": out["sigma2"], "accuracy": out["accuracy"], "accuracy_no_noise": out["accuracy_plain"],
-                         "round_s_median": out["round_s_median"], "update_s_median": out["update_s_median"],
-                         "round_time_ratio_vs_no_noise": out["round_time_ratio"],
-                         "samples_per_user": out["samples_per_user"],
-                         "run_s": time.perf_counter() - start})
+            rows.append(
+                {
+                    "scheme": scheme,
+                    "epsilon_target": eps,
+                    "epsilon": out["epsilon"],
+                    "alpha": out["alpha"],
+                    "sigma2": out["sigma2"],
+                    "accuracy": out["accuracy"],
+                    "accuracy_no_noise": out["accuracy_plain"],
+                    "round_s_median": out["round_s_median"],
+                    "update_s_median": out["update_s_median"],
+                    "round_time_ratio_vs_no_noise": out["round_time_ratio"],
+                    "samples_per_user": out["samples_per_user"],
+                    "run_s": time.perf_counter() - start,
+                }
+            )
             print(f"[secagg] {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
-    return {"settings": {"dataset": "digits", "model": "linear (650 parameters)", "users": users, "batch": batch,
-                         "clip": 10.0, "delta": 1e-4, "rounds": rounds, "lr": lr, "seed": seed}, "runs": rows}
+    return {
+        "settings": {
+            "dataset": "digits",
+            "model": "linear (650 parameters)",
+            "users": users,
+            "batch": batch,
+            "clip": 10.0,
+            "delta": 1e-4,
+            "rounds": rounds,
+            "lr": lr,
+            "seed": seed,
+        },
+        "runs": rows,
+    }
 
 
 def plot(result: dict, folder: Path) -> Path:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for scheme, color in zip(SCHEMES, ("C0", "C1", "C2"), strict=True):
         rows = [r for r in result["runs"] if r["scheme"] == scheme]
-        left.plot([r["epsilon"] for r in rows], [r["accuracy"] for r in rows], "o-", color=color, label=scheme)
+        left.plot(
+            [r["epsilon"] for r in rows],
+            [r["accuracy"] for r in rows],
+            "o-",
+            color=color,
+            label=scheme,
+        )
         right.bar(scheme, sum(r["round_s_median"] for r in rows) / len(rows), color=color)
     no_noise = max(r["accuracy_no_noise"] for r in result["runs"])
     left.axhline(no_noise, color="gray", linestyle="--", linewidth=1, label="no noise")
@@ -75,8 +122,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--epsilons", default="1,4,16")
     parser.add_argument("--plot", type=Path, default=None)
-    parser.add_argument("--quick", action="store_true", help="3 rounds, epsilon 4, 10 users (a smoke test)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object (the default prints it too)")
+    parser.add_argument(
+        "--quick", action="store_true", help="3 rounds, epsilon 4, 10 users (a smoke test)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object (the default prints it too)"
+    )
     args = parser.parse_args()
     if args.quick:
         result = run_demo(rounds=3, epsilons=[4.0], users=10)

@@ -5,6 +5,7 @@
 Each scheme trains in lockstep with FedAvg on the same batches; the decoded global models agree
 to rounding error, so the accuracy curves coincide (seed 000 Figs. 2-3, on the data available here).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,9 @@ from immersion_fl.engine import RunConfig, run_federated, stderr_progress
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--optimizer", choices=["sgd", "momentum", "adam"], default="adam")
     parser.add_argument("--clients", type=int, default=10)
@@ -23,15 +26,24 @@ def main() -> None:
     lr = 0.005 if args.optimizer == "adam" else 0.05
     curves = {}
     for scheme in ("sifl-m1", "sifl-m2", "sifl-rm"):
-        cfg = RunConfig(scheme=scheme, optimizer=args.optimizer, lr=lr, rounds=args.rounds, clients=args.clients,
-                        local_epochs=2)
+        cfg = RunConfig(
+            scheme=scheme,
+            optimizer=args.optimizer,
+            lr=lr,
+            rounds=args.rounds,
+            clients=args.clients,
+            local_epochs=2,
+        )
         result = run_federated(cfg, progress=stderr_progress)
         curves[scheme] = result.accuracy
         curves["fedavg"] = result.accuracy_plain
-        print(f"{scheme:8s} accuracy {result.accuracy[-1]:.4f}  fedavg {result.accuracy_plain[-1]:.4f}  "
-              f"max |w - w_fedavg| {max(result.diff_vs_plain):.1e}  epsilon_local {result.privacy['epsilon_local']}")
+        print(
+            f"{scheme:8s} accuracy {result.accuracy[-1]:.4f}  fedavg {result.accuracy_plain[-1]:.4f}  "
+            f"max |w - w_fedavg| {max(result.diff_vs_plain):.1e}  epsilon_local {result.privacy['epsilon_local']}"
+        )
     if args.plot:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 

@@ -1,4 +1,5 @@
 """Shared fixtures and helpers for the test suite."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,6 +14,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Skip GPU tests when torch has no CUDA device."""
     try:
         import torch
+
         has_gpu = torch.cuda.is_available()
     except ImportError:
         has_gpu = False

@@ -1,5 +1,6 @@
 """Audit of federated learning by immersion (seeds 000 and 003): ``immersion_fl.attacks`` and the
 ``client_noise`` mitigation. THREAT_MODEL.md, section "Federated learning by immersion"."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,7 +48,7 @@ def test_shared_noise_difference_leaks_without_mitigation(difference_rows, schem
     """Seed 000 eqs. 19-20: w~_i - w~_k = Pi1 (w_i - w_k): no noise left, exact cosines, a kit decodes."""
     noise_left, cosines, collusion = _rows(difference_rows, scheme, None)
     assert [r.verdict for r in (noise_left, cosines, collusion)] == ["leaks"] * 3
-    assert noise_left.value < 1e-12 and noise_left.baseline > 1.0          # independent noise: about sqrt 2
+    assert noise_left.value < 1e-12 and noise_left.baseline > 1.0  # independent noise: about sqrt 2
     assert cosines.value < 1e-9 and cosines.baseline > 0.5
     assert collusion.value < 1e-9 and collusion.detail["via_difference"] < 1e-9
 
@@ -58,12 +59,12 @@ def test_client_noise_hides_the_difference_but_not_from_a_kit_holder(difference_
     noise_left, cosines, collusion = rows[0], rows[1], rows[-1]
     assert noise_left.verdict == "resists" and noise_left.value > 0.5
     assert cosines.verdict == "resists"
-    assert collusion.verdict == "leaks"                  # the client noise is in ker(Pi1_left): kits remove it
+    assert collusion.verdict == "leaks"  # the client noise is in ker(Pi1_left): kits remove it
     assert all(r.cost for r in rows)
-    if scheme == "sifl-rm":                              # one noise dimension: estimated and projected out
+    if scheme == "sifl-rm":  # one noise dimension: estimated and projected out
         (pca,) = [r for r in rows if "principal directions" in r.metric]
         assert pca.verdict == "partial" and pca.value < 0.3 and pca.baseline > 10
-    else:                                                # quick: fewer samples than the 201 noise dimensions
+    else:  # quick: fewer samples than the 201 noise dimensions
         assert len(rows) == 3
 
 
@@ -79,16 +80,35 @@ def test_secure_sum_is_exact_and_masks_each_upload():
     uploads = [torch.as_tensor(rng.normal(0, 30, 50)) for _ in range(4)]
     weights = [0.1, 0.2, 0.3, 0.4]
     masked, total = secure_sum(uploads, weights, 0, seed=1)
-    assert float((total - sum(w * u for w, u in zip(weights, uploads, strict=True))).abs().max()) < 1e-12
+    assert (
+        float((total - sum(w * u for w, u in zip(weights, uploads, strict=True))).abs().max())
+        < 1e-12
+    )
     from immersion_mpdp.ddp import from_fixed
+
     assert np.abs(from_fixed(masked[0]) - 0.1 * uploads[0].numpy()).max() > 1e6
 
 
-@pytest.mark.parametrize(("scheme", "noise"), [("sifl-m1", "laplace"), ("sifl-m1", "gaussian"),
-                                               ("sifl-m2", "gaussian"), ("sifl-rm", "laplace")])
+@pytest.mark.parametrize(
+    ("scheme", "noise"),
+    [
+        ("sifl-m1", "laplace"),
+        ("sifl-m1", "gaussian"),
+        ("sifl-m2", "gaussian"),
+        ("sifl-rm", "laplace"),
+    ],
+)
 def test_client_noise_keeps_the_decoded_model_equal_to_fedavg_every_round(scheme, noise):
-    cfg = RunConfig(scheme=scheme, hidden=(8,), clients=3, rounds=3, batch_size=128, seed=3, noise=noise,
-                    client_noise=True)
+    cfg = RunConfig(
+        scheme=scheme,
+        hidden=(8,),
+        clients=3,
+        rounds=3,
+        batch_size=128,
+        seed=3,
+        noise=noise,
+        client_noise=True,
+    )
     with single_thread():
         result = run_federated(cfg)
     assert len(result.diff_vs_plain) == 3 and max(result.diff_vs_plain) <= 1e-9
@@ -99,20 +119,24 @@ def test_client_noise_keeps_the_decoded_model_equal_to_fedavg_every_round(scheme
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
 def test_client_noise_leaves_epsilon_local_and_adds_epsilon_difference_for_gaussian(scheme, noise):
     data = load_dataset("digits")
-    with single_thread():                                  # small dense keys: one BLAS thread is faster
-        on = Server.create(RunConfig(scheme=scheme, hidden=(1,), noise=noise, client_noise=True), data, [100, 150])
+    with single_thread():  # small dense keys: one BLAS thread is faster
+        on = Server.create(
+            RunConfig(scheme=scheme, hidden=(1,), noise=noise, client_noise=True), data, [100, 150]
+        )
         off = Server.create(RunConfig(scheme=scheme, hidden=(1,), noise=noise), data, [100, 150])
-    assert on.result.privacy["epsilon_local"] == pytest.approx(1.0)              # post-processing: unchanged
-    assert "epsilon_difference" not in off.result.privacy                       # noise-free: no finite epsilon
+    assert on.result.privacy["epsilon_local"] == pytest.approx(1.0)  # post-processing: unchanged
+    assert "epsilon_difference" not in off.result.privacy  # noise-free: no finite epsilon
     if noise == "laplace":
-        assert on.result.privacy["epsilon_difference"] is None                  # no law to apply Theorem 1 to
-    else:                                                                       # eq. 44 with sqrt(2) sigma_bar
+        assert on.result.privacy["epsilon_difference"] is None  # no law to apply Theorem 1 to
+    else:  # eq. 44 with sqrt(2) sigma_bar
         assert 0 < on.result.privacy["epsilon_difference"] < on.result.privacy["epsilon_local"]
 
 
 @pytest.mark.parametrize("scheme", SIFL)
 def test_client_noise_puts_private_noise_into_each_upload(scheme):
-    cfg = RunConfig(scheme=scheme, rounds=1, clients=3, hidden=(8,), batch_size=256, client_noise=True)
+    cfg = RunConfig(
+        scheme=scheme, rounds=1, clients=3, hidden=(8,), batch_size=256, client_noise=True
+    )
     data = load_dataset(cfg.dataset)
     model = build_model_for(cfg, data)
     clients = [make_client(cfg, data, model, i, torch) for i in range(cfg.clients)]
@@ -121,14 +145,20 @@ def test_client_noise_puts_private_noise_into_each_upload(scheme):
     received = server.scheme.broadcast(0)
     uploads = [server.scheme.client_upload(c, received, 0) for c in clients]
     left = kernel_noise(kit, uploads[0] - uploads[1])
-    assert float(left.norm()) > 1e-3 * float(kernel_noise(kit, uploads[0]).norm())  # noise left in the difference
-    assert float(kit.decode(left).abs().max()) < 1e-9 * float(left.abs().max())     # ... and it decodes away
+    assert float(left.norm()) > 1e-3 * float(
+        kernel_noise(kit, uploads[0]).norm()
+    )  # noise left in the difference
+    assert float(kit.decode(left).abs().max()) < 1e-9 * float(
+        left.abs().max()
+    )  # ... and it decodes away
 
 
 @pytest.mark.parametrize("bad", ["yes", 1, None, 0.5])
 def test_bad_client_noise_values_name_the_option(bad):
     with pytest.raises(InvalidArgumentError, match="client_noise") as info:
-        run_federated(RunConfig(scheme="sifl-m1", rounds=1, clients=2, hidden=(4,), client_noise=bad))
+        run_federated(
+            RunConfig(scheme="sifl-m1", rounds=1, clients=2, hidden=(4,), client_noise=bad)
+        )
     assert info.value.argument == "client_noise"
 
 
@@ -144,11 +174,11 @@ def test_client_noise_is_refused_where_there_is_no_round_noise(scheme):
 def test_client_noise_is_refused_by_the_flower_engine():
     cfg = RunConfig(scheme="sifl-m1", rounds=1, clients=2, hidden=(4,), client_noise=True)
     with pytest.raises(InvalidArgumentError, match="client_noise"):
-        run_federated(cfg, engine="flower")                # refused before Flower starts
+        run_federated(cfg, engine="flower")  # refused before Flower starts
     with single_thread():
         server = Server.create(cfg, load_dataset(cfg.dataset), [10, 10])
     with pytest.raises(InvalidArgumentError, match="client_noise"):
-        server.scheme.kit_arrays()                       # the Flower handshake: refused, never silently dropped
+        server.scheme.kit_arrays()  # the Flower handshake: refused, never silently dropped
 
 
 def test_client_decodes_the_global_model_every_round():
@@ -182,4 +212,8 @@ def test_client_noise_only_delays_an_eavesdropper_that_estimates_range_n1():
         rows = _difference_rows("sifl-m1", hidden=(4,), clients=10, seed=0, pca_factor=5)
     (pca,) = [r for r in rows if "principal directions" in r.metric]
     assert pca.mitigation == "client-noise" and pca.verdict == "partial"
-    assert pca.value < 0.8 and pca.baseline > 1e3 and pca.detail["samples"] > 5 * pca.detail["noise_dims"]
+    assert (
+        pca.value < 0.8
+        and pca.baseline > 1e3
+        and pca.detail["samples"] > 5 * pca.detail["noise_dims"]
+    )

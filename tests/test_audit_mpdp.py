@@ -2,6 +2,7 @@
 (``plugins/immersion_mpdp/attacks.py``). Each attack must succeed where the analysis says it must
 and fail with the mitigation on; margins are far from the measured values (quick runs, a few
 seconds each)."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ def check_rows(rows: list[AttackResult], name: str, schemes: tuple[str, ...]) ->
         assert row.attack == name and row.scheme in schemes and row.verdict in VERDICTS
         assert np.isfinite(row.value) and np.isfinite(row.baseline)
         assert (row.mitigation is None) == (row.cost is None)
-    json.dumps([row.as_dict() for row in rows])                # the audit prints them as JSON
+    json.dumps([row.as_dict() for row in rows])  # the audit prints them as JSON
 
 
 def test_both_attacks_are_registered_for_their_schemes():
@@ -49,7 +50,7 @@ def test_gradient_inversion_succeeds_without_noise_and_fails_at_epsilon_1(invers
     check_rows(inversion_rows, "gradient-inversion", ("fedavg", "mpdp"))
     fedsgd, noise_off, eps1, phi_clear, phi_sum = inversion_rows
     base = fedsgd.baseline
-    assert 5 < base < 20                                            # guessing the mean digit
+    assert 5 < base < 20  # guessing the mean digit
     # FedSGD, batch 1: every row of the first layer's gradient is proportional to the image
     assert fedsgd.scheme == "fedavg" and fedsgd.value > 60 and fedsgd.verdict == "leaks"
     # MP-DP, noise off: the server holds the keys and recovers the exact gradient (Eq. 22)
@@ -62,7 +63,11 @@ def test_gradient_inversion_succeeds_without_noise_and_fails_at_epsilon_1(invers
     assert eps1.detail["noise_to_signal"] > 5
     # ... but Phi carries no noise: in the clear (the paper) or summed over 10 clients (masked), it inverts exactly
     for row in (phi_clear, phi_sum):
-        assert row.mitigation.startswith("mpdp noise epsilon=1") and row.value > 60 and row.verdict == "leaks"
+        assert (
+            row.mitigation.startswith("mpdp noise epsilon=1")
+            and row.value > 60
+            and row.verdict == "leaks"
+        )
         assert set(row.detail["methods"]) == {"algebraic"}
 
 
@@ -71,8 +76,12 @@ def test_output_mask_is_regressed_out_by_a_client(mask_rows):
     one_hidden, two_hidden, fresh = mask_rows
     for row in (one_hidden, two_hidden):
         assert row.mitigation is None and row.verdict == "leaks"
-        assert row.value > 0.95 and row.baseline < 0.5               # raw W_hat: argmax of y + alpha r is mostly r's
-        assert row.detail["relative_output_error"] < 0.1 < 1 < row.detail["relative_output_error_raw"]
+        assert (
+            row.value > 0.95 and row.baseline < 0.5
+        )  # raw W_hat: argmax of y + alpha r is mostly r's
+        assert (
+            row.detail["relative_output_error"] < 0.1 < 1 < row.detail["relative_output_error_raw"]
+        )
         assert row.detail["relative_error_r_est"] < 0.02
         assert abs(row.detail["accuracy_recovered"] - row.detail["accuracy_true"]) < 0.02
     # fresh keys every round (the default) do not help: each round's r is re-estimated
@@ -88,12 +97,16 @@ def test_recovered_model_is_exact_when_the_model_fits_the_client_labels():
         model, keys = perturb(weights, np.random.default_rng(2))
         x = torch.as_tensor(np.random.default_rng(3).uniform(0, 1, size=(20, 6)))
         y_hat, alpha = model.forward(x)
-        r_est = attacks.estimate_r(alpha, y_hat, forward(weights, x))         # "labels" equal to the outputs
+        r_est = attacks.estimate_r(
+            alpha, y_hat, forward(weights, x)
+        )  # "labels" equal to the outputs
         assert float((r_est - keys.r_out).abs().max()) < 1e-12
         recovered = attacks.unmask_model(model, r_est)
         assert [tuple(w.shape) for w in recovered] == [tuple(w.shape) for w in weights]
         x_new = torch.as_tensor(np.random.default_rng(4).uniform(0, 1, size=(50, 6)))
-        assert torch.allclose(forward(recovered, x_new), forward(weights, x_new), atol=1e-12, rtol=1e-10)
+        assert torch.allclose(
+            forward(recovered, x_new), forward(weights, x_new), atol=1e-12, rtol=1e-10
+        )
 
 
 def test_noise_cost_says_where_it_comes_from(tmp_path):
@@ -105,7 +118,9 @@ def test_noise_cost_says_where_it_comes_from(tmp_path):
     assert missing.startswith("not measured") and detail == {}
 
 
-@pytest.mark.parametrize("value,baseline,verdict", [(100.0, 12.0, "leaks"), (13.0, 12.0, "resists"),
-                                                    (17.0, 12.0, "partial")])
+@pytest.mark.parametrize(
+    "value,baseline,verdict",
+    [(100.0, 12.0, "leaks"), (13.0, 12.0, "resists"), (17.0, 12.0, "partial")],
+)
 def test_psnr_verdicts(value, baseline, verdict):
     assert attacks.psnr_verdict(value, baseline) == verdict

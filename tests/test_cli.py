@@ -3,6 +3,7 @@
 Most tests drive ``immersion.cli.main`` through click's ``CliRunner``; a few run real processes to
 show that both entry points work and that errors reach the user as one line, without a traceback.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,7 +55,9 @@ def assert_clean_failure(result: Result, *needles: str) -> str:
 
 @pytest.fixture(scope="module")
 def designed_keys() -> Keys:
-    return immerse(lambda x, y: 0.5 * x + y[0], lambda x, y: x[:1], n_state=2, n_input=1, n_output=1, rng=0).keys
+    return immerse(
+        lambda x, y: 0.5 * x + y[0], lambda x, y: x[:1], n_state=2, n_input=1, n_output=1, rng=0
+    ).keys
 
 
 @pytest.fixture
@@ -63,6 +66,7 @@ def key_file(tmp_path: Path, designed_keys: Keys) -> Path:
 
 
 # ============================================================== plugins
+
 
 def test_plugins_json_lists_backends_algorithm_and_command() -> None:
     result = invoke("plugins", "--json")
@@ -77,11 +81,20 @@ def test_plugins_json_lists_backends_algorithm_and_command() -> None:
 def test_plugins_table_names_every_section() -> None:
     result = invoke("plugins")
     assert result.exit_code == 0, result.output
-    for word in ("plugins:", "backends:", "algorithms:", "commands:", "numpy", "lqr-kalman", "demo controller"):
+    for word in (
+        "plugins:",
+        "backends:",
+        "algorithms:",
+        "commands:",
+        "numpy",
+        "lqr-kalman",
+        "demo controller",
+    ):
         assert word in result.stdout
 
 
 # ============================================================== demo controller
+
 
 @pytest.fixture(scope="module")
 def demo_50() -> dict[str, Any]:
@@ -97,14 +110,25 @@ def test_demo_controller_json_is_exact_and_private(demo_50: dict[str, Any]) -> N
     assert demo_50["epsilon_input"] <= 1e-3 * (1 + 1e-9)
     assert demo_50["epsilon_output"] <= 1e-3 * (1 + 1e-9)
     assert demo_50["step_time_ratio"] > 0
-    assert demo_50["max_abs_u"] > 0                      # the controller actually acted
+    assert demo_50["max_abs_u"] > 0  # the controller actually acted
     assert "fingerprint=" in demo_50["keys"]
     assert "plots" not in demo_50
 
 
 def test_demo_controller_honours_its_options() -> None:
-    result = invoke("demo", "controller", "--steps", "7", "--epsilon-input", "0.01", "--epsilon-output", "0.02",
-                    "--seed", "3", "--json")
+    result = invoke(
+        "demo",
+        "controller",
+        "--steps",
+        "7",
+        "--epsilon-input",
+        "0.01",
+        "--epsilon-output",
+        "0.02",
+        "--seed",
+        "3",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     out = one_json_object(result.stdout)
     assert out["steps"] == 7
@@ -115,7 +139,7 @@ def test_demo_controller_honours_its_options() -> None:
 
 def test_demo_controller_plot_writes_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    folder = tmp_path / "plots" / "nested"            # created on demand
+    folder = tmp_path / "plots" / "nested"  # created on demand
     result = invoke("demo", "controller", "--steps", "20", "--json", "--plot", str(folder))
     assert result.exit_code == 0, result.output
     out = one_json_object(result.stdout)
@@ -134,7 +158,16 @@ def test_demo_controller_table_output() -> None:
 
 
 def test_demo_controller_tiny_epsilon_is_a_clean_precision_error() -> None:
-    result = invoke("demo", "controller", "--steps", "5", "--epsilon-input", "1e-14", "--epsilon-output", "1e-14")
+    result = invoke(
+        "demo",
+        "controller",
+        "--steps",
+        "5",
+        "--epsilon-input",
+        "1e-14",
+        "--epsilon-output",
+        "1e-14",
+    )
     line = assert_clean_failure(result, "tolerance", "smallest feasible")
     assert result.exit_code == 2
     assert "epsilon_input=" in line
@@ -142,22 +175,39 @@ def test_demo_controller_tiny_epsilon_is_a_clean_precision_error() -> None:
 
 # ============================================================== report
 
+
 def test_report_json_has_epsilons_error_bound_and_composition() -> None:
-    result = invoke("report", "--n-state", "3", "--n-input", "1", "--n-output", "1", "--json", "--steps", "10")
+    result = invoke(
+        "report", "--n-state", "3", "--n-input", "1", "--n-output", "1", "--json", "--steps", "10"
+    )
     assert result.exit_code == 0, result.output
     out = one_json_object(result.stdout)
     assert out["epsilon_input"] <= 1e-3 * (1 + 1e-9)
     assert out["decode_error_bound"] > 0
     composed = out["composed"]
     assert composed["steps"] == 10
-    assert out["epsilon_input"] < composed["epsilon_input"] <= 10 * out["epsilon_input"] * (1 + 1e-9)
+    assert (
+        out["epsilon_input"] < composed["epsilon_input"] <= 10 * out["epsilon_input"] * (1 + 1e-9)
+    )
     assert composed["delta"] == pytest.approx(1e-6)
-    assert "x: 3->4" in out["keys"]                     # n_state 3 + extra_state 1
+    assert "x: 3->4" in out["keys"]  # n_state 3 + extra_state 1
 
 
 def test_report_single_step_has_no_composition() -> None:
-    result = invoke("report", "--n-state", "2", "--n-input", "2", "--n-output", "3", "--json",
-                    "--noise", "gaussian", "--keys", "block")
+    result = invoke(
+        "report",
+        "--n-state",
+        "2",
+        "--n-input",
+        "2",
+        "--n-output",
+        "3",
+        "--json",
+        "--noise",
+        "gaussian",
+        "--keys",
+        "block",
+    )
     assert result.exit_code == 0, result.output
     out = one_json_object(result.stdout)
     assert "composed" not in out
@@ -167,12 +217,25 @@ def test_report_single_step_has_no_composition() -> None:
 
 @pytest.mark.parametrize("delta", ["2", "-1"])
 def test_report_refuses_a_delta_outside_zero_one(delta: str) -> None:
-    result = invoke("report", "--n-state", "3", "--n-input", "1", "--n-output", "1", "--json", "--steps", "5",
-                    "--delta", delta)
+    result = invoke(
+        "report",
+        "--n-state",
+        "3",
+        "--n-input",
+        "1",
+        "--n-output",
+        "1",
+        "--json",
+        "--steps",
+        "5",
+        "--delta",
+        delta,
+    )
     assert_clean_failure(result, "delta")
 
 
 # ============================================================== keys inspect
+
 
 def test_keys_inspect_json_matches_the_fingerprint(key_file: Path, designed_keys: Keys) -> None:
     result = invoke("keys", "inspect", str(key_file), "--json")
@@ -189,7 +252,7 @@ def test_keys_inspect_table_never_prints_the_keys(key_file: Path, designed_keys:
     result = invoke("keys", "inspect", str(key_file))
     assert result.exit_code == 0, result.output
     assert designed_keys.fingerprint in result.stdout
-    assert "[" not in result.stdout                    # shapes and scalars only, no matrices
+    assert "[" not in result.stdout  # shapes and scalars only, no matrices
 
 
 def _damage(path: Path, how: str) -> Path:
@@ -212,9 +275,16 @@ def _damage(path: Path, how: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("how", "text"), [("truncated", "integrity check"), ("one-byte", "integrity check"),
-                                           ("not-a-key-file", "not an immersion key file"),
-                                           ("group-readable", "chmod 600"), ("missing", "cannot read")])
+@pytest.mark.parametrize(
+    ("how", "text"),
+    [
+        ("truncated", "integrity check"),
+        ("one-byte", "integrity check"),
+        ("not-a-key-file", "not an immersion key file"),
+        ("group-readable", "chmod 600"),
+        ("missing", "cannot read"),
+    ],
+)
 def test_keys_inspect_bad_file_is_a_one_line_error(key_file: Path, how: str, text: str) -> None:
     _damage(key_file, how)
     result = invoke("keys", "inspect", str(key_file), "--json")
@@ -229,26 +299,70 @@ def test_keys_inspect_on_a_folder_is_refused(tmp_path: Path) -> None:
 
 # ============================================================== bad option values
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["demo", "controller", "--steps", "0"], "--steps"),
-    (["demo", "controller", "--steps", "-3"], "--steps"),
-    (["demo", "controller", "--steps", "many"], "--steps"),
-    (["demo", "controller", "--epsilon-input", "0"], "--epsilon-input"),
-    (["demo", "controller", "--epsilon-output", "-1"], "--epsilon-output"),
-    (["report", "--n-state", "0", "--n-input", "1", "--n-output", "1"], "--n-state"),
-    (["report", "--n-input", "1", "--n-output", "1"], "--n-state"),
-    (["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--steps", "0"], "--steps"),
-    (["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--noise", "foo"], "--noise"),
-    (["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--keys", "foo"], "--keys"),
-    (["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--dtype", "float16"], "--dtype"),
-    (["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--extra-input", "0"], "--extra-input"),
-    # passes click's type check, refused by immerse(): the SDK error is turned into a usage error
-    (["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--epsilon-input", "-1"], "epsilon-input"),
-    (["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--epsilon-output", "nan"],
-     "epsilon_output"),
-    (["bench", "core", "--steps", "1"], "--steps"),
-    (["no-such-command"], "no-such-command"),
-])
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["demo", "controller", "--steps", "0"], "--steps"),
+        (["demo", "controller", "--steps", "-3"], "--steps"),
+        (["demo", "controller", "--steps", "many"], "--steps"),
+        (["demo", "controller", "--epsilon-input", "0"], "--epsilon-input"),
+        (["demo", "controller", "--epsilon-output", "-1"], "--epsilon-output"),
+        (["report", "--n-state", "0", "--n-input", "1", "--n-output", "1"], "--n-state"),
+        (["report", "--n-input", "1", "--n-output", "1"], "--n-state"),
+        (
+            ["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--steps", "0"],
+            "--steps",
+        ),
+        (
+            ["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--noise", "foo"],
+            "--noise",
+        ),
+        (
+            ["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--keys", "foo"],
+            "--keys",
+        ),
+        (
+            ["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--dtype", "float16"],
+            "--dtype",
+        ),
+        (
+            ["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--extra-input", "0"],
+            "--extra-input",
+        ),
+        # passes click's type check, refused by immerse(): the SDK error is turned into a usage error
+        (
+            [
+                "report",
+                "--n-state",
+                "2",
+                "--n-input",
+                "1",
+                "--n-output",
+                "1",
+                "--epsilon-input",
+                "-1",
+            ],
+            "epsilon-input",
+        ),
+        (
+            [
+                "report",
+                "--n-state",
+                "2",
+                "--n-input",
+                "1",
+                "--n-output",
+                "1",
+                "--epsilon-output",
+                "nan",
+            ],
+            "epsilon_output",
+        ),
+        (["bench", "core", "--steps", "1"], "--steps"),
+        (["no-such-command"], "no-such-command"),
+    ],
+)
 def test_bad_option_value_exits_non_zero_without_traceback(args: list[str], needle: str) -> None:
     result = invoke(*args)
     assert_clean_failure(result, needle)
@@ -268,6 +382,7 @@ def test_version_and_help() -> None:
 
 # ============================================================== real processes: both entry points
 
+
 def _console_script() -> str:
     script = Path(sys.executable).parent / ("immersion.exe" if os.name == "nt" else "immersion")
     found = str(script) if script.exists() else shutil.which("immersion")
@@ -275,14 +390,22 @@ def _console_script() -> str:
     return found
 
 
-ENTRY_POINTS = {"console-script": lambda: [_console_script()],
-                "python-m": lambda: [sys.executable, "-m", "immersion"]}
+ENTRY_POINTS = {
+    "console-script": lambda: [_console_script()],
+    "python-m": lambda: [sys.executable, "-m", "immersion"],
+}
 
 
 def run(entry: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS",)}
-    return subprocess.run(ENTRY_POINTS[entry]() + list(args), capture_output=True, text=True, timeout=120,
-                          cwd=cwd, env=env)
+    return subprocess.run(
+        ENTRY_POINTS[entry]() + list(args),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=env,
+    )
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
@@ -311,8 +434,10 @@ def test_entry_point_errors_are_one_line_without_traceback(entry: str, tmp_path:
     bad = tmp_path / "bad.keys"
     bad.write_text("hello\n")
     os.chmod(bad, 0o600)
-    for args, text in ((["keys", "inspect", str(bad)], "not an immersion key file"),
-                       (["demo", "controller", "--steps", "0"], "--steps")):
+    for args, text in (
+        (["keys", "inspect", str(bad)], "not an immersion key file"),
+        (["demo", "controller", "--steps", "0"], "--steps"),
+    ):
         proc = run(entry, *args, cwd=tmp_path)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert "Traceback" not in proc.stderr + proc.stdout
@@ -322,8 +447,22 @@ def test_entry_point_errors_are_one_line_without_traceback(entry: str, tmp_path:
 
 
 def test_report_with_an_absurd_epsilon_fails_without_traceback(tmp_path: Path) -> None:
-    proc = run("python-m", "report", "--n-state", "3", "--n-input", "1", "--n-output", "1", "--json",
-               "--epsilon-input", "1e300", "--steps", "3", cwd=tmp_path)
+    proc = run(
+        "python-m",
+        "report",
+        "--n-state",
+        "3",
+        "--n-input",
+        "1",
+        "--n-output",
+        "1",
+        "--json",
+        "--epsilon-input",
+        "1e300",
+        "--steps",
+        "3",
+        cwd=tmp_path,
+    )
     assert "Traceback" not in proc.stderr
     assert proc.returncode == 2 or (proc.returncode == 0 and one_json_object(proc.stdout))
 
@@ -332,14 +471,34 @@ def test_keys_new_writes_a_usable_key_file(tmp_path: Path) -> None:
     from immersion import immerse, load_keys
 
     path = tmp_path / "ctrl.keys"
-    result = CliRunner().invoke(main, ["keys", "new", "--n-state", "3", "--n-input", "1", "--n-output", "1",
-                                       "--epsilon-input", "0.01", "--seed", "4", "--out", str(path), "--json"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "keys",
+            "new",
+            "--n-state",
+            "3",
+            "--n-input",
+            "1",
+            "--n-output",
+            "1",
+            "--epsilon-input",
+            "0.01",
+            "--seed",
+            "4",
+            "--out",
+            str(path),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     info = json.loads(result.output)
     keys = load_keys(path)
     assert info["fingerprint"] == keys.fingerprint and (path.stat().st_mode & 0o777) == 0o600
     imm = immerse(lambda x, y: 0.5 * x + y[0], lambda x, y: x[:1], 3, 1, 1, keys=keys)
     assert imm.report().epsilon_input == pytest.approx(0.01, rel=1e-9)
-    again = CliRunner().invoke(main, ["keys", "new", "--n-state", "3", "--n-input", "1", "--n-output", "1",
-                                      "--out", str(path)])
-    assert again.exit_code == 2 and "exists" in again.output      # no silent overwrite
+    again = CliRunner().invoke(
+        main,
+        ["keys", "new", "--n-state", "3", "--n-input", "1", "--n-output", "1", "--out", str(path)],
+    )
+    assert again.exit_code == 2 and "exists" in again.output  # no silent overwrite

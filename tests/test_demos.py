@@ -1,4 +1,5 @@
 """The control demos run as a user would run them, and decode exactly."""
+
 from __future__ import annotations
 
 import re
@@ -10,8 +11,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_wrap_your_controller_script_decodes_exactly(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "control_demos" / "wrap_your_controller.py"), "--steps", "200",
-                          "--plot", str(tmp_path)], capture_output=True, text=True, check=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "control_demos" / "wrap_your_controller.py"),
+            "--steps",
+            "200",
+            "--plot",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     error = float(re.search(r"max \|u_plain - u_decoded\| = ([0-9.e+-]+)", out.stdout).group(1))
     assert error < 1e-9
     assert (tmp_path / "wrap_your_controller.png").stat().st_size > 1000
@@ -24,4 +37,4 @@ def test_controller_demo_closed_loops_coincide():
     assert result["max_abs_u_error"] < 1e-9 * max(1.0, result["max_abs_u"])
     assert result["max_abs_state_error"] < 1e-9
     assert result["max_abs_plant_state_difference"] < 1e-9
-    assert abs(result["final_plant_position_plain"]) < 0.05     # the LQR loop regulates the mass to 0
+    assert abs(result["final_plant_position_plain"]) < 0.05  # the LQR loop regulates the mass to 0

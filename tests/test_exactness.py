@@ -1,4 +1,5 @@
 """Decoding is exact to floating-point tolerance, round by round (seed 002, Proposition 1)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,14 +10,33 @@ from immersion.testing import assert_close_to_plain, random_contractive_system, 
 
 
 @settings(max_examples=25)
-@given(n_state=st.integers(1, 8), n_input=st.integers(1, 4), n_output=st.integers(1, 4),
-       extra_state=st.integers(1, 3), extra_input=st.integers(1, 3), extra_output=st.integers(1, 3),
-       keys=st.sampled_from(["dense", "block"]), seed=st.integers(0, 2**31 - 1))
-def test_decoded_run_equals_plain_for_random_nonlinear_systems(n_state, n_input, n_output, extra_state,
-                                                               extra_input, extra_output, keys, seed):
+@given(
+    n_state=st.integers(1, 8),
+    n_input=st.integers(1, 4),
+    n_output=st.integers(1, 4),
+    extra_state=st.integers(1, 3),
+    extra_input=st.integers(1, 3),
+    extra_output=st.integers(1, 3),
+    keys=st.sampled_from(["dense", "block"]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_decoded_run_equals_plain_for_random_nonlinear_systems(
+    n_state, n_input, n_output, extra_state, extra_input, extra_output, keys, seed
+):
     f, g = random_contractive_system(n_state, n_input, n_output, seed=seed)
-    imm = immerse(f, g, n_state=n_state, n_input=n_input, n_output=n_output, extra_state=extra_state,
-                  extra_input=extra_input, extra_output=extra_output, keys=keys, block_size=3, rng=seed)
+    imm = immerse(
+        f,
+        g,
+        n_state=n_state,
+        n_input=n_input,
+        n_output=n_output,
+        extra_state=extra_state,
+        extra_input=extra_input,
+        extra_output=extra_output,
+        keys=keys,
+        block_size=3,
+        rng=seed,
+    )
     inputs = np.random.default_rng(seed).standard_normal((100, n_input))
     run = run_side_by_side(imm, f, g, x0=np.full(n_state, 0.3), inputs=inputs)
     assert_close_to_plain(run, rtol=1e-9)
@@ -27,7 +47,7 @@ def test_two_time_scales_cloud_iterates_on_one_encoded_input(contractive_system)
     """Corollary 1: the cloud calls step T times on one y~; decoding is unchanged."""
     f, g = contractive_system
     imm = immerse(f, g, n_state=3, n_input=1, n_output=1, rng=1)
-    for k in range(5):                      # five user samples, each iterated T = 20 times in the cloud
+    for k in range(5):  # five user samples, each iterated T = 20 times in the cloud
         y = np.array([np.cos(k)])
         yt = imm.encode_input(y)
         if k == 0:
@@ -51,7 +71,9 @@ def test_public_signal_w_is_passed_unencoded():
     for k in range(30):
         y, w = np.array([np.sin(k), 1.0]), np.array([0.3 * k, -1.0])
         yt = imm.encode_input(y)
-        np.testing.assert_allclose(imm.decode_output(imm.target.output(xt, yt, w), yt), g(x, y, w), atol=1e-9)
+        np.testing.assert_allclose(
+            imm.decode_output(imm.target.output(xt, yt, w), yt), g(x, y, w), atol=1e-9
+        )
         x, xt = f(x, y, w), imm.target.step(xt, yt, w)
     np.testing.assert_allclose(imm.decode_state(xt), x, atol=1e-9)
 
@@ -77,9 +99,20 @@ def test_batched_encoding_decodes_row_by_row(contractive_system):
 
 def test_gaussian_noise_is_exact_too(contractive_system):
     f, g = contractive_system
-    imm = immerse(f, g, n_state=3, n_input=1, n_output=1, noise="gaussian", delta_input=1e-5,
-                  delta_output=1e-5, rng=5)
-    run = run_side_by_side(imm, f, g, x0=np.zeros(3), inputs=np.random.default_rng(0).standard_normal((100, 1)))
+    imm = immerse(
+        f,
+        g,
+        n_state=3,
+        n_input=1,
+        n_output=1,
+        noise="gaussian",
+        delta_input=1e-5,
+        delta_output=1e-5,
+        rng=5,
+    )
+    run = run_side_by_side(
+        imm, f, g, x0=np.zeros(3), inputs=np.random.default_rng(0).standard_normal((100, 1))
+    )
     assert_close_to_plain(run, rtol=1e-9)
 
 

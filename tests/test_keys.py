@@ -1,4 +1,5 @@
 """Key algebra (seed 002 Proposition 1), block-structured keys, save and load."""
+
 from __future__ import annotations
 
 import os
@@ -10,24 +11,40 @@ from hypothesis import strategies as st
 from immersion import KeyFileError, Keys, load_keys, save_keys
 from immersion.keys.stats import dense_row_stats
 
-dims = st.fixed_dictionaries({
-    "n_state": st.integers(1, 30), "n_input": st.integers(1, 30), "n_output": st.integers(1, 30),
-    "extra_state": st.integers(1, 12), "extra_input": st.integers(1, 12), "extra_output": st.integers(1, 12)})
+dims = st.fixed_dictionaries(
+    {
+        "n_state": st.integers(1, 30),
+        "n_input": st.integers(1, 30),
+        "n_output": st.integers(1, 30),
+        "extra_state": st.integers(1, 12),
+        "extra_input": st.integers(1, 12),
+        "extra_output": st.integers(1, 12),
+    }
+)
 
 
 def _check_algebra(keys: Keys) -> None:
-    for pi, left, name in ((keys.Pi1, keys.Pi1_left, "1"), (keys.Pi2, keys.Pi2_left, "2"), (keys.Pi3, keys.Pi3_left, "3")):
+    for pi, left, name in (
+        (keys.Pi1, keys.Pi1_left, "1"),
+        (keys.Pi2, keys.Pi2_left, "2"),
+        (keys.Pi3, keys.Pi3_left, "3"),
+    ):
         assert np.linalg.matrix_rank(pi) == pi.shape[1], f"Pi{name} not full column rank"
         np.testing.assert_allclose(left @ pi, np.eye(pi.shape[1]), atol=1e-12)
     np.testing.assert_allclose(keys.Pi1_left @ keys.N1, 0.0, atol=1e-12)
     assert np.linalg.matrix_rank(keys.N1) == keys.N1.shape[1]
     assert np.linalg.norm(keys.N1, axis=1).min() > 1e-8, "N1 has a (near) zero row"
-    np.testing.assert_allclose(keys.Pi4 @ keys.Pi1, 0.0, atol=1e-12)      # the mask carries noise only
-    assert np.linalg.norm(keys.Pi4 @ keys.N1, axis=1).min() > 1e-8       # ... and every output gets some
+    np.testing.assert_allclose(keys.Pi4 @ keys.Pi1, 0.0, atol=1e-12)  # the mask carries noise only
+    assert np.linalg.norm(keys.Pi4 @ keys.N1, axis=1).min() > 1e-8  # ... and every output gets some
 
 
 @settings(max_examples=30)
-@given(d=dims, kind=st.sampled_from(["dense", "block"]), block=st.integers(1, 9), seed=st.integers(0, 10**6))
+@given(
+    d=dims,
+    kind=st.sampled_from(["dense", "block"]),
+    block=st.integers(1, 9),
+    seed=st.integers(0, 10**6),
+)
 def test_drawn_keys_satisfy_proposition_1(d, kind, block, seed):
     keys = Keys.draw(**d, kind=kind, block_size=block, rng=seed)
     assert keys.Pi1.shape == (d["n_input"] + d["extra_input"], d["n_input"])
@@ -44,16 +61,30 @@ def test_structured_row_norms_equal_the_dense_ones(d, block, seed):
     for code in (keys.input_code, keys.state_code, keys.output_code):
         fast, exact = code.row_stats(), dense_row_stats(code.dense_pi(), code.dense_noise_basis())
         for field in ("l1_signal", "l2_signal", "l2_noise"):
-            np.testing.assert_allclose(getattr(fast, field), getattr(exact, field), rtol=1e-10, atol=1e-13)
-        assert np.all(fast.linf_noise <= exact.linf_noise * (1 + 1e-10))   # a valid lower bound
+            np.testing.assert_allclose(
+                getattr(fast, field), getattr(exact, field), rtol=1e-10, atol=1e-13
+            )
+        assert np.all(fast.linf_noise <= exact.linf_noise * (1 + 1e-10))  # a valid lower bound
         assert np.all(fast.linf_noise > 0)
-    np.testing.assert_allclose(keys.mask_noise_row_norms, np.linalg.norm(keys.Pi4 @ keys.N1, axis=1), rtol=1e-10)
+    np.testing.assert_allclose(
+        keys.mask_noise_row_norms, np.linalg.norm(keys.Pi4 @ keys.N1, axis=1), rtol=1e-10
+    )
 
 
 def test_block_keys_apply_in_o_n_b_and_match_dense_views():
-    keys = Keys.draw(n_state=500, n_input=300, n_output=200, extra_state=40, extra_input=30, extra_output=20,
-                     kind="block", block_size=16, rng=2)
+    keys = Keys.draw(
+        n_state=500,
+        n_input=300,
+        n_output=200,
+        extra_state=40,
+        extra_input=30,
+        extra_output=20,
+        kind="block",
+        block_size=16,
+        rng=2,
+    )
     from immersion.backends import NumpyBackend
+
     be = NumpyBackend()
     y = np.random.default_rng(0).standard_normal((4, 300))
     s = np.random.default_rng(1).standard_normal((4, 30))
@@ -70,20 +101,24 @@ def test_cnn_sized_block_keys_fit_in_memory_budget():
     assert keys.state_code.n_total == 1_200_011
     assert keys.nbytes < 1e9
     stats = keys.state_code.row_stats()
-    assert stats.l2_noise.min() > 0                       # every element carries noise
+    assert stats.l2_noise.min() > 0  # every element carries noise
     with pytest.raises(ValueError, match="dense view"):
         _ = keys.Pi2
 
 
 def test_user_matrices_are_validated_and_usable():
     rng = np.random.default_rng(0)
-    pi1, pi2, pi3 = rng.standard_normal((4, 2)), rng.standard_normal((3, 2)), rng.standard_normal((3, 1))
+    pi1, pi2, pi3 = (
+        rng.standard_normal((4, 2)),
+        rng.standard_normal((3, 2)),
+        rng.standard_normal((3, 1)),
+    )
     pi4 = rng.standard_normal((3, 4))
     keys = Keys.from_matrices(Pi1=pi1, Pi2=pi2, Pi3=pi3, Pi4=pi4)
     np.testing.assert_allclose(keys.Pi1_left @ keys.N1, 0, atol=1e-12)
     assert keys.N1.shape == (4, 2)
     assert not keys.mask_is_generated
-    assert keys.mask_data_row_l1.max() > 0           # this Pi4 lets data into the mask: the report counts it
+    assert keys.mask_data_row_l1.max() > 0  # this Pi4 lets data into the mask: the report counts it
 
 
 def test_save_load_roundtrip_keeps_every_array(tmp_path):
@@ -95,7 +130,7 @@ def test_save_load_roundtrip_keeps_every_array(tmp_path):
         assert loaded.fingerprint == keys.fingerprint
         for name in ("Pi1", "Pi1_left", "N1", "Pi2", "Pi3", "Pi3_left", "Pi4"):
             np.testing.assert_array_equal(getattr(loaded, name), getattr(keys, name))
-    assert sorted(os.listdir(tmp_path)) == ["block.keys", "dense.keys"]   # no temporary files left
+    assert sorted(os.listdir(tmp_path)) == ["block.keys", "dense.keys"]  # no temporary files left
 
 
 def test_corrupted_key_file_is_refused(tmp_path):
@@ -124,17 +159,42 @@ def test_draw_keys_gives_the_keys_immerse_draws_and_they_survive_a_round_trip(tm
     def g(x, y):
         return 2.0 * x
 
-    keys = draw_keys(2, 2, 2, epsilon_input=1e-2, epsilon_output=5e-3, sensitivity_input=3.0, noise="gaussian",
-                     rng=5)
-    imm = immerse(f, g, 2, 2, 2, epsilon_input=1e-2, epsilon_output=5e-3, sensitivity_input=3.0, noise="gaussian",
-                  rng=5)
+    keys = draw_keys(
+        2,
+        2,
+        2,
+        epsilon_input=1e-2,
+        epsilon_output=5e-3,
+        sensitivity_input=3.0,
+        noise="gaussian",
+        rng=5,
+    )
+    imm = immerse(
+        f,
+        g,
+        2,
+        2,
+        2,
+        epsilon_input=1e-2,
+        epsilon_output=5e-3,
+        sensitivity_input=3.0,
+        noise="gaussian",
+        rng=5,
+    )
     assert keys.fingerprint == imm.keys.fingerprint
     loaded = load_keys(save_keys(keys, tmp_path / "k.keys"))
-    assert loaded.noise == keys.noise                       # law, sensitivities and deltas travel with the keys
-    again = immerse(f, g, 2, 2, 2, keys=loaded, rng=9)     # design options are not needed again
-    for field in ("epsilon_input", "epsilon_output", "sensitivity_input", "delta_input", "noise_scale"):
+    assert loaded.noise == keys.noise  # law, sensitivities and deltas travel with the keys
+    again = immerse(f, g, 2, 2, 2, keys=loaded, rng=9)  # design options are not needed again
+    for field in (
+        "epsilon_input",
+        "epsilon_output",
+        "sensitivity_input",
+        "delta_input",
+        "noise_scale",
+    ):
         assert getattr(again.report(), field) == getattr(imm.report(), field)
     y = np.array([0.3, -0.1])
     yt = again.encode_input(y)
-    np.testing.assert_allclose(again.decode_state(again.target.step(again.encode_state(np.zeros(2)), yt)), y,
-                               atol=1e-9)
+    np.testing.assert_allclose(
+        again.decode_state(again.target.step(again.encode_state(np.zeros(2)), yt)), y, atol=1e-9
+    )

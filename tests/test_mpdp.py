@@ -1,4 +1,5 @@
 """MP-DP (seed 004): perturbation, recovery, noise laws, pairwise cancellation, dropouts, calibration."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,15 @@ from immersion_fl.faults import FaultPlan  # noqa: E402
 from immersion_mpdp import laws  # noqa: E402
 from immersion_mpdp.agreement import KeyAgreement, build_graph  # noqa: E402
 from immersion_mpdp.calibration import calibrate, meets_eq23, nout_preconditions  # noqa: E402
-from immersion_mpdp.ddp import Layout, NoiseSettings, ddp_client, from_fixed, mean_local_result, sum_uploads, to_fixed  # noqa: E402
+from immersion_mpdp.ddp import (
+    Layout,
+    NoiseSettings,
+    ddp_client,
+    from_fixed,
+    mean_local_result,
+    sum_uploads,
+    to_fixed,
+)  # noqa: E402
 from immersion_mpdp.lmt import local_model_training  # noqa: E402
 from immersion_mpdp.mlp import forward, init_weights, mse_gradient, one_hot, weights_from_module  # noqa: E402
 from immersion_mpdp.perturbation import draw_keys, perturb, recover  # noqa: E402
@@ -39,9 +48,13 @@ def test_theorem12_forward_identity(depth, dn2_law):
     model, keys = perturb(w, np.random.default_rng(5), dn2_law=dn2_law)
     x, _ = _batch(sizes[0], sizes[-1], 16, seed=1)
     y_hat, alpha = model.forward(x)
-    torch.testing.assert_close(y_hat, forward(w, x) + alpha[:, None] * keys.r_out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        y_hat, forward(w, x) + alpha[:, None] * keys.r_out, rtol=1e-12, atol=1e-12
+    )
     h, h_hat = x, x
-    for layer in range(len(sizes) - 2):             # hidden layers: y^hat^(2l-1) = r^(l) o y, y^hat^(2l) = y / s^(l)
+    for layer in range(
+        len(sizes) - 2
+    ):  # hidden layers: y^hat^(2l-1) = r^(l) o y, y^hat^(2l) = y / s^(l)
         h = (h @ w[layer].T).clamp_min(0)
         h_hat = (h_hat @ model.odd[layer].T).clamp_min(0)
         torch.testing.assert_close(h_hat, keys.r[layer] * h, rtol=1e-12, atol=1e-12)
@@ -59,7 +72,9 @@ def test_recovery_equals_autograd_per_sample_and_per_batch(depth):
     for batch in (1, 9):
         x, t = _batch(sizes[0], sizes[-1], batch, seed=batch)
         out = local_model_training(model, x, t)
-        assert [tuple(p.shape) for p in out.psi] == [(sizes[-1], b, a) for a, b in zip(sizes[:-2], sizes[1:-1], strict=True)]
+        assert [tuple(p.shape) for p in out.psi] == [
+            (sizes[-1], b, a) for a, b in zip(sizes[:-2], sizes[1:-1], strict=True)
+        ]
         recovered = recover(keys, out.grad_hat, out.psi, out.psi_last, out.phi)
         for got, want in zip(recovered, mse_gradient(w, x, t), strict=True):
             torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
@@ -85,11 +100,13 @@ def test_masked_noise_is_gaussian_at_first_middle_last_layer(dn2_law):
     """Theorems 5/6: R^(2l-1)_ij eta_ij ~ N(0, sigma^2) with R from Eq. 13 and eta ~ DN(sigma, 1)."""
     sizes, sigma = (3, 4, 4, 4, 2), 0.7
     rng = np.random.default_rng(11)
-    samples: dict[int, list[float]] = {0: [], 2: [], 3: []}          # first, a middle, the last layer
-    for _ in range(2000):                   # one element per key draw: elements of one R share factors
+    samples: dict[int, list[float]] = {0: [], 2: [], 3: []}  # first, a middle, the last layer
+    for _ in range(2000):  # one element per key draw: elements of one R share factors
         keys = draw_keys(sizes, rng, dn2_law=dn2_law)
         for layer in samples:
-            samples[layer].append(float(keys.mask(layer)[0, 0]) * float(laws.uniform_dn(sigma, (1,), rng)[0]))
+            samples[layer].append(
+                float(keys.mask(layer)[0, 0]) * float(laws.uniform_dn(sigma, (1,), rng)[0])
+            )
     for layer, values in samples.items():
         assert _ks_normal(np.array(values), sigma) > 1e-3, f"layer {layer}"
 
@@ -98,10 +115,16 @@ def test_products_of_laws_by_ks():
     """|DN*(1)| DN(sigma,1) ~ N(0, sigma^2); the DN*(2) pair and the series give |DN*(1)|."""
     rng, n = np.random.default_rng(0), 40_000
     sigma = 2.0
-    assert _ks_normal(laws.abs_dn_star_1((n,), rng) * laws.uniform_dn(sigma, (n,), rng), sigma) > 1e-3
+    assert (
+        _ks_normal(laws.abs_dn_star_1((n,), rng) * laws.uniform_dn(sigma, (n,), rng), sigma) > 1e-3
+    )
     target = laws.abs_dn_star_1((n,), rng)
-    pair = (laws.abs_dn_star_2((n,), rng, factor="left") * laws.abs_dn_star_2((n,), rng, factor="right"))
-    series = laws.abs_dn_star_2((4000,), rng, law="series") * laws.abs_dn_star_2((4000,), rng, law="series")
+    pair = laws.abs_dn_star_2((n,), rng, factor="left") * laws.abs_dn_star_2(
+        (n,), rng, factor="right"
+    )
+    series = laws.abs_dn_star_2((4000,), rng, law="series") * laws.abs_dn_star_2(
+        (4000,), rng, law="series"
+    )
     assert stats.ks_2samp(pair, target).pvalue > 1e-3
     assert stats.ks_2samp(series, target).pvalue > 1e-3
     assert np.abs(laws.uniform_dn(sigma, (n,), rng)).max() <= np.sqrt(2) * sigma
@@ -130,13 +153,31 @@ def test_pairwise_noise_and_masks_cancel_in_the_sum(graph):
     for noise in (NoiseSettings(0.0, 0.0, False), NoiseSettings(0.0, 50.0, True)):
         uploads = []
         for c in range(k):
-            seeds = {v: {p: agreements[c].pair_seed(v, publics[v], p) for p in ("delta", "mask")} for v in neighbours[c]}
-            uploads.append(ddp_client(locals_[c], layout, me=c, seeds=seeds, n_clients=k, noise=noise,
-                                      rng=np.random.default_rng(c)))
-        mean = mean_local_result(sum_uploads(uploads, masked=noise.mask_corrections), k, layout,
-                                 masked=noise.mask_corrections)
+            seeds = {
+                v: {p: agreements[c].pair_seed(v, publics[v], p) for p in ("delta", "mask")}
+                for v in neighbours[c]
+            }
+            uploads.append(
+                ddp_client(
+                    locals_[c],
+                    layout,
+                    me=c,
+                    seeds=seeds,
+                    n_clients=k,
+                    noise=noise,
+                    rng=np.random.default_rng(c),
+                )
+            )
+        mean = mean_local_result(
+            sum_uploads(uploads, masked=noise.mask_corrections),
+            k,
+            layout,
+            masked=noise.mask_corrections,
+        )
         if noise.sigma_delta:
-            assert float(np.abs(uploads[0].gradient - layout.flatten(locals_[0])[0]).max()) > 1.0   # noisy uploads
+            assert (
+                float(np.abs(uploads[0].gradient - layout.flatten(locals_[0])[0]).max()) > 1.0
+            )  # noisy uploads
         plain_grad = sum(layout.flatten(lr)[0] for lr in locals_) / k
         plain_corr = sum(layout.flatten(lr)[1] for lr in locals_) / k
         got_grad, got_corr = layout.flatten(mean)
@@ -155,7 +196,7 @@ def test_key_agreement_is_symmetric_and_purpose_bound():
     a, b = KeyAgreement(0, 3), KeyAgreement(5, 3)
     assert a.pair_seed(5, b.public_bytes, "delta") == b.pair_seed(0, a.public_bytes, "delta")
     assert a.pair_seed(5, b.public_bytes, "delta") != a.pair_seed(5, b.public_bytes, "mask")
-    assert KeyAgreement(0, 4).public_bytes != a.public_bytes          # fresh key pair each round
+    assert KeyAgreement(0, 4).public_bytes != a.public_bytes  # fresh key pair each round
     with pytest.raises(InvalidArgumentError, match="peer_public"):
         a.pair_seed(5, b"short", "delta")
 
@@ -176,19 +217,27 @@ def test_calibration_meets_eq23_and_refuses_theorem11_outside_preconditions():
     for eps in (0.5, 1.0, 3.0):
         cal = calibrate(eps, 1e-5, 10)
         assert meets_eq23(eps, 1e-5, cal.theta) and not meets_eq23(eps, 1e-5, cal.theta * 1.01)
-        assert cal.theta == pytest.approx(1 / (cal.sigma_eta ** 2 * 10) + 1 / (cal.sigma_delta ** 2 * 10))
+        assert cal.theta == pytest.approx(
+            1 / (cal.sigma_eta**2 * 10) + 1 / (cal.sigma_delta**2 * 10)
+        )
     literal = calibrate(1.0, 1e-5, 10, reading="literal")
-    assert literal.theta == pytest.approx(1 / (literal.sigma_eta * 10) + 1 / (literal.sigma_delta * 10))
+    assert literal.theta == pytest.approx(
+        1 / (literal.sigma_eta * 10) + 1 / (literal.sigma_delta * 10)
+    )
     with pytest.raises(InvalidArgumentError, match="K >= 81"):
-        calibrate(1.0, 1e-5, 100 // 2, "nout:5")               # the paper's own experiments are outside
+        calibrate(1.0, 1e-5, 100 // 2, "nout:5")  # the paper's own experiments are outside
     assert "floor((n-1)/3) > 1, i.e. n >= 7" in nout_preconditions(100, 5, 1e-5)
     cal = calibrate(1.0, 1e-5, 100, "nout:70")
     assert cal.theorem.startswith("Theorem 11") and meets_eq23(1.0, 1e-5 / 3, cal.theta)
-    assert calibrate(1.0, 1e-5, 10, sensitivity=4.0).sigma_eta == pytest.approx(4 * calibrate(1.0, 1e-5, 10).sigma_eta)
+    assert calibrate(1.0, 1e-5, 10, sensitivity=4.0).sigma_eta == pytest.approx(
+        4 * calibrate(1.0, 1e-5, 10).sigma_eta
+    )
 
 
 def _cfg(**kw):
-    base = dict(scheme="mpdp", noise="off", clients=4, rounds=3, hidden=(16, 8), batch_size=8, lr=0.1)
+    base = dict(
+        scheme="mpdp", noise="off", clients=4, rounds=3, hidden=(16, 8), batch_size=8, lr=0.1
+    )
     base.update(kw)
     return RunConfig(**base)
 
@@ -199,10 +248,17 @@ def test_noise_off_equals_plain_fedsgd_every_round(mask_corrections):
     assert len(res.diff_vs_plain) == 3 and max(res.diff_vs_plain) < 1e-9
     assert res.accuracy == res.accuracy_plain
     summary = res.summary()
-    for key in ("max_abs_diff_vs_plain", "accuracy", "accuracy_plain", "round_time_ratio", "upload_bytes_ratio",
-                "epsilon", "delta"):
+    for key in (
+        "max_abs_diff_vs_plain",
+        "accuracy",
+        "accuracy_plain",
+        "round_time_ratio",
+        "upload_bytes_ratio",
+        "epsilon",
+        "delta",
+    ):
         assert key in summary
-    assert summary["upload_bytes_ratio"] > 8                       # Psi is n_L times the gradient
+    assert summary["upload_bytes_ratio"] > 8  # Psi is n_L times the gradient
 
 
 def test_dropout_after_key_agreement_is_recovered():
@@ -219,21 +275,35 @@ def test_dropout_recovery_removes_pairwise_noise():
     cfg = _cfg(noise="on")
     setup = engine.make_setup(cfg)
     w0 = init_weights(setup.sizes, 0)
-    server = engine.MpdpServer([w.clone() for w in w0], cfg.lr, NoiseSettings(0.0, 20.0, True),
-                               rng=np.random.default_rng(0))
+    server = engine.MpdpServer(
+        [w.clone() for w in w0],
+        cfg.lr,
+        NoiseSettings(0.0, 20.0, True),
+        rng=np.random.default_rng(0),
+    )
     clients = {c.index: c for c in setup.clients}
-    survivors, _ = engine.mpdp_round(server, clients, sorted(clients), 0, plan=FaultPlan({(3, 0): "raise"}),
-                                     dropped=[], aborted=[], phase_s={})
+    survivors, _ = engine.mpdp_round(
+        server,
+        clients,
+        sorted(clients),
+        0,
+        plan=FaultPlan({(3, 0): "raise"}),
+        dropped=[],
+        aborted=[],
+        phase_s={},
+    )
     plain = engine.fedsgd_step(w0, [clients[k] for k in survivors], 0, cfg.lr)
     assert survivors == [0, 1, 2]
-    assert max(float((a - b).abs().max()) for a, b in zip(server.weights, plain, strict=True)) < 1e-9
+    assert (
+        max(float((a - b).abs().max()) for a, b in zip(server.weights, plain, strict=True)) < 1e-9
+    )
 
 
 def test_round_aborted_when_a_survivor_does_not_reveal_then_retried():
     res = run_federated(_cfg(), faults=FaultPlan({(0, 1): "raise", (2, 1): "no-recovery"}))
     assert [a["round"] for a in res.aborted] == [1]
     assert "client 2 did not reveal" in res.aborted[0]["reason"]
-    assert max(res.diff_vs_plain) < 1e-9                            # the retry aggregates clients 1 and 3
+    assert max(res.diff_vs_plain) < 1e-9  # the retry aggregates clients 1 and 3
 
 
 def test_noise_on_reports_privacy_and_measured_sensitivity():
@@ -243,9 +313,18 @@ def test_noise_on_reports_privacy_and_measured_sensitivity():
     assert out["sensitivity_observed_max"] > 0 and out["max_abs_diff_vs_plain"] > 1e-6
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("model", "cnn", "model"), ("optimizer", "adam", "optimizer"), ("local_epochs", 2, "local_epochs"),
-    ("noise", "laplace", "noise"), ("graph", "star", "graph"), ("hidden", (), "hidden"), ("clients", 1, "clients")])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("model", "cnn", "model"),
+        ("optimizer", "adam", "optimizer"),
+        ("local_epochs", 2, "local_epochs"),
+        ("noise", "laplace", "noise"),
+        ("graph", "star", "graph"),
+        ("hidden", (), "hidden"),
+        ("clients", 1, "clients"),
+    ],
+)
 def test_bad_options_are_refused_by_name(field, value, match):
     with pytest.raises(InvalidArgumentError, match=match):
         run_federated(_cfg(**{field: value}))
@@ -253,12 +332,16 @@ def test_bad_options_are_refused_by_name(field, value, match):
 
 def test_modules_with_biases_or_other_layers_are_refused():
     nn = torch.nn
-    ok = nn.Sequential(nn.Flatten(), nn.Linear(4, 3, bias=False), nn.ReLU(), nn.Linear(3, 2, bias=False))
+    ok = nn.Sequential(
+        nn.Flatten(), nn.Linear(4, 3, bias=False), nn.ReLU(), nn.Linear(3, 2, bias=False)
+    )
     assert [tuple(w.shape) for w in weights_from_module(ok)] == [(3, 4), (2, 3)]
     with pytest.raises(InvalidArgumentError, match="bias"):
         weights_from_module(nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2, bias=False)))
     with pytest.raises(InvalidArgumentError, match="Tanh"):
-        weights_from_module(nn.Sequential(nn.Linear(4, 3, bias=False), nn.Tanh(), nn.Linear(3, 2, bias=False)))
+        weights_from_module(
+            nn.Sequential(nn.Linear(4, 3, bias=False), nn.Tanh(), nn.Linear(3, 2, bias=False))
+        )
     with pytest.raises(InvalidArgumentError, match="L >= 2"):
         perturb([torch.ones(2, 3, dtype=torch.float64)], np.random.default_rng(0))
 
@@ -267,8 +350,24 @@ def test_cli_json(tmp_path):
     from click.testing import CliRunner
     from immersion.cli import main
 
-    out = CliRunner().invoke(main, ["fl", "run", "--scheme", "mpdp", "--noise", "off", "--clients", "3", "--rounds",
-                                    "2", "--hidden", "8", "--json"])
+    out = CliRunner().invoke(
+        main,
+        [
+            "fl",
+            "run",
+            "--scheme",
+            "mpdp",
+            "--noise",
+            "off",
+            "--clients",
+            "3",
+            "--rounds",
+            "2",
+            "--hidden",
+            "8",
+            "--json",
+        ],
+    )
     assert out.exit_code == 0, out.output
     summary = json.loads(out.stdout)
     assert summary["scheme"] == "mpdp" and summary["max_abs_diff_vs_plain"] < 1e-9
@@ -277,6 +376,12 @@ def test_cli_json(tmp_path):
 
 
 def test_an_aborted_round_counts_twice_in_epsilon_total():
-    res = run_federated(_cfg(noise="on", rounds=2), faults=FaultPlan({(0, 1): "raise", (2, 1): "no-recovery"}))
+    res = run_federated(
+        _cfg(noise="on", rounds=2), faults=FaultPlan({(0, 1): "raise", (2, 1): "no-recovery"})
+    )
     out = res.summary()
-    assert len(res.aborted) == 1 and out["releases"] == 3 and out["epsilon_total"] == pytest.approx(3 * out["epsilon"])
+    assert (
+        len(res.aborted) == 1
+        and out["releases"] == 3
+        and out["epsilon_total"] == pytest.approx(3 * out["epsilon"])
+    )

@@ -1,5 +1,6 @@
 """fl_demos/mpdp_attacks.py (seed 004 Tables 2-4, notes section 10.11) in quick mode: what the attacks
 must show, with margins far from the measured values (quick runs take about 10 s each)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -16,8 +17,15 @@ pytest.importorskip("sklearn")
 pytest.importorskip("cryptography")
 
 DEMO = Path(__file__).resolve().parents[1] / "fl_demos" / "mpdp_attacks.py"
-SETTINGS = ("fedsgd", "mpdp_noise_off", "mpdp_eps1", "mpdp_eps3", "mpdp_phi_clear", "mpdp_phi_sum_K10",
-            "baseline_mean_image")
+SETTINGS = (
+    "fedsgd",
+    "mpdp_noise_off",
+    "mpdp_eps1",
+    "mpdp_eps3",
+    "mpdp_phi_clear",
+    "mpdp_phi_sum_K10",
+    "baseline_mean_image",
+)
 
 
 def load_demo():
@@ -54,9 +62,11 @@ def check_result(result: dict) -> None:
 
     for name in ("plain", "perturbed", "perturbed_corrected"):
         assert 0.0 <= mia[name]["asr"] <= 1.0, name
-    assert mia["plain"]["asr"] > 0.6                                    # the overfit model leaks membership
-    assert mia["perturbed"]["asr"] < 0.6                                # y_hat = y + alpha r hides it
-    assert mia["perturbed_corrected"]["asr"] > mia["perturbed"]["asr"] + 0.1   # until r is estimated (10.11(d))
+    assert mia["plain"]["asr"] > 0.6  # the overfit model leaks membership
+    assert mia["perturbed"]["asr"] < 0.6  # y_hat = y + alpha r hides it
+    assert (
+        mia["perturbed_corrected"]["asr"] > mia["perturbed"]["asr"] + 0.1
+    )  # until r is estimated (10.11(d))
     assert abs(mia["perturbed_corrected"]["asr"] - mia["plain"]["asr"]) < 0.1
     assert mia["perturbed_corrected"]["relative_error_r_est"] < 0.05
 
@@ -85,8 +95,13 @@ def test_algebraic_phi_inversion_is_exact_for_a_few_images():
 
 @pytest.mark.slow
 def test_cli_prints_one_json_object_with_another_seed():
-    out = subprocess.run([sys.executable, str(DEMO), "--quick", "--json", "--seed", "1"], capture_output=True,
-                         text=True, check=True, timeout=300)
-    result = json.loads(out.stdout)                  # exactly one JSON object on stdout
+    out = subprocess.run(
+        [sys.executable, str(DEMO), "--quick", "--json", "--seed", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    result = json.loads(out.stdout)  # exactly one JSON object on stdout
     assert result["settings"]["seed"] == 1
     check_result(result)

@@ -1,4 +1,5 @@
 """Plugin registry (pluggy) and the conformance of every registered algorithm and backend."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,7 +27,10 @@ def test_duplicate_names_raise_unless_forced():
     with pytest.raises(PluginError, match="numpy"):
         build_registry(extra_plugins=(_Duplicate(),))
     forced = build_registry(extra_plugins=(_Duplicate(),), force=True)
-    assert forced.backends["numpy"].description in ("an impostor", "numpy float64 reference backend")
+    assert forced.backends["numpy"].description in (
+        "an impostor",
+        "numpy float64 reference backend",
+    )
 
 
 class _ThirdParty:
@@ -44,7 +48,9 @@ class _ThirdParty:
                 @staticmethod
                 def g(x, y):
                     return np.array([x[0] - x[1]])
+
             return Leaky()
+
         return [AlgorithmSpec("leaky", build, "a third-party test algorithm")]
 
 
@@ -61,8 +67,16 @@ ALGORITHMS = sorted(build_registry(extra_plugins=(_ThirdParty(),)).algorithms.it
 def test_conformance_of_registered_algorithms(name, spec, backend):
     """Decode-exactness, target-has-no-secrets and shape checks for every registered algorithm."""
     algo = spec.build()
-    imm = immerse(algo.f, algo.g, n_state=algo.n_state, n_input=algo.n_input, n_output=algo.n_output,
-                  backend=backend, rng=0, probe=(algo.initial_state, np.zeros(algo.n_input)))
+    imm = immerse(
+        algo.f,
+        algo.g,
+        n_state=algo.n_state,
+        n_input=algo.n_input,
+        n_output=algo.n_output,
+        backend=backend,
+        rng=0,
+        probe=(algo.initial_state, np.zeros(algo.n_input)),
+    )
     inputs = np.random.default_rng(1).standard_normal((100, algo.n_input)) * 0.1
     run = run_side_by_side(imm, algo.f, algo.g, x0=algo.initial_state, inputs=inputs)
     assert_close_to_plain(run, rtol=1e-9)
@@ -75,7 +89,15 @@ def test_conformance_of_registered_algorithms(name, spec, backend):
 def test_every_backend_builds_and_decodes(name):
     if name == "torch":
         pytest.importorskip("torch")
-    imm = immerse(lambda x, y: 0.5 * x + y, lambda x, y: 2 * x, n_state=2, n_input=2, n_output=2, backend=name, rng=0)
+    imm = immerse(
+        lambda x, y: 0.5 * x + y,
+        lambda x, y: 2 * x,
+        n_state=2,
+        n_input=2,
+        n_output=2,
+        backend=name,
+        rng=0,
+    )
     y = imm.backend.asarray(np.array([0.25, -0.5]))
     yt = imm.encode_input(y)
     x1 = imm.decode_state(imm.target.step(imm.encode_state(imm.backend.asarray(np.zeros(2))), yt))

@@ -1,4 +1,5 @@
 """Reactor case study (seed 002 SI-NCS): exactness, stabilisation, CLI, plots, remote mode."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ def paper_run():
 
 def test_decoded_control_equals_plain_every_sample(paper_run):
     scale = np.abs(paper_run.u_plain).max()
-    assert scale > 1.0                                   # a real control signal, not zeros
+    assert scale > 1.0  # a real control signal, not zeros
     err = np.abs(paper_run.u_plain - paper_run.u_decoded)
     assert err.max() <= 1e-9 * scale
     assert paper_run.controller_state_error.max() <= 1e-9
@@ -28,10 +29,12 @@ def test_decoded_control_equals_plain_every_sample(paper_run):
 
 
 def test_immersed_loop_stabilises_the_plant_like_the_plain_loop(paper_run):
-    final_plain, final_imm = (np.linalg.norm(x[-1]) for x in (paper_run.x_plain, paper_run.x_immersed))
+    final_plain, final_imm = (
+        np.linalg.norm(x[-1]) for x in (paper_run.x_plain, paper_run.x_immersed)
+    )
     assert final_plain < 1e-3 and final_imm < 1e-3
     assert np.abs(paper_run.x_plain - paper_run.x_immersed).max() < 1e-9
-    assert np.linalg.norm(paper_run.x_plain[0]) > 1.0       # it started far from the origin
+    assert np.linalg.norm(paper_run.x_plain[0]) > 1.0  # it started far from the origin
 
 
 def test_literal_discrete_reading_diverges_as_the_notes_say():
@@ -48,7 +51,11 @@ def test_large_sampling_period_ends_with_a_clear_error():
     with pytest.raises(ReactorDivergenceError, match="smaller --dt"):
         run_reactor(steps=200, dt=0.5)
     result = CliRunner().invoke(main, ["demo", "reactor", "--dt", "0.5", "--steps", "200"])
-    assert result.exit_code == 2 and "Traceback" not in result.output and "smaller --dt" in result.output
+    assert (
+        result.exit_code == 2
+        and "Traceback" not in result.output
+        and "smaller --dt" in result.output
+    )
 
 
 def test_parameters_are_overridable():
@@ -59,16 +66,32 @@ def test_parameters_are_overridable():
 
 
 def test_cli_json_has_every_figure_and_plots_are_written(tmp_path):
-    result = CliRunner().invoke(main, ["demo", "reactor", "--steps", "300", "--json", "--plot", str(tmp_path)])
+    result = CliRunner().invoke(
+        main, ["demo", "reactor", "--steps", "300", "--json", "--plot", str(tmp_path)]
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
-    for key in ("steps", "max_abs_u", "max_abs_u_error", "max_abs_state_error", "final_state_norm_plain",
-                "final_state_norm_immersed", "epsilon_input", "epsilon_output", "step_time_ratio"):
+    for key in (
+        "steps",
+        "max_abs_u",
+        "max_abs_u_error",
+        "max_abs_state_error",
+        "final_state_norm_plain",
+        "final_state_norm_immersed",
+        "epsilon_input",
+        "epsilon_output",
+        "step_time_ratio",
+    ):
         assert key in out
     assert out["steps"] == 300 and out["step_time_ratio"] > 0
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["fig08_measurement_encoded.png", "fig09_control_decoded.png", "fig10_decoding_error.png",
-                     "fig11_closed_loop_states.png", "fig12_running_time.png"]
+    assert names == [
+        "fig08_measurement_encoded.png",
+        "fig09_control_decoded.png",
+        "fig10_decoding_error.png",
+        "fig11_closed_loop_states.png",
+        "fig12_running_time.png",
+    ]
     assert all((tmp_path / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
 
 
@@ -91,14 +114,18 @@ def test_remote_server_refuses_unknown_algorithms_and_early_requests():
         port = probe_sock.bind_to_random_port("tcp://127.0.0.1")
         probe_sock.unbind(f"tcp://127.0.0.1:{port}")
     address = f"tcp://127.0.0.1:{port}"
-    thread = threading.Thread(target=serve, args=(address,), kwargs={"log": lambda m: None}, daemon=True)
+    thread = threading.Thread(
+        target=serve, args=(address,), kwargs={"log": lambda m: None}, daemon=True
+    )
     thread.start()
     try:
         ctrl = ReactorController()
         imm = immerse(ctrl.f, ctrl.g, 3, 1, 1, rng=0, probe=(ctrl.initial_state, np.array([-0.5])))
         with pytest.raises(RemoteError, match="unknown algorithm"):
             RemoteTarget(address, imm, algorithm="not-registered", timeout_s=5)
-        cloud = RemoteTarget(address, imm, algorithm="reactor-controller", params={"dt": 0.01}, timeout_s=5)
+        cloud = RemoteTarget(
+            address, imm, algorithm="reactor-controller", params={"dt": 0.01}, timeout_s=5
+        )
         xt, yt = imm.encode_state(ctrl.initial_state), imm.encode_input(np.array([-0.5]))
         ut, xt_next = cloud.advance(xt, yt)
         local_ut, local_xt = imm.target.advance(xt, yt)
@@ -116,12 +143,15 @@ def test_remote_server_refuses_unknown_algorithms_and_early_requests():
 def test_summary_reports_the_ratio_from_the_same_run(paper_run):
     out = summary(paper_run)
     assert out["step_time_ratio"] == pytest.approx(
-        np.median(paper_run.step_s_immersed) / np.median(paper_run.step_s_plain))
+        np.median(paper_run.step_s_immersed) / np.median(paper_run.step_s_plain)
+    )
 
 
 def test_cli_overrides_plant_parameters_and_refuses_unknown_ones():
-    ok = CliRunner().invoke(main, ["demo", "reactor", "--steps", "100", "--json", "--set", "theta1=3",
-                                   "--set", "x1_0=-0.2"])
+    ok = CliRunner().invoke(
+        main,
+        ["demo", "reactor", "--steps", "100", "--json", "--set", "theta1=3", "--set", "x1_0=-0.2"],
+    )
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.output)["max_rel_u_error"] <= 1e-9
     bad = CliRunner().invoke(main, ["demo", "reactor", "--set", "nosuch=1"])

@@ -1,4 +1,5 @@
 """The README's Python examples run as written."""
+
 from __future__ import annotations
 
 import re
@@ -17,6 +18,6 @@ def test_readme_has_python_examples():
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_readme_python_block_runs(index, capsys):
     namespace: dict = {}
-    exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), namespace)   # noqa: S102
+    exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), namespace)  # noqa: S102
     printed = capsys.readouterr().out.split()
-    assert float(printed[0]) < 1e-9          # the decoded state equals the plain one
+    assert float(printed[0]) < 1e-9  # the decoded state equals the plain one

@@ -2,6 +2,7 @@
 
 ``G`` is the paper's ``(K, D)`` matrix, one clipped per-example gradient per column.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,7 +44,7 @@ def _lowrank_covariance(G: np.ndarray, batch: int, sigma2: float) -> np.ndarray:
     """Covariance implied by the notes 6(b) formula: ``sigma2 (I - U_r U_r^T) + U_r diag((sigma2 - lambda)_+) U_r^T``."""
     k, d = G.shape
     u, s, _ = np.linalg.svd(G, full_matrices=False)
-    lam = s ** 2 / (batch * d)
+    lam = s**2 / (batch * d)
     return sigma2 * (np.eye(k) - u @ u.T) + (u * np.maximum(sigma2 - lam, 0.0)) @ u.T
 
 
@@ -52,7 +53,9 @@ def _aggregate(Gs: list[np.ndarray], cov) -> tuple[np.ndarray, np.ndarray]:
     return sum(G.mean(axis=1) for G in Gs), sum(cov(G) for G in Gs)
 
 
-def _neighbour(Gs: list[np.ndarray], rng: np.random.Generator, clip: float, scale: float, kind: int) -> list[np.ndarray]:
+def _neighbour(
+    Gs: list[np.ndarray], rng: np.random.Generator, clip: float, scale: float, kind: int
+) -> list[np.ndarray]:
     """Replace user 0's first record: a fresh clipped gradient, its negation at norm C, or C times the
     least-variance direction of the aggregate (the hardest directions for the bounds)."""
     g_old = Gs[0][:, 0]
@@ -92,7 +95,7 @@ def test_gaussian_sampling_mean_and_covariance():
 
 
 def test_iid_sampling_draws_b_distinct_columns():
-    G = 2.0 ** np.arange(7)[None, :]                             # B x is a sum of distinct powers of two
+    G = 2.0 ** np.arange(7)[None, :]  # B x is a sum of distinct powers of two
     rng = np.random.default_rng(0)
     for b in (1, 3, 7):
         for _ in range(20):
@@ -109,9 +112,14 @@ def test_isotropic_noise_variance():
 
 
 @PROPERTY
-@given(grads=hnp.arrays(np.float64, st.tuples(st.integers(1, 12), st.integers(1, 5)),
-                        elements=st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)),
-       clip=st.floats(0.5, 2.0))
+@given(
+    grads=hnp.arrays(
+        np.float64,
+        st.tuples(st.integers(1, 12), st.integers(1, 5)),
+        elements=st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False),
+    ),
+    clip=st.floats(0.5, 2.0),
+)
 def test_lemma2_holds_for_clipped_gradients(grads, clip):
     """Lemma 2: ``lambda_max(G G^T / D) <= C^2`` once every example is clipped."""
     clipped = clip_rows(grads, clip)
@@ -127,24 +135,36 @@ def test_lemma2_fails_without_clipping():
 
 
 @PROPERTY
-@given(k=st.integers(1, 8), d=st.integers(1, 12), b=st.integers(1, 4), clip=st.floats(0.5, 2.0),
-       log_sigma=st.floats(-2.0, 1.0), seed=st.integers(0, 2 ** 32 - 1))
+@given(
+    k=st.integers(1, 8),
+    d=st.integers(1, 12),
+    b=st.integers(1, 4),
+    clip=st.floats(0.5, 2.0),
+    log_sigma=st.floats(-2.0, 1.0),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_wfna_floors_the_spectrum(k, d, b, clip, log_sigma, seed):
     """``Sigma_i + Delta Sigma`` has eigenvalues ``max(lambda, sigma2)`` (so ``lambda_min >= sigma2``),
     ``tr(Delta Sigma) <= K sigma2``, and the low-rank formula has exactly the same covariance."""
     b = min(b, d)
     rng = np.random.default_rng(seed)
     G = _clipped(rng, k, d, clip, clip * rng.uniform(0.2, 3.0) / math.sqrt(k))
-    sigma2 = clip ** 2 / (k * b) * 10.0 ** log_sigma
+    sigma2 = clip**2 / (k * b) * 10.0**log_sigma
     sigma = G @ G.T / (b * d)
     delta = wfna_covariance(G, b, sigma2)
     total = np.linalg.eigvalsh(sigma + delta)
     assert total.min() >= sigma2 * (1 - 1e-9)
-    np.testing.assert_allclose(total, np.maximum(np.maximum(np.linalg.eigvalsh(sigma), 0), sigma2),
-                               rtol=0, atol=1e-12 * max(sigma2, clip ** 2))
+    np.testing.assert_allclose(
+        total,
+        np.maximum(np.maximum(np.linalg.eigvalsh(sigma), 0), sigma2),
+        rtol=0,
+        atol=1e-12 * max(sigma2, clip**2),
+    )
     assert np.linalg.eigvalsh(delta).min() >= -1e-12 * sigma2
     assert np.trace(delta) <= k * sigma2 * (1 + 1e-12)
-    np.testing.assert_allclose(_lowrank_covariance(G, b, sigma2), delta, rtol=0, atol=1e-10 * max(sigma2, 1.0))
+    np.testing.assert_allclose(
+        _lowrank_covariance(G, b, sigma2), delta, rtol=0, atol=1e-10 * max(sigma2, 1.0)
+    )
 
 
 def _spectrum(k: int, singular: list[float], rng: np.random.Generator) -> np.ndarray:
@@ -160,7 +180,7 @@ def test_wfna_noise_has_the_exact_covariance(sampler):
     """Monte Carlo, K = 6 > D = 3: the samples have covariance ``Delta Sigma`` (both samplers)."""
     rng = np.random.default_rng(4)
     k, d, b, sigma2, n = 6, 3, 1, 1.0, 20_000
-    G = _spectrum(k, list(np.sqrt(np.array([4.0, 0.5, 0.1]) * b * d)), rng)   # lambda = 4, 0.5, 0.1
+    G = _spectrum(k, list(np.sqrt(np.array([4.0, 0.5, 0.1]) * b * d)), rng)  # lambda = 4, 0.5, 0.1
     exact = wfna_covariance(G, b, sigma2)
     draws = np.array([sampler(G, b, sigma2, rng) for _ in range(n)])
     assert np.abs(draws.T @ draws / n - exact).max() < 0.06 * sigma2
@@ -171,7 +191,7 @@ def test_wfna_noise_has_the_exact_covariance(sampler):
 def test_wfna_adds_nothing_where_lambda_reaches_sigma2(sampler):
     rng = np.random.default_rng(8)
     k, d, b, sigma2 = 7, 4, 2, 0.5
-    lam = np.array([3.0, 1.01, 0.5, 0.05]) * sigma2                 # two directions above the floor
+    lam = np.array([3.0, 1.01, 0.5, 0.05]) * sigma2  # two directions above the floor
     G = _spectrum(k, list(np.sqrt(lam * b * d)), rng)
     evals, evecs = np.linalg.eigh(G @ G.T / (b * d))
     quiet = evecs[:, evals >= sigma2 * (1 - 1e-9)]
@@ -184,24 +204,28 @@ def test_wfna_adds_nothing_where_lambda_reaches_sigma2(sampler):
 
 def test_wfna_dispatch():
     rng = np.random.default_rng(0)
-    wide, tall = rng.normal(size=(6, 3)), rng.normal(size=(3, 6))    # D < K, D >= K
+    wide, tall = rng.normal(size=(6, 3)), rng.normal(size=(3, 6))  # D < K, D >= K
     for G, chosen in ((wide, wfna_noise_lowrank), (tall, wfna_noise_full)):
         auto = wfna_noise(G, 2, 0.3, np.random.default_rng(9))
         assert np.array_equal(auto, chosen(G, 2, 0.3, np.random.default_rng(9)))
     for method, sampler in (("full", wfna_noise_full), ("lowrank", wfna_noise_lowrank)):
-        assert np.array_equal(wfna_noise(wide, 2, 0.3, np.random.default_rng(3), method=method),
-                              sampler(wide, 2, 0.3, np.random.default_rng(3)))
+        assert np.array_equal(
+            wfna_noise(wide, 2, 0.3, np.random.default_rng(3), method=method),
+            sampler(wide, 2, 0.3, np.random.default_rng(3)),
+        )
 
 
 def test_blockwise_wfna_counterexample():
     """Notes 9.7: ``Sigma = [[1, 1], [1, 1]]``, ``sigma2 = 1``, two 1 x 1 blocks. Each block already has
     variance 1, so a blockwise floor adds nothing and leaves ``lambda_min = 0``; exact WF-NA adds noise."""
-    G = np.array([[1.0], [1.0]])                                     # B = D = 1: Sigma = G G^T
+    G = np.array([[1.0], [1.0]])  # B = D = 1: Sigma = G G^T
     sigma = G @ G.T
     exact = wfna_covariance(G, 1, 1.0)
     assert np.linalg.eigvalsh(sigma + exact).min() >= 1 - 1e-12
     np.testing.assert_allclose(exact, 0.5 * np.array([[1.0, -1.0], [-1.0, 1.0]]), atol=1e-15)
-    blockwise = np.diag([max(1.0 - sigma[i, i], 0.0) for i in range(2)])   # floor each 1 x 1 block separately
+    blockwise = np.diag(
+        [max(1.0 - sigma[i, i], 0.0) for i in range(2)]
+    )  # floor each 1 x 1 block separately
     assert not np.any(blockwise)
     assert np.linalg.eigvalsh(sigma + blockwise).min() < 1e-12
 
@@ -211,9 +235,9 @@ def test_blockwise_wfna_counterexample():
 
 def test_covariance_is_singular():
     rng = np.random.default_rng(0)
-    assert covariance_is_singular(rng.normal(size=(5, 4)))          # D < K: rank <= D
+    assert covariance_is_singular(rng.normal(size=(5, 4)))  # D < K: rank <= D
     assert not covariance_is_singular(rng.normal(size=(5, 9)))
-    repeated = rng.normal(size=(3, 1)) @ np.ones((1, 6))             # D >= K but rank 1
+    repeated = rng.normal(size=(3, 1)) @ np.ones((1, 6))  # D >= K but rank 1
     assert covariance_is_singular(repeated)
 
 
@@ -222,14 +246,14 @@ def test_min_eigenvalue_sum():
     Gs = [rng.normal(size=(3, 7)) for _ in range(4)]
     expected = sum(np.linalg.eigvalsh(G @ G.T / 7)[0] for G in Gs)
     assert min_eigenvalue_sum(Gs) == pytest.approx(expected, rel=1e-10)
-    assert min_eigenvalue_sum([rng.normal(size=(5, 3))]) == 0.0      # singular: D < K
+    assert min_eigenvalue_sum([rng.normal(size=(5, 3))]) == 0.0  # singular: D < K
 
 
 def test_theorem1_span_condition():
     """Theorem 1: a replacement outside the span moves the Gaussian-sampling aggregate off the support."""
     rng = np.random.default_rng(3)
     basis = np.linalg.qr(rng.normal(size=(6, 2)))[0]
-    Gs = [basis @ rng.normal(size=(2, 3)) for _ in range(3)]        # every gradient in a 2-D subspace
+    Gs = [basis @ rng.normal(size=(2, 3)) for _ in range(3)]  # every gradient in a 2-D subspace
     assert in_span(basis @ np.array([0.3, -2.0]), Gs)
     outside = rng.normal(size=6)
     assert not in_span(outside, Gs) and not in_span(outside, np.hstack(Gs))
@@ -243,11 +267,19 @@ def test_theorem1_span_condition():
 
 def _renyi_1d_quadrature(alpha: float, m1: float, v1: float, m2: float, v2: float) -> float:
     p, q = stats.norm(m1, math.sqrt(v1)), stats.norm(m2, math.sqrt(v2))
-    precision = alpha / v1 + (1 - alpha) / v2                         # p^alpha q^(1-alpha) is a scaled Gaussian:
-    centre = (alpha * m1 / v1 + (1 - alpha) * m2 / v2) / precision    # integrate 40 of its sds either side
+    precision = alpha / v1 + (1 - alpha) / v2  # p^alpha q^(1-alpha) is a scaled Gaussian:
+    centre = (
+        alpha * m1 / v1 + (1 - alpha) * m2 / v2
+    ) / precision  # integrate 40 of its sds either side
     lo, hi = centre - 40 / math.sqrt(precision), centre + 40 / math.sqrt(precision)
-    value, _ = integrate.quad(lambda x: math.exp(alpha * p.logpdf(x) + (1 - alpha) * q.logpdf(x)), lo, hi,
-                              epsabs=0, epsrel=1e-12, limit=200)
+    value, _ = integrate.quad(
+        lambda x: math.exp(alpha * p.logpdf(x) + (1 - alpha) * q.logpdf(x)),
+        lo,
+        hi,
+        epsabs=0,
+        epsrel=1e-12,
+        limit=200,
+    )
     return math.log(value) / (alpha - 1)
 
 
@@ -255,25 +287,43 @@ def _renyi_1d_quadrature(alpha: float, m1: float, v1: float, m2: float, v2: floa
 def test_gaussian_renyi_divergence_matches_quadrature(alpha):
     m1, v1, m2, v2 = 0.3, 1.3, -0.4, 1.0
     expected = _renyi_1d_quadrature(alpha, m1, v1, m2, v2)
-    got = gaussian_renyi_divergence(alpha, np.array([m1]), np.array([[v1]]), np.array([m2]), np.array([[v2]]))
+    got = gaussian_renyi_divergence(
+        alpha, np.array([m1]), np.array([[v1]]), np.array([m2]), np.array([[v2]])
+    )
     assert got == pytest.approx(expected, rel=1e-8)
 
 
 def test_gaussian_renyi_divergence_is_additive_and_rotation_invariant():
     """Independent coordinates add; a common rotation of both laws changes nothing."""
-    alpha, m1, v1, m2, v2 = 3.0, np.array([0.1, 1.0]), np.array([1.2, 0.9]), np.array([-0.2, 0.4]), np.array([1.0, 1.1])
-    parts = sum(gaussian_renyi_divergence(alpha, m1[i:i + 1], np.diag(v1[i:i + 1]), m2[i:i + 1], np.diag(v2[i:i + 1]))
-                for i in range(2))
-    assert gaussian_renyi_divergence(alpha, m1, np.diag(v1), m2, np.diag(v2)) == pytest.approx(parts, rel=1e-12)
+    alpha, m1, v1, m2, v2 = (
+        3.0,
+        np.array([0.1, 1.0]),
+        np.array([1.2, 0.9]),
+        np.array([-0.2, 0.4]),
+        np.array([1.0, 1.1]),
+    )
+    parts = sum(
+        gaussian_renyi_divergence(
+            alpha, m1[i : i + 1], np.diag(v1[i : i + 1]), m2[i : i + 1], np.diag(v2[i : i + 1])
+        )
+        for i in range(2)
+    )
+    assert gaussian_renyi_divergence(alpha, m1, np.diag(v1), m2, np.diag(v2)) == pytest.approx(
+        parts, rel=1e-12
+    )
     rot = np.linalg.qr(np.random.default_rng(0).normal(size=(2, 2)))[0]
-    rotated = gaussian_renyi_divergence(alpha, rot @ m1, rot @ np.diag(v1) @ rot.T, rot @ m2, rot @ np.diag(v2) @ rot.T)
+    rotated = gaussian_renyi_divergence(
+        alpha, rot @ m1, rot @ np.diag(v1) @ rot.T, rot @ m2, rot @ np.diag(v2) @ rot.T
+    )
     assert rotated == pytest.approx(parts, rel=1e-10)
 
 
 def test_gaussian_renyi_divergence_edge_values():
     eye = np.eye(3)
     assert gaussian_renyi_divergence(2.0, np.ones(3), eye, np.ones(3), eye) == 0.0
-    assert gaussian_renyi_divergence(4.0, np.zeros(3), eye, np.zeros(3), 0.5 * eye) == math.inf   # Sigma_alpha = -eye
+    assert (
+        gaussian_renyi_divergence(4.0, np.zeros(3), eye, np.zeros(3), 0.5 * eye) == math.inf
+    )  # Sigma_alpha = -eye
 
 
 # ---------------------------------------------------------------- Theorems 2 and 4 against the exact divergence
@@ -282,10 +332,18 @@ def test_gaussian_renyi_divergence_edge_values():
 @st.composite
 def _federation(draw: st.DrawFn, theorem2: bool) -> dict:
     k = draw(st.integers(1, 5))
-    d = draw(st.integers(k, 12) if theorem2 else st.integers(1, 12))   # Assumption 3 needs D >= K
-    return {"k": k, "d": d, "n": draw(st.integers(1, 6)), "b": min(draw(st.integers(1, 4)), d),
-            "clip": draw(st.floats(0.5, 2.0)), "alpha": draw(st.sampled_from(ALPHAS)), "kind": draw(st.integers(0, 2)),
-            "spread": draw(st.floats(-1.0, 1.0)), "seed": draw(st.integers(0, 2 ** 32 - 1))}
+    d = draw(st.integers(k, 12) if theorem2 else st.integers(1, 12))  # Assumption 3 needs D >= K
+    return {
+        "k": k,
+        "d": d,
+        "n": draw(st.integers(1, 6)),
+        "b": min(draw(st.integers(1, 4)), d),
+        "clip": draw(st.floats(0.5, 2.0)),
+        "alpha": draw(st.sampled_from(ALPHAS)),
+        "kind": draw(st.integers(0, 2)),
+        "spread": draw(st.floats(-1.0, 1.0)),
+        "seed": draw(st.integers(0, 2**32 - 1)),
+    }
 
 
 def test_theorem2_bound_holds_for_exact_divergence():
@@ -333,14 +391,16 @@ def test_theorem4_bound_holds_for_exact_divergence():
     def check(f: dict, fraction: float) -> None:
         rng = np.random.default_rng(f["seed"])
         k, d, b, clip, n, alpha = f["k"], f["d"], f["b"], f["clip"], f["n"], f["alpha"]
-        sigma2 = alpha / fraction * 2 * clip ** 2 / (n * b * d)
-        scale = math.sqrt(sigma2 * b) * 10.0 ** f["spread"]            # eigenvalues around the floor
+        sigma2 = alpha / fraction * 2 * clip**2 / (n * b * d)
+        scale = math.sqrt(sigma2 * b) * 10.0 ** f["spread"]  # eigenvalues around the floor
         Gs = [_clipped(rng, k, d, clip, scale) for _ in range(n)]
         neighbour = _neighbour(Gs, rng, clip, scale, f["kind"])
         bound = rdp_theorem4(alpha, Setting(users=n, samples=d, batch=b, clip=clip), sigma2)
         assert math.isfinite(bound)
-        floored = [_aggregate(datasets, lambda G: G @ G.T / (b * d) + wfna_covariance(G, b, sigma2))
-                   for datasets in (Gs, neighbour)]
+        floored = [
+            _aggregate(datasets, lambda G: G @ G.T / (b * d) + wfna_covariance(G, b, sigma2))
+            for datasets in (Gs, neighbour)
+        ]
         for first, second in ((0, 1), (1, 0)):
             actual = gaussian_renyi_divergence(alpha, *floored[first], *floored[second])
             assert actual <= bound * (1 + 1e-9)
@@ -379,11 +439,23 @@ BAD = [
     (lambda: in_span(np.ones(3), []), "G_all"),
     (lambda: min_eigenvalue_sum([]), "Gs"),
     (lambda: min_eigenvalue_sum([np.ones((2, 2)), np.ones((3, 2))]), "Gs"),
-    (lambda: gaussian_renyi_divergence(1.0, np.zeros(1), np.eye(1), np.zeros(1), np.eye(1)), "alpha"),
-    (lambda: gaussian_renyi_divergence(2.0, np.zeros(2), np.zeros((2, 2)), np.zeros(2), np.eye(2)), "cov1"),
+    (
+        lambda: gaussian_renyi_divergence(1.0, np.zeros(1), np.eye(1), np.zeros(1), np.eye(1)),
+        "alpha",
+    ),
+    (
+        lambda: gaussian_renyi_divergence(
+            2.0, np.zeros(2), np.zeros((2, 2)), np.zeros(2), np.eye(2)
+        ),
+        "cov1",
+    ),
     (lambda: gaussian_renyi_divergence(2.0, np.zeros(2), np.eye(2), np.zeros(3), np.eye(2)), "mu2"),
-    (lambda: gaussian_renyi_divergence(2.0, np.zeros(2), np.eye(2), np.zeros(2), np.array([[1, 0.5], [0, 1]])),
-     "cov2"),
+    (
+        lambda: gaussian_renyi_divergence(
+            2.0, np.zeros(2), np.eye(2), np.zeros(2), np.array([[1, 0.5], [0, 1]])
+        ),
+        "cov2",
+    ),
 ]
 
 

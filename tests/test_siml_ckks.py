@@ -1,4 +1,5 @@
 """The CKKS (TenSEAL) baseline for the nn-x2 network: correctness of the encrypted step, timing fields, errors."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -14,7 +15,9 @@ from immersion_siml import ckks
 
 @pytest.fixture(scope="module")
 def digits():
-    datasets = pytest.importorskip("sklearn.datasets", reason="scikit-learn provides the digits data")
+    datasets = pytest.importorskip(
+        "sklearn.datasets", reason="scikit-learn provides the digits data"
+    )
     x, y = datasets.load_digits(return_X_y=True)
     return x / 16.0, y
 
@@ -101,21 +104,27 @@ def test_missing_tenseal_raises(monkeypatch):
     assert "tenseal" in str(err.value)
 
 
-@pytest.mark.parametrize(("kwargs", "argument"), [
-    ({"x_train": np.zeros(4)}, "x_train"),
-    ({"x_train": np.full((4, 3), np.nan)}, "x_train"),
-    ({"y_train": np.zeros(3, dtype=int)}, "y_train"),
-    ({"y_train": np.array([0, 1, 2, 10])}, "y_train"),
-    ({"y_train": np.array([0.0, 1.0, 2.0, 3.0])}, "y_train"),
-    ({"n_samples": 0}, "n_samples"),
-    ({"n_samples": 5}, "n_samples"),
-    ({"hidden": 0}, "hidden"),
-    ({"hidden": 10_000}, "hidden"),
-    ({"n_classes": 1}, "n_classes"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"x_train": np.zeros(4)}, "x_train"),
+        ({"x_train": np.full((4, 3), np.nan)}, "x_train"),
+        ({"y_train": np.zeros(3, dtype=int)}, "y_train"),
+        ({"y_train": np.array([0, 1, 2, 10])}, "y_train"),
+        ({"y_train": np.array([0.0, 1.0, 2.0, 3.0])}, "y_train"),
+        ({"n_samples": 0}, "n_samples"),
+        ({"n_samples": 5}, "n_samples"),
+        ({"hidden": 0}, "hidden"),
+        ({"hidden": 10_000}, "hidden"),
+        ({"n_classes": 1}, "n_classes"),
+    ],
+)
 def test_bad_input_names_the_argument(kwargs, argument):
-    args: dict[str, Any] = {"x_train": np.random.default_rng(0).random((4, 3)), "y_train": np.array([0, 1, 2, 3]),
-                            "n_samples": 1}
+    args: dict[str, Any] = {
+        "x_train": np.random.default_rng(0).random((4, 3)),
+        "y_train": np.array([0, 1, 2, 3]),
+        "n_samples": 1,
+    }
     args.update(kwargs)
     with pytest.raises(InvalidArgumentError) as err:
         ckks.measure_ckks_training(args.pop("x_train"), args.pop("y_train"), **args)

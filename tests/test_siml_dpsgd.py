@@ -1,4 +1,5 @@
 """DP-SGD baseline (Opacus) of the SIML training service: budget, learning, repeatability, errors."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,13 @@ from immersion_siml.dpsgd import DpSgdResult, opacus_available, train_dpsgd
 
 def _fake_dataset(n_train: int = 10, n_test: int = 20, seed: int = 0) -> Dataset:
     rng = np.random.default_rng(seed)
-    return Dataset(rng.random((n_train, 1, 8, 8)), rng.integers(0, 10, n_train), rng.random((n_test, 1, 8, 8)),
-                   rng.integers(0, 10, n_test), "fake")
+    return Dataset(
+        rng.random((n_train, 1, 8, 8)),
+        rng.integers(0, 10, n_train),
+        rng.random((n_test, 1, 8, 8)),
+        rng.integers(0, 10, n_test),
+        "fake",
+    )
 
 
 @pytest.fixture
@@ -48,15 +54,20 @@ def test_short_run_spends_at_most_the_budget(needs_opacus, digits):
         result.accuracy = 1.0  # type: ignore[misc]
 
     again = train_dpsgd("nn-x2", digits, epsilon=2.0, epochs=1)
-    assert {k: v for k, v in again.as_dict().items() if k != "seconds"} == \
-        {k: v for k, v in result.as_dict().items() if k != "seconds"}
+    assert {k: v for k, v in again.as_dict().items() if k != "seconds"} == {
+        k: v for k, v in result.as_dict().items() if k != "seconds"
+    }
 
 
-@pytest.mark.parametrize(("model_name", "optimizer", "lr", "epochs"),
-                         [("nn-x2", "adam", 0.01, 2), ("mlp64", "sgd", 0.5, 2)])
+@pytest.mark.parametrize(
+    ("model_name", "optimizer", "lr", "epochs"),
+    [("nn-x2", "adam", 0.01, 2), ("mlp64", "sgd", 0.5, 2)],
+)
 def test_learns_at_epsilon_10(needs_opacus, digits, model_name, optimizer, lr, epochs):
     # Measured over seeds 0-2: nn-x2 0.78-0.88, mlp64 (3 epochs) 0.81-0.86; chance is 0.1.
-    result = train_dpsgd(model_name, digits, epsilon=10.0, epochs=epochs, lr=lr, optimizer=optimizer)
+    result = train_dpsgd(
+        model_name, digits, epsilon=10.0, epochs=epochs, lr=lr, optimizer=optimizer
+    )
     assert result.epsilon_spent <= 10.0 * 1.01
     assert result.accuracy > 0.5
 
@@ -81,7 +92,10 @@ def test_empty_poisson_batches_and_all_models(needs_opacus):
     # Ten examples at batch size 1: about a third of the Poisson batches are empty.
     result = train_dpsgd("mlp64", _fake_dataset(), epsilon=10.0, epochs=3, batch_size=1)
     assert math.isfinite(result.epsilon_spent) and 0.0 <= result.accuracy <= 1.0
-    for name in ("nn-x2", "cnn"):  # the Square activation and the convolutions go through Opacus's hooks
+    for name in (
+        "nn-x2",
+        "cnn",
+    ):  # the Square activation and the convolutions go through Opacus's hooks
         result = train_dpsgd(name, _fake_dataset(n_train=40), epsilon=2.0, epochs=1, batch_size=8)
         assert 0 < result.epsilon_spent <= 2.0 * 1.01
 
@@ -94,25 +108,28 @@ def test_missing_opacus_raises_optional_dependency_error(monkeypatch):
     assert isinstance(info.value, ImportError) and "opacus" in str(info.value)
 
 
-@pytest.mark.parametrize(("changes", "argument"), [
-    ({"model_name": "resnet"}, "model_name"),
-    ({"dataset": None}, "dataset"),
-    ({"dataset": _fake_dataset(n_train=0)}, "dataset"),
-    ({"epsilon": 0.0}, "epsilon"),
-    ({"epsilon": -1.0}, "epsilon"),
-    ({"epsilon": float("nan")}, "epsilon"),
-    ({"epsilon": float("inf")}, "epsilon"),
-    ({"delta": 0.0}, "delta"),
-    ({"delta": 1.0}, "delta"),
-    ({"epochs": 0}, "epochs"),
-    ({"epochs": 1.5}, "epochs"),
-    ({"epochs": True}, "epochs"),
-    ({"batch_size": 0}, "batch_size"),
-    ({"lr": 0.0}, "lr"),
-    ({"optimizer": "rmsprop"}, "optimizer"),
-    ({"max_grad_norm": -1.0}, "max_grad_norm"),
-    ({"seed": -1}, "seed"),
-])
+@pytest.mark.parametrize(
+    ("changes", "argument"),
+    [
+        ({"model_name": "resnet"}, "model_name"),
+        ({"dataset": None}, "dataset"),
+        ({"dataset": _fake_dataset(n_train=0)}, "dataset"),
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": -1.0}, "epsilon"),
+        ({"epsilon": float("nan")}, "epsilon"),
+        ({"epsilon": float("inf")}, "epsilon"),
+        ({"delta": 0.0}, "delta"),
+        ({"delta": 1.0}, "delta"),
+        ({"epochs": 0}, "epochs"),
+        ({"epochs": 1.5}, "epochs"),
+        ({"epochs": True}, "epochs"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"lr": 0.0}, "lr"),
+        ({"optimizer": "rmsprop"}, "optimizer"),
+        ({"max_grad_norm": -1.0}, "max_grad_norm"),
+        ({"seed": -1}, "seed"),
+    ],
+)
 def test_bad_input_names_the_argument(changes, argument):
     kwargs = {"model_name": "nn-x2", "dataset": _fake_dataset(), "epsilon": 2.0, **changes}
     with pytest.raises(InvalidArgumentError) as info:

@@ -1,4 +1,5 @@
 """The cloud-side target carries no N1, no Pi3_left and no noise generator (DESIGN.md)."""
+
 from __future__ import annotations
 
 import pickle
@@ -26,7 +27,9 @@ def test_pickled_target_has_no_secrets_and_still_works(kind, n_output):
     yt = imm.encode_input(y)
     xt = cloud.step(imm.encode_state(x0), yt)
     np.testing.assert_allclose(imm.decode_state(xt), f(x0, y), atol=1e-9)
-    np.testing.assert_allclose(imm.decode_output(cloud.output(xt, yt), yt), g(f(x0, y), y), atol=1e-9)
+    np.testing.assert_allclose(
+        imm.decode_output(cloud.output(xt, yt), yt), g(f(x0, y), y), atol=1e-9
+    )
 
 
 def test_the_secret_check_can_fail():

@@ -1,4 +1,5 @@
 """The "wrap your controller" demo: plain and immersed closed loops side by side, one process."""
+
 from __future__ import annotations
 
 import json
@@ -13,16 +14,32 @@ from immersion import immerse
 from .lqr_kalman import build
 
 
-def run_controller_demo(*, steps: int = 400, epsilon_input: float = 1e-3, epsilon_output: float = 1e-3,
-                        seed: int = 0, plot_dir: Path | None = None) -> dict[str, Any]:
+def run_controller_demo(
+    *,
+    steps: int = 400,
+    epsilon_input: float = 1e-3,
+    epsilon_output: float = 1e-3,
+    seed: int = 0,
+    plot_dir: Path | None = None,
+) -> dict[str, Any]:
     """Run the LQR + Kalman loop plainly and through ``immerse`` with identical plant noise.
 
     Returns the figures printed by ``immersion demo controller --json``.
     """
     ctrl = build()
-    imm = immerse(ctrl.f, ctrl.g, n_state=ctrl.n_state, n_input=1, n_output=1, extra_state=2,
-                  extra_input=2, extra_output=2, epsilon_input=epsilon_input,
-                  epsilon_output=epsilon_output, rng=seed)
+    imm = immerse(
+        ctrl.f,
+        ctrl.g,
+        n_state=ctrl.n_state,
+        n_input=1,
+        n_output=1,
+        extra_state=2,
+        extra_input=2,
+        extra_output=2,
+        epsilon_input=epsilon_input,
+        epsilon_output=epsilon_output,
+        rng=seed,
+    )
     plant_rng = [np.random.default_rng(seed + 1), np.random.default_rng(seed + 1)]
     x_plain = x_imm = ctrl.plant_initial_state.copy()
     xc_plain, xc_enc = ctrl.initial_state, imm.encode_state(ctrl.initial_state)
@@ -35,15 +52,26 @@ def run_controller_demo(*, steps: int = 400, epsilon_input: float = 1e-3, epsilo
         u_p = ctrl.g(xc_plain, y_p)
         xc_plain = ctrl.f(xc_plain, y_p)
         t1 = time.perf_counter()
-        y_enc = imm.encode_input(y_i)                      # user
-        u_enc = imm.target.output(xc_enc, y_enc)           # cloud
-        xc_enc = imm.target.step(xc_enc, y_enc)            # cloud
-        u_i = imm.decode_output(u_enc, y_enc)              # user
+        y_enc = imm.encode_input(y_i)  # user
+        u_enc = imm.target.output(xc_enc, y_enc)  # cloud
+        xc_enc = imm.target.step(xc_enc, y_enc)  # cloud
+        u_i = imm.decode_output(u_enc, y_enc)  # user
         t2 = time.perf_counter()
         t_plain += t1 - t0
         t_imm += t2 - t1
-        rows.append((k, y_i[0], y_enc[0], u_p[0], u_i[0], abs(u_p[0] - u_i[0]),
-                     float(np.abs(imm.decode_state(xc_enc) - xc_plain).max()), x_plain[0], x_imm[0]))
+        rows.append(
+            (
+                k,
+                y_i[0],
+                y_enc[0],
+                u_p[0],
+                u_i[0],
+                abs(u_p[0] - u_i[0]),
+                float(np.abs(imm.decode_state(xc_enc) - xc_plain).max()),
+                x_plain[0],
+                x_imm[0],
+            )
+        )
         x_plain = ctrl.plant_step(x_plain, u_p, plant_rng[0], 1e-3)
         x_imm = ctrl.plant_step(x_imm, u_i, plant_rng[1], 1e-3)
     data = np.array(rows)
@@ -71,6 +99,7 @@ def run_controller_demo(*, steps: int = 400, epsilon_input: float = 1e-3, epsilo
 def _plot(data: np.ndarray, folder: Path) -> list[Path]:
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -104,8 +133,17 @@ def print_summary(result: dict[str, Any], *, as_json: bool) -> None:
         print(json.dumps(result))
         return
     print(f"LQR + Kalman filter, {result['steps']} steps, plain vs immersed (one process)")
-    for key in ("max_abs_u", "max_abs_u_error", "max_abs_state_error", "max_abs_plant_state_difference",
-                "epsilon_input", "epsilon_output", "epsilon_input_proven", "decode_error_bound", "step_time_ratio"):
+    for key in (
+        "max_abs_u",
+        "max_abs_u_error",
+        "max_abs_state_error",
+        "max_abs_plant_state_difference",
+        "epsilon_input",
+        "epsilon_output",
+        "epsilon_input_proven",
+        "decode_error_bound",
+        "step_time_ratio",
+    ):
         print(f"  {key:32s} {result[key]:.3e}")
     print(f"  keys: {result['keys']}")
     for p in result.get("plots", []):

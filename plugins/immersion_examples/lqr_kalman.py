@@ -4,6 +4,7 @@ The plant is a discretised mass-spring-damper (position measured, force applied)
 controller state is the filter's estimate; ``f`` is the predict-correct update and ``g`` the
 LQR law. It is linear, which makes it a good first "wrap your controller" example.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,7 +47,9 @@ class LqrKalman:
         """Kalman predict-correct: ``x_hat+ = A x_hat + B u + L (y - C x_hat)``."""
         return self.A @ x_hat + self.B @ self.g(x_hat, y) + self.L @ (y - self.C @ x_hat)
 
-    def plant_step(self, x: np.ndarray, u: np.ndarray, rng: np.random.Generator, noise: float) -> np.ndarray:
+    def plant_step(
+        self, x: np.ndarray, u: np.ndarray, rng: np.random.Generator, noise: float
+    ) -> np.ndarray:
         """One step of the true plant with process noise."""
         return self.A @ x + self.B @ u + noise * rng.standard_normal(self.n_state)
 
@@ -55,9 +58,17 @@ class LqrKalman:
         return self.C @ x + noise * rng.standard_normal(1)
 
 
-def build(*, dt: float = 0.05, mass: float = 1.0, stiffness: float = 2.0, damping: float = 0.1,
-          q_weight: float = 10.0, r_weight: float = 0.1, process_noise: float = 1e-3,
-          sensor_noise: float = 1e-2) -> LqrKalman:
+def build(
+    *,
+    dt: float = 0.05,
+    mass: float = 1.0,
+    stiffness: float = 2.0,
+    damping: float = 0.1,
+    q_weight: float = 10.0,
+    r_weight: float = 0.1,
+    process_noise: float = 1e-3,
+    sensor_noise: float = 1e-2,
+) -> LqrKalman:
     """Discretise the plant (zero-order hold) and solve the two Riccati equations."""
     a_c = np.array([[0.0, 1.0], [-stiffness / mass, -damping / mass]])
     b_c = np.array([[0.0], [1.0 / mass]])

@@ -4,6 +4,7 @@ Registers the schemes ``fedavg``, ``sifl-m1``, ``sifl-m2``, ``sifl-rm``, the opt
 ``momentum``, ``adam``, the commands ``immersion fl run`` and ``immersion bench sifl``, and the audit's
 attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak`` (:mod:`.attacks`).
 """
+
 from __future__ import annotations
 
 from immersion.hookspecs import AttackSpec, CommandSpec, OptimizerSpec, SchemeSpec, hookimpl
@@ -13,19 +14,27 @@ from immersion.hookspecs import AttackSpec, CommandSpec, OptimizerSpec, SchemeSp
 def immersion_register_fl_schemes() -> list[SchemeSpec]:
     from . import schemes
 
-    return [SchemeSpec("fedavg", schemes.fedavg_scheme, "plain federated averaging (reference)"),
-            SchemeSpec("sifl-m1", schemes.sifl_m1_scheme, "SIFL M1: server coding (seed 000 Algorithm 1)"),
-            SchemeSpec("sifl-m2", schemes.sifl_m2_scheme, "SIFL M2: server and aggregator coding (Algorithm 2)"),
-            SchemeSpec("sifl-rm", schemes.sifl_rm_scheme, "random-matrix SIFL (seed 003)")]
+    return [
+        SchemeSpec("fedavg", schemes.fedavg_scheme, "plain federated averaging (reference)"),
+        SchemeSpec(
+            "sifl-m1", schemes.sifl_m1_scheme, "SIFL M1: server coding (seed 000 Algorithm 1)"
+        ),
+        SchemeSpec(
+            "sifl-m2", schemes.sifl_m2_scheme, "SIFL M2: server and aggregator coding (Algorithm 2)"
+        ),
+        SchemeSpec("sifl-rm", schemes.sifl_rm_scheme, "random-matrix SIFL (seed 003)"),
+    ]
 
 
 @hookimpl
 def immersion_register_optimizers() -> list[OptimizerSpec]:
     from . import optimizers
 
-    return [OptimizerSpec("sgd", optimizers.SGD, "w <- w - lr g"),
-            OptimizerSpec("momentum", optimizers.Momentum, "heavy ball, beta 0.9"),
-            OptimizerSpec("adam", optimizers.Adam, "Adam, Keras defaults")]
+    return [
+        OptimizerSpec("sgd", optimizers.SGD, "w <- w - lr g"),
+        OptimizerSpec("momentum", optimizers.Momentum, "heavy ball, beta 0.9"),
+        OptimizerSpec("adam", optimizers.Adam, "Adam, Keras defaults"),
+    ]
 
 
 @hookimpl
@@ -39,10 +48,24 @@ def immersion_register_commands() -> list[CommandSpec]:
 def immersion_register_attacks() -> list[AttackSpec]:
     from . import attacks
 
-    return [AttackSpec("shared-noise-difference", attacks.DIFFERENCE_SCHEMES, attacks.run_shared_noise_difference,
-                       "the round noise is shared: the difference of two uploads is noise-free (mitigations: "
-                       "client-noise, secure-aggregation)"),
-            AttackSpec("client-decodes", attacks.DIFFERENCE_SCHEMES, attacks.run_client_decodes,
-                       "every client's kit decodes the global model every round"),
-            AttackSpec("m2-scalar-leak", ("sifl-m2",), attacks.run_m2_scalar_leak,
-                       "the M2 server recovers w up to a scalar from the p columns of w_bar")]
+    return [
+        AttackSpec(
+            "shared-noise-difference",
+            attacks.DIFFERENCE_SCHEMES,
+            attacks.run_shared_noise_difference,
+            "the round noise is shared: the difference of two uploads is noise-free (mitigations: "
+            "client-noise, secure-aggregation)",
+        ),
+        AttackSpec(
+            "client-decodes",
+            attacks.DIFFERENCE_SCHEMES,
+            attacks.run_client_decodes,
+            "every client's kit decodes the global model every round",
+        ),
+        AttackSpec(
+            "m2-scalar-leak",
+            ("sifl-m2",),
+            attacks.run_m2_scalar_leak,
+            "the M2 server recovers w up to a scalar from the p columns of w_bar",
+        ),
+    ]

@@ -18,6 +18,7 @@ samples an attacker needs):
 * ``m2-scalar-leak`` (``sifl-m2``): the server's ``w_bar = w Pi2 + Pi1_left R2 N2`` (eq. 25) gives ``w``
   up to a scalar from the least-norm combination of its ``p`` columns, for ``p = 2`` and beyond.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,7 +48,7 @@ def single_thread() -> Iterator[None]:
     try:
         try:
             from threadpoolctl import threadpool_limits
-        except ImportError:                                     # pragma: no cover - ships with scikit-learn
+        except ImportError:  # pragma: no cover - ships with scikit-learn
             yield
         else:
             with threadpool_limits(1):
@@ -88,36 +89,63 @@ class _Round:
     local: list[Any]
     global_model: Any
     seconds: float
-    masked: list[np.ndarray] = field(default_factory=list)     # secure aggregation: what the aggregator sees
+    masked: list[np.ndarray] = field(
+        default_factory=list
+    )  # secure aggregation: what the aggregator sees
     secure_seconds: float = 0.0
-    secure_error: float = 0.0                                   # |masked sum - plain weighted sum|
-    gap: float = 0.0                                            # |decoded global model - FedAvg|
+    secure_error: float = 0.0  # |masked sum - plain weighted sum|
+    gap: float = 0.0  # |decoded global model - FedAvg|
 
 
-def _federation(scheme: str, *, seed: int, hidden: tuple[int, ...], clients: int, batch_size: int = 512,
-                client_noise: bool = False, p: int = 2, epsilon_local: float = 1.0) -> _Federation:
+def _federation(
+    scheme: str,
+    *,
+    seed: int,
+    hidden: tuple[int, ...],
+    clients: int,
+    batch_size: int = 512,
+    client_noise: bool = False,
+    p: int = 2,
+    epsilon_local: float = 1.0,
+) -> _Federation:
     import torch
 
     from .data import load_dataset
     from .engine import RunConfig, Server, build_model_for, make_client
 
-    cfg = RunConfig(scheme=scheme, hidden=hidden, clients=clients, batch_size=batch_size, seed=seed, p=p,
-                    epsilon_local=epsilon_local, client_noise=client_noise, compare_plain=False)
+    cfg = RunConfig(
+        scheme=scheme,
+        hidden=hidden,
+        clients=clients,
+        batch_size=batch_size,
+        seed=seed,
+        p=p,
+        epsilon_local=epsilon_local,
+        client_noise=client_noise,
+        compare_plain=False,
+    )
     data = load_dataset(cfg.dataset, seed=seed)
     model = build_model_for(cfg, data)
     recorders = [_Recorder(make_client(cfg, data, model, i, torch)) for i in range(clients)]
     sizes = [c.n_samples for c in recorders]
     server = Server.create(cfg, data, sizes)
-    server.scheme.client_entropy = seed            # reproducible client noise (a deployment uses OS entropy)
-    return _Federation(server.scheme, recorders, [s / sum(sizes) for s in sizes], model.n_params,
-                       model.initial_vector(seed))
+    server.scheme.client_entropy = seed  # reproducible client noise (a deployment uses OS entropy)
+    return _Federation(
+        server.scheme,
+        recorders,
+        [s / sum(sizes) for s in sizes],
+        model.n_params,
+        model.initial_vector(seed),
+    )
 
 
 def _pair_seed(seed: int, round_t: int, client: int) -> bytes:
     return hashlib.sha256(f"immersion-fl-audit/{seed}/{round_t}/{client}".encode()).digest()
 
 
-def secure_sum(uploads: list[Any], weights: list[float], round_t: int, *, seed: int = 0) -> tuple[list[np.ndarray], Any]:
+def secure_sum(
+    uploads: list[Any], weights: list[float], round_t: int, *, seed: int = 0
+) -> tuple[list[np.ndarray], Any]:
     """Secure aggregation of the weighted uploads: each client masks ``weight_i w~_i`` and the aggregator
     sums, so it sees one-time-padded vectors and only their sum in the clear.
 
@@ -138,7 +166,9 @@ def secure_sum(uploads: list[Any], weights: list[float], round_t: int, *, seed: 
     from immersion_mpdp.ddp import from_fixed, pair_mask, to_fixed
 
     k = len(uploads)
-    agreements = [KeyAgreement(i, round_t, private_bytes=_pair_seed(seed, round_t, i)) for i in range(k)]
+    agreements = [
+        KeyAgreement(i, round_t, private_bytes=_pair_seed(seed, round_t, i)) for i in range(k)
+    ]
     publics = [a.public_bytes for a in agreements]
     masked = []
     for i, (agreement, upload, weight) in enumerate(zip(agreements, uploads, weights, strict=True)):
@@ -163,13 +193,21 @@ def _play(fed: _Federation, round_t: int, *, secure: bool = False, seed: int = 0
     plain = scheme.aggregate(uploads, fed.weights)
     seconds = time.perf_counter() - start
     local = [c.last.clone() for c in fed.clients]
-    view = _Round(received, uploads, local, sum(w * v for w, v in zip(fed.weights, local, strict=True)), seconds)
+    view = _Round(
+        received,
+        uploads,
+        local,
+        sum(w * v for w, v in zip(fed.weights, local, strict=True)),
+        seconds,
+    )
     if secure:
         start = time.perf_counter()
         view.masked, total = secure_sum(uploads, fed.weights, round_t, seed=seed)
         view.secure_seconds = time.perf_counter() - start
-        aggregated = scheme.aggregate([total], [1.0])           # M2: the aggregator codes the sum (eq. 31)
-        view.secure_error = float((total - sum(w * u for w, u in zip(fed.weights, uploads, strict=True))).abs().max())
+        aggregated = scheme.aggregate([total], [1.0])  # M2: the aggregator codes the sum (eq. 31)
+        view.secure_error = float(
+            (total - sum(w * u for w, u in zip(fed.weights, uploads, strict=True))).abs().max()
+        )
         start = time.perf_counter()
         scheme.server_update(aggregated)
     else:
@@ -208,7 +246,9 @@ def _cosines(rows: list[np.ndarray]) -> np.ndarray:
     return g[np.triu_indices(len(rows), 1)]
 
 
-def _differences(views: list[_Round]) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+def _differences(
+    views: list[_Round],
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
     """Within-round upload differences ``w~_i - w~_0`` and the true ``w_i - w_0``, grouped per round."""
     enc, true, enc_per_round, true_per_round = [], [], [], []
     for v in views:
@@ -221,7 +261,9 @@ def _differences(views: list[_Round]) -> tuple[list[np.ndarray], list[np.ndarray
     return enc, true, enc_per_round, true_per_round
 
 
-def _cosine_error(enc_rounds: list[list[np.ndarray]], true_rounds: list[list[np.ndarray]]) -> tuple[float, float]:
+def _cosine_error(
+    enc_rounds: list[list[np.ndarray]], true_rounds: list[list[np.ndarray]]
+) -> tuple[float, float]:
     """Max abs error of the cosines between the clients' model differences read from ``enc_rounds``, and
     the spread of the true cosines (max abs deviation from their mean: the error of a constant guess)."""
     errors, truth = [], []
@@ -232,8 +274,9 @@ def _cosine_error(enc_rounds: list[list[np.ndarray]], true_rounds: list[list[np.
     return float(np.concatenate(errors).max()), float(np.abs(all_truth - all_truth.mean()).max())
 
 
-def _independent_encodings(fed: _Federation, views: list[_Round], seed: int,
-                           repeat: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _independent_encodings(
+    fed: _Federation, views: list[_Round], seed: int, repeat: int = 0
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Baseline: the same local models encoded with independent round-noise draws (no shared noise).
 
     Returns the differences ``enc_i - enc_0`` (flat, in round order) and each round's ``enc_0``.
@@ -245,14 +288,20 @@ def _independent_encodings(fed: _Federation, views: list[_Round], seed: int,
     draw = rng.laplace if scheme.noise == "laplace" else rng.normal
     rows, first = [], []
     for v in views:
-        enc = [scheme._encode_noisy(w, torch.as_tensor(draw(0.0, scheme.noise_scale, scheme.code.n_noise)))
-               for w in v.local]
+        enc = [
+            scheme._encode_noisy(
+                w, torch.as_tensor(draw(0.0, scheme.noise_scale, scheme.code.n_noise))
+            )
+            for w in v.local
+        ]
         rows += [_numpy(e - enc[0]) for e in enc[1:]]
         first.append(_numpy(enc[0]))
     return rows, first
 
 
-def _pca_residual(rows: list[np.ndarray], true: list[np.ndarray], m: int, kit: Any) -> tuple[float, float] | None:
+def _pca_residual(
+    rows: list[np.ndarray], true: list[np.ndarray], m: int, kit: Any
+) -> tuple[float, float] | None:
     """Remove the top-``m`` principal directions of the noisy differences (the attacker's estimate of
     ``range(N1)``, ``m = n~ - n`` being public) and compare with the noise-free ``Pi1 (w_i - w_0)``.
 
@@ -269,13 +318,15 @@ def _pca_residual(rows: list[np.ndarray], true: list[np.ndarray], m: int, kit: A
     projected = x - (x @ basis.T) @ basis
     signal = _numpy(kit.encode(torch.as_tensor(np.array(true))))
     norm = np.linalg.norm(signal)
-    return float(np.linalg.norm(projected - signal) / norm), float(np.linalg.norm(x - signal) / norm)
+    return float(np.linalg.norm(projected - signal) / norm), float(
+        np.linalg.norm(x - signal) / norm
+    )
 
 
 def _regroup(flat: list[np.ndarray], like: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
     out, i = [], 0
     for group in like:
-        out.append(flat[i:i + len(group)])
+        out.append(flat[i : i + len(group)])
         i += len(group)
     return out
 
@@ -288,7 +339,10 @@ def _collusion(views: list[_Round], kit: Any) -> tuple[float, float, float]:
     for v in views:
         for upload, w in zip(v.uploads[1:], v.local[1:], strict=True):
             direct = max(direct, float((kit.decode(upload) - w).abs().max()))
-            via_difference = max(via_difference, float((v.local[0] + kit.decode(upload - v.uploads[0]) - w).abs().max()))
+            via_difference = max(
+                via_difference,
+                float((v.local[0] + kit.decode(upload - v.uploads[0]) - w).abs().max()),
+            )
             guess = max(guess, float((v.global_model - w).abs().max()))
     return direct, via_difference, guess
 
@@ -305,7 +359,9 @@ def _collusion_secure(views: list[_Round], kit: Any, weights: list[float]) -> tu
         others = (v.global_model - w0 * v.local[0]) / (1.0 - w0)
         for words, w in zip(v.masked[1:], v.local[1:], strict=True):
             best = max(best, float((others - w).abs().max()))
-            naive = max(naive, float((kit.decode(torch.as_tensor(from_fixed(words))) - w).abs().max()))
+            naive = max(
+                naive, float((kit.decode(torch.as_tensor(from_fixed(words))) - w).abs().max())
+            )
     return best, naive
 
 
@@ -345,7 +401,9 @@ def run_shared_noise_difference(*, quick: bool = False, seed: int = 0) -> list[A
     rows: list[AttackResult] = []
     with single_thread():
         for scheme_name in DIFFERENCE_SCHEMES:
-            rows += _difference_rows(scheme_name, hidden=hidden, clients=clients, seed=seed, pca_factor=pca_factor)
+            rows += _difference_rows(
+                scheme_name, hidden=hidden, clients=clients, seed=seed, pca_factor=pca_factor
+            )
     return rows
 
 
@@ -359,6 +417,7 @@ def _noise_left(enc_rounds: list[list[np.ndarray]], first: list[np.ndarray], kit
 
     def energy(x: np.ndarray) -> float:
         return float(np.sum(_numpy(kernel_noise(kit, torch.as_tensor(x))) ** 2))
+
     left = np.mean([energy(d) for e in enc_rounds for d in e])
     one = np.mean([energy(u0) for u0 in first])
     return float(np.sqrt(left / one))
@@ -378,17 +437,22 @@ def _client_noise_seconds(fed: _Federation, repeats: int = 20) -> float:
     return float(np.median(times))
 
 
-def _difference_rows(scheme_name: str, *, hidden: tuple[int, ...], clients: int, seed: int,
-                     pca_factor: int) -> list[AttackResult]:
+def _difference_rows(
+    scheme_name: str, *, hidden: tuple[int, ...], clients: int, seed: int, pca_factor: int
+) -> list[AttackResult]:
     from immersion_mpdp.ddp import from_fixed
 
     base = _federation(scheme_name, seed=seed, hidden=hidden, clients=clients)
     kit, n, n_total = base.scheme.kit, base.n_params, base.scheme.n_encoded
     m = n_total - n
-    n_rounds = _rounds_for(n + 10, clients)                  # more differences than parameters: rank test
+    n_rounds = _rounds_for(n + 10, clients)  # more differences than parameters: rank test
     views = [_play(base, t, secure=True, seed=seed) for t in range(n_rounds)]
-    noisy_fed = _federation(scheme_name, seed=seed, hidden=hidden, clients=clients, client_noise=True)
-    noisy = [_play(noisy_fed, t) for t in range(max(n_rounds, _rounds_for(pca_factor * m + 1, clients)))]
+    noisy_fed = _federation(
+        scheme_name, seed=seed, hidden=hidden, clients=clients, client_noise=True
+    )
+    noisy = [
+        _play(noisy_fed, t) for t in range(max(n_rounds, _rounds_for(pca_factor * m + 1, clients)))
+    ]
 
     enc, true, enc_r, true_r = _differences(views)
     r = _numerical_rank(true)
@@ -398,90 +462,191 @@ def _difference_rows(scheme_name: str, *, hidden: tuple[int, ...], clients: int,
     noisy_enc, noisy_true, noisy_r, noisy_true_r = _differences(noisy)
     settings: dict[str | None, dict[str, Any]] = {
         None: {"rounds": enc_r, "true": true_r, "first": [_numpy(v.uploads[0]) for v in views]},
-        "client-noise": {"rounds": noisy_r, "true": noisy_true_r, "first": [_numpy(v.uploads[0]) for v in noisy]},
-        "secure-aggregation": {"rounds": masked, "true": true_r,
-                               "first": [from_fixed(v.masked[0]) for v in views]},
+        "client-noise": {
+            "rounds": noisy_r,
+            "true": noisy_true_r,
+            "first": [_numpy(v.uploads[0]) for v in noisy],
+        },
+        "secure-aggregation": {
+            "rounds": masked,
+            "true": true_r,
+            "first": [from_fixed(v.masked[0]) for v in views],
+        },
     }
-    draws = [_independent_encodings(base, views, seed, repeat) for repeat in range(1, 9)]   # a steadier figure
-    base_noise = _noise_left([g for rows_, _ in draws for g in _regroup(rows_, enc_r)],
-                             [f for _, firsts in draws for f in firsts], kit)
+    draws = [
+        _independent_encodings(base, views, seed, repeat) for repeat in range(1, 9)
+    ]  # a steadier figure
+    base_noise = _noise_left(
+        [g for rows_, _ in draws for g in _regroup(rows_, enc_r)],
+        [f for _, firsts in draws for f in firsts],
+        kit,
+    )
     cos_base = _cosine_error(indep_r, true_r)[0]
     rank_base = {"at_n": _rank_ratio(indep, n), "at_r": _rank_ratio(indep, r)}
     direct, via_diff, guess = _collusion(views, kit)
     n_direct, n_via, _ = _collusion(noisy, noisy_fed.scheme.kit)
     sec_best, sec_naive = _collusion_secure(views, kit, base.weights)
-    collusion = {None: (direct, {"via_difference": via_diff}),
-                 "client-noise": (n_direct, {"via_difference": n_via, "reading": (
-                     "no help against a kit holder: the client noise lies in ker(Pi1_left), which every client "
-                     "computes from its kit (kernel_noise needs nothing else)")}),
-                 "secure-aggregation": (sec_best, {"decoding_a_masked_upload_error": sec_naive, "reading": (
-                     "the estimate is the mean of the other clients (sum minus own share); the sum stays exact and "
-                     "decodable, so with K - 1 colluders (or K = 2) the last model is exact: secure aggregation "
-                     "hides who, not the sum")})}
+    collusion = {
+        None: (direct, {"via_difference": via_diff}),
+        "client-noise": (
+            n_direct,
+            {
+                "via_difference": n_via,
+                "reading": (
+                    "no help against a kit holder: the client noise lies in ker(Pi1_left), which every client "
+                    "computes from its kit (kernel_noise needs nothing else)"
+                ),
+            },
+        ),
+        "secure-aggregation": (
+            sec_best,
+            {
+                "decoding_a_masked_upload_error": sec_naive,
+                "reading": (
+                    "the estimate is the mean of the other clients (sum minus own share); the sum stays exact and "
+                    "decodable, so with K - 1 colluders (or K = 2) the last model is exact: secure aggregation "
+                    "hides who, not the sum"
+                ),
+            },
+        ),
+    }
 
     t_base = float(np.median([v.seconds for v in views]))
     t_noisy = float(np.median([v.seconds for v in noisy]))
-    t_secure = float(np.median([v.seconds + v.secure_seconds for v in views]))     # same rounds: paired
+    t_secure = float(
+        np.median([v.seconds + v.secure_seconds for v in views])
+    )  # same rounds: paired
     t_kernel = _client_noise_seconds(base)
     costs = {
         None: None,
-        "client-noise": (f"client work +{t_kernel * 1e3:.2f} ms per upload (draw z, z - Pi1 Pi1_left z), {clients} "
-                         f"uploads = {clients * t_kernel / t_base:.1%} of a {t_base * 1e3:.1f} ms round of this tiny "
-                         f"model; round time measured x{t_noisy / t_base:.2f} (median of {n_rounds}, busy machine); "
-                         f"accuracy: none, the decoded model still equals FedAvg (max |w - w_fedavg| "
-                         f"{_fedavg_gap(noisy):.1e}); epsilon_local unchanged (post-processing)"),
-        "secure-aggregation": (f"round time x{t_secure / t_base:.2f} ({t_secure * 1e3:.1f} ms vs {t_base * 1e3:.1f} ms: "
-                               f"X25519 and {clients - 1} AES-CTR masks per client, compute only, no extra round trips "
-                               f"or dropout recovery); uploads 2x the bytes (two 64-bit words per number); masked sum "
-                               f"exact to {max(v.secure_error for v in views):.1e}, decoded model equals FedAvg "
-                               f"(max |w - w_fedavg| {_fedavg_gap(views):.1e})"),
+        "client-noise": (
+            f"client work +{t_kernel * 1e3:.2f} ms per upload (draw z, z - Pi1 Pi1_left z), {clients} "
+            f"uploads = {clients * t_kernel / t_base:.1%} of a {t_base * 1e3:.1f} ms round of this tiny "
+            f"model; round time measured x{t_noisy / t_base:.2f} (median of {n_rounds}, busy machine); "
+            f"accuracy: none, the decoded model still equals FedAvg (max |w - w_fedavg| "
+            f"{_fedavg_gap(noisy):.1e}); epsilon_local unchanged (post-processing)"
+        ),
+        "secure-aggregation": (
+            f"round time x{t_secure / t_base:.2f} ({t_secure * 1e3:.1f} ms vs {t_base * 1e3:.1f} ms: "
+            f"X25519 and {clients - 1} AES-CTR masks per client, compute only, no extra round trips "
+            f"or dropout recovery); uploads 2x the bytes (two 64-bit words per number); masked sum "
+            f"exact to {max(v.secure_error for v in views):.1e}, decoded model equals FedAvg "
+            f"(max |w - w_fedavg| {_fedavg_gap(views):.1e})"
+        ),
     }
-    setting = {"clients": clients, "rounds": n_rounds, "n_params": n, "n_encoded": n_total, "noise_dims": m,
-               "differences": len(enc), "hidden": list(hidden), "noise": base.scheme.noise,
-               "noise_scale": base.scheme.noise_scale}
+    setting = {
+        "clients": clients,
+        "rounds": n_rounds,
+        "n_params": n,
+        "n_encoded": n_total,
+        "noise_dims": m,
+        "differences": len(enc),
+        "hidden": list(hidden),
+        "noise": base.scheme.noise,
+        "noise_scale": base.scheme.noise_scale,
+    }
     a = "shared-noise-difference"
     rows = []
     for mitigation, got in settings.items():
         cost = costs[mitigation]
-        flat = [d for group in got["rounds"] for d in group][:len(enc)]          # same sample count in each
+        flat = [d for group in got["rounds"] for d in group][
+            : len(enc)
+        ]  # same sample count in each
         noise_left = _noise_left(got["rounds"], got["first"], kit)
-        rank_test = {"sigma_n+1/sigma_1": _rank_ratio(flat, n), "sigma_r+1/sigma_1": _rank_ratio(flat, r),
-                     "r": r, "baseline": rank_base,
-                     "note": ("attacker-computable: the differences lie in one fixed subspace when sigma_{k+1}/"
-                              "sigma_1 is at rounding level (k = n, the public model size, or r, the rank of the "
-                              "true model differences, below n here since some pixels are always 0); with "
-                              "m = 1 noise dimension (sifl-rm) a rank test at n cannot tell, the cosine row can")}
-        rows.append(AttackResult(
-            a, scheme_name, "noise left in w~_i - w~_0 (its part in ker Pi1_left) / noise in one upload",
-            noise_left, base_noise, _verdict(noise_left, 1.0, exact=1e-8), mitigation, cost,
-            {**setting, "baseline_is": "the same local models encoded with independent noise draws (about sqrt 2)",
-             "verdict_rule": "leaks at rounding level, resists from half the noise of one upload",
-             "attacker_rank_test": rank_test}))
+        rank_test = {
+            "sigma_n+1/sigma_1": _rank_ratio(flat, n),
+            "sigma_r+1/sigma_1": _rank_ratio(flat, r),
+            "r": r,
+            "baseline": rank_base,
+            "note": (
+                "attacker-computable: the differences lie in one fixed subspace when sigma_{k+1}/"
+                "sigma_1 is at rounding level (k = n, the public model size, or r, the rank of the "
+                "true model differences, below n here since some pixels are always 0); with "
+                "m = 1 noise dimension (sifl-rm) a rank test at n cannot tell, the cosine row can"
+            ),
+        }
+        rows.append(
+            AttackResult(
+                a,
+                scheme_name,
+                "noise left in w~_i - w~_0 (its part in ker Pi1_left) / noise in one upload",
+                noise_left,
+                base_noise,
+                _verdict(noise_left, 1.0, exact=1e-8),
+                mitigation,
+                cost,
+                {
+                    **setting,
+                    "baseline_is": "the same local models encoded with independent noise draws (about sqrt 2)",
+                    "verdict_rule": "leaks at rounding level, resists from half the noise of one upload",
+                    "attacker_rank_test": rank_test,
+                },
+            )
+        )
         cos_err, spread = _cosine_error(got["rounds"], got["true"])
-        rows.append(AttackResult(
-            a, scheme_name, "max abs error of cosines between clients' model differences, from uploads, no key",
-            cos_err, cos_base, _verdict(cos_err, cos_base, exact=1e-6), mitigation, cost,
-            {**setting, "baseline_is": "the same on differences with independent noise draws",
-             "true_cosine_spread": spread,
-             "reading": "Pi1 = a Q_S is a scaled isometry: a noise-free difference gives every angle and norm ratio "
-                        "between client updates (which clients hold similar data)"}))
+        rows.append(
+            AttackResult(
+                a,
+                scheme_name,
+                "max abs error of cosines between clients' model differences, from uploads, no key",
+                cos_err,
+                cos_base,
+                _verdict(cos_err, cos_base, exact=1e-6),
+                mitigation,
+                cost,
+                {
+                    **setting,
+                    "baseline_is": "the same on differences with independent noise draws",
+                    "true_cosine_spread": spread,
+                    "reading": "Pi1 = a Q_S is a scaled isometry: a noise-free difference gives every angle and norm ratio "
+                    "between client updates (which clients hold similar data)",
+                },
+            )
+        )
         pca = _pca_residual(noisy_enc, noisy_true, m, kit) if mitigation == "client-noise" else None
-        if pca is not None:                      # needs more samples than noise dimensions (not in quick M1/M2)
-            rows.append(AttackResult(
-                a, scheme_name, "relative error of Pi1 (w_i - w_0) recovered by projecting out the top n~ - n "
-                "principal directions of the differences", pca[0], pca[1], _verdict(*pca, exact=1e-6), mitigation,
-                cost, {**setting, "rounds": len(noisy), "samples": len(noisy_enc),
-                       "baseline_is": "the same error without the projection (noise over signal)",
-                       "reading": "the client noise lives in the fixed m-dim range(N1), orthogonal to range(Pi1): "
-                                  "an eavesdropper estimates it from more than m noisy differences and projects it "
-                                  "out; the residual falls like sqrt(m / samples) (sifl-m1, n = 310, m = 201, "
-                                  "synthetic differences with the measured spread: 0.73, 0.34, 0.14, 0.08 at 400, "
-                                  "2000, 10000, 40000 samples)"}))
+        if pca is not None:  # needs more samples than noise dimensions (not in quick M1/M2)
+            rows.append(
+                AttackResult(
+                    a,
+                    scheme_name,
+                    "relative error of Pi1 (w_i - w_0) recovered by projecting out the top n~ - n "
+                    "principal directions of the differences",
+                    pca[0],
+                    pca[1],
+                    _verdict(*pca, exact=1e-6),
+                    mitigation,
+                    cost,
+                    {
+                        **setting,
+                        "rounds": len(noisy),
+                        "samples": len(noisy_enc),
+                        "baseline_is": "the same error without the projection (noise over signal)",
+                        "reading": "the client noise lives in the fixed m-dim range(N1), orthogonal to range(Pi1): "
+                        "an eavesdropper estimates it from more than m noisy differences and projects it "
+                        "out; the residual falls like sqrt(m / samples) (sifl-m1, n = 310, m = 201, "
+                        "synthetic differences with the measured spread: 0.73, 0.34, 0.14, 0.08 at 400, "
+                        "2000, 10000, 40000 samples)",
+                    },
+                )
+            )
         value, extra = collusion[mitigation]
-        rows.append(AttackResult(
-            a, scheme_name, "max abs error of other clients' local models decoded with a colluding client's kit",
-            value, guess, _verdict(value, guess, exact=1e-6), mitigation, cost,
-            {**setting, **extra, "baseline_is": "max |w_global - w_i|: the colluder's guess without uploads"}))
+        rows.append(
+            AttackResult(
+                a,
+                scheme_name,
+                "max abs error of other clients' local models decoded with a colluding client's kit",
+                value,
+                guess,
+                _verdict(value, guess, exact=1e-6),
+                mitigation,
+                cost,
+                {
+                    **setting,
+                    **extra,
+                    "baseline_is": "max |w_global - w_i|: the colluder's guess without uploads",
+                },
+            )
+        )
     return rows
 
 
@@ -512,23 +677,45 @@ def run_client_decodes(*, quick: bool = False, seed: int = 0) -> list[AttackResu
             for t in range(rounds):
                 view = _play(fed, t)
                 received = view.broadcast
-                encoded = received if kit.pi2_right is None or received.dim() == 1 else kit.pi2_right @ received
+                encoded = (
+                    received
+                    if kit.pi2_right is None or received.dim() == 1
+                    else kit.pi2_right @ received
+                )
                 error = max(error, float((kit.decode(encoded) - truth).abs().max()))
                 round_noise = encoded - kit.encode(truth)
-                noise_error = max(noise_error, float((kernel_noise(kit, encoded) - round_noise).abs().max()
-                                                     / round_noise.abs().max()))
+                noise_error = max(
+                    noise_error,
+                    float(
+                        (kernel_noise(kit, encoded) - round_noise).abs().max()
+                        / round_noise.abs().max()
+                    ),
+                )
                 initial = max(initial, float((truth - fed.w0).abs().max()))
                 zeros = max(zeros, float(truth.abs().max()))
                 truth = view.global_model
-            rows.append(AttackResult(
-                "client-decodes", scheme_name, "max abs error of the global model decoded by a client's kit", error,
-                initial, _verdict(error, initial, exact=1e-8),
-                detail={"rounds": rounds, "clients": 4, "hidden": [16], "n_params": fed.n_params,
+            rows.append(
+                AttackResult(
+                    "client-decodes",
+                    scheme_name,
+                    "max abs error of the global model decoded by a client's kit",
+                    error,
+                    initial,
+                    _verdict(error, initial, exact=1e-8),
+                    detail={
+                        "rounds": rounds,
+                        "clients": 4,
+                        "hidden": [16],
+                        "n_params": fed.n_params,
                         "baseline_is": "max |w_t - w_0| over rounds: guessing the (public) initial model",
-                        "guess_zeros_error": zeros, "round_noise_relative_error": noise_error,
+                        "guess_zeros_error": zeros,
+                        "round_noise_relative_error": noise_error,
                         "mitigation": "none in the scheme: the target optimizer decodes the broadcast, so the kit "
-                                      "(Pi1, Pi1_left; Pi2^R in M2) is a decoding key; neither client_noise nor "
-                                      "secure aggregation changes the broadcast"}))
+                        "(Pi1, Pi1_left; Pi2^R in M2) is a decoding key; neither client_noise nor "
+                        "secure aggregation changes the broadcast",
+                    },
+                )
+            )
     return rows
 
 
@@ -544,12 +731,16 @@ def run_m2_scalar_leak(*, quick: bool = False, seed: int = 0) -> list[AttackResu
     the true ``w`` (minimum over rounds); baseline: the best ``|cos|`` of a single column. Measured for
     ``p = 2`` and larger ``p`` (more columns do not hide ``w``), and at a weaker ``epsilon_local``.
     """
-    settings = [(2, 1.0), (3, 1.0)] if quick else [(2, 1.0), (3, 1.0), (5, 1.0), (10, 1.0), (2, 100.0)]
+    settings = (
+        [(2, 1.0), (3, 1.0)] if quick else [(2, 1.0), (3, 1.0), (5, 1.0), (10, 1.0), (2, 100.0)]
+    )
     rounds = 1 if quick else 2
     rows = []
     with single_thread():
         for p, eps in settings:
-            fed = _federation("sifl-m2", seed=seed, hidden=(32,), clients=4, batch_size=64, p=p, epsilon_local=eps)
+            fed = _federation(
+                "sifl-m2", seed=seed, hidden=(32,), clients=4, batch_size=64, p=p, epsilon_local=eps
+            )
             cos, single, exact = 1.0, 0.0, 0.0
             for t in range(rounds):
                 view = _play(fed, t)
@@ -558,16 +749,31 @@ def run_m2_scalar_leak(*, quick: bool = False, seed: int = 0) -> list[AttackResu
                 combo = u[:, -1] @ w_bar
                 cos = min(cos, _abs_cos(combo, w))
                 single = max(single, max(_abs_cos(c, w) for c in w_bar))
-                exact = max(exact, float(np.abs(_numpy(fed.scheme.pi2_right[:, 0]) @ w_bar - w).max()))
-            rows.append(AttackResult(
-                "m2-scalar-leak", "sifl-m2", f"|cos| with w of the least-norm combination of w_bar's columns (p = {p})",
-                cos, single, "leaks" if cos > 0.99 else ("partial" if cos > 2 * single else "resists"),
-                detail={"p": p, "epsilon_local": eps, "rounds": rounds, "clients": 4, "n_params": fed.n_params,
+                exact = max(
+                    exact, float(np.abs(_numpy(fed.scheme.pi2_right[:, 0]) @ w_bar - w).max())
+                )
+            rows.append(
+                AttackResult(
+                    "m2-scalar-leak",
+                    "sifl-m2",
+                    f"|cos| with w of the least-norm combination of w_bar's columns (p = {p})",
+                    cos,
+                    single,
+                    "leaks" if cos > 0.99 else ("partial" if cos > 2 * single else "resists"),
+                    detail={
+                        "p": p,
+                        "epsilon_local": eps,
+                        "rounds": rounds,
+                        "clients": 4,
+                        "n_params": fed.n_params,
                         "noise_scale": fed.scheme.noise_scale,
                         "baseline_is": "max |cos| of a single column of w_bar with w",
                         "with_a_clients_pi2_right_error": exact,
                         "reading": "w up to scale and sign; with any client's Pi2^R (every client holds it) the "
-                                   "server decodes w exactly (w_bar Pi2^R = w)"}))
+                        "server decodes w exactly (w_bar Pi2^R = w)",
+                    },
+                )
+            )
     return rows
 
 

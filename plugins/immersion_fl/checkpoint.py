@@ -4,6 +4,7 @@ Resuming re-creates the run from its configuration (the keys are re-drawn from t
 match the saved ones byte for byte), restores the server state, the noise generator and the
 history, and continues: the result equals that of an uninterrupted run (tested).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,8 +19,16 @@ from immersion import KeyFileError
 from immersion._files import npz_bytes, write_private
 from immersion.keys import code_arrays
 
-HISTORY = ("accuracy", "loss", "accuracy_plain", "loss_plain", "diff_vs_plain", "round_s", "round_s_plain",
-           "dropped")
+HISTORY = (
+    "accuracy",
+    "loss",
+    "accuracy_plain",
+    "loss_plain",
+    "diff_vs_plain",
+    "round_s",
+    "round_s_plain",
+    "dropped",
+)
 
 
 def _digest(arrays: dict[str, np.ndarray]) -> str:
@@ -48,8 +57,13 @@ class Checkpoint:
         if keys and not (self.folder / "keys.npz").exists():
             write_private(self.folder / "keys.npz", npz_bytes(keys), prefix=".ckpt-")
         history = {name: getattr(server.result, name) for name in HISTORY}
-        meta = {"cfg": self.cfg_json, "next_round": next_round, "keys_sha256": _digest(keys), "history": history,
-                "privacy": server.result.privacy}
+        meta = {
+            "cfg": self.cfg_json,
+            "next_round": next_round,
+            "keys_sha256": _digest(keys),
+            "history": history,
+            "privacy": server.result.privacy,
+        }
         arrays = {f"scheme.{k}": v for k, v in server.scheme.state().items()}
         if server.plain is not None:
             arrays.update({f"plain.{k}": v for k, v in server.plain.state().items()})
@@ -63,17 +77,33 @@ class Checkpoint:
             with np.load(path, allow_pickle=False) as data:
                 arrays = {k: data[k] for k in data.files}
             meta = json.loads(arrays.pop("meta").tobytes().decode())
-            if not isinstance(meta, dict) or not {"cfg", "keys_sha256", "next_round", "history", "privacy"} <= set(meta):
+            if not isinstance(meta, dict) or not {
+                "cfg",
+                "keys_sha256",
+                "next_round",
+                "history",
+                "privacy",
+            } <= set(meta):
                 raise ValueError("no checkpoint metadata")
         except Exception as exc:  # noqa: BLE001 - missing, truncated or altered: numpy's npy/zip parsers raise many kinds
-            raise KeyFileError(f"checkpoint: cannot read {path} ({type(exc).__name__}: {exc})") from None
+            raise KeyFileError(
+                f"checkpoint: cannot read {path} ({type(exc).__name__}: {exc})"
+            ) from None
         if meta["cfg"] != self.cfg_json:
-            raise KeyFileError(f"checkpoint: {path} belongs to another configuration; resume with the same options")
+            raise KeyFileError(
+                f"checkpoint: {path} belongs to another configuration; resume with the same options"
+            )
         if meta["keys_sha256"] != _digest(self._keys(server)):
-            raise KeyFileError("checkpoint: the keys re-drawn from the seed differ from the saved ones")
-        server.scheme.restore({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("scheme.")})
+            raise KeyFileError(
+                "checkpoint: the keys re-drawn from the seed differ from the saved ones"
+            )
+        server.scheme.restore(
+            {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("scheme.")}
+        )
         if server.plain is not None:
-            server.plain.restore({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("plain.")})
+            server.plain.restore(
+                {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("plain.")}
+            )
         for name in HISTORY:
             setattr(server.result, name, list(meta["history"][name]))
         server.result.privacy = meta["privacy"]

@@ -1,4 +1,5 @@
 """``immersion fl run`` and ``immersion bench sifl``."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,9 @@ def _hidden(value: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(v) for v in value.split(",") if v.strip())
     except ValueError:
-        raise click.BadParameter(f"{value!r}: expected comma-separated layer sizes, e.g. 200,200",
-                                 param_hint="--hidden") from None
+        raise click.BadParameter(
+            f"{value!r}: expected comma-separated layer sizes, e.g. 200,200", param_hint="--hidden"
+        ) from None
     if not sizes or min(sizes) < 1:
         raise click.BadParameter(f"{value!r}: expected positive layer sizes", param_hint="--hidden")
     return sizes
@@ -34,61 +36,168 @@ def fl_group() -> None:
 @fl_group.command("run")
 @click.option("--scheme", type=click.Choice(SCHEMES), default="sifl-m1", show_default=True)
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="sgd", show_default=True)
-@click.option("--model", type=click.Choice(["linear", "mlp", "cnn", "cnn2"]), default="mlp", show_default=True)
+@click.option(
+    "--model", type=click.Choice(["linear", "mlp", "cnn", "cnn2"]), default="mlp", show_default=True
+)
 @click.option("--hidden", default="200,200", show_default=True, help="MLP hidden layer sizes.")
 @click.option("--clients", type=click.IntRange(1), default=10, show_default=True)
 @click.option("--rounds", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--local-epochs", type=click.IntRange(1), default=1, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True)
 @click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=0.05, show_default=True)
-@click.option("--dataset", default="digits", show_default=True, help="digits, digits28, mnist:PATH or fashion:PATH.")
+@click.option(
+    "--dataset",
+    default="digits",
+    show_default=True,
+    help="digits, digits28, mnist:PATH or fashion:PATH.",
+)
 @click.option("--split", type=click.Choice(["iid", "dirichlet"]), default="iid", show_default=True)
-@click.option("--alpha", type=FiniteFloatRange(min=0, min_open=True), default=0.5, show_default=True,
-              help="Dirichlet concentration for --split dirichlet.")
-@click.option("--extra", type=click.IntRange(1), default=None,
-              help="Added dimensions n~ - n (default: 201 for M1/M2 as in the paper's MLP, 1 for sifl-rm).")
-@click.option("--p", "p", type=click.IntRange(2), default=2, show_default=True, help="Aggregator columns (sifl-m2).")
-@click.option("--epsilon-local", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              help="Per-element epsilon of each upload (seed 000 Theorem 1 or 2).")
-@click.option("--noise", type=click.Choice(["auto", "laplace", "gaussian", "on", "off"]), default="auto",
-              show_default=True,
-              help="SIFL: laplace or gaussian (auto: laplace). mpdp, sgd-dp, gsgd-dp, gd-dp: on or off (auto: on).")
-@click.option("--delta", type=FiniteFloatRange(0, 0.5, min_open=True), default=1e-5,
-              show_default=True, help="Delta for --noise gaussian (SIFL), of mpdp's per-round guarantee and of the "
-              "sgd-dp, gsgd-dp, gd-dp run.")
-@click.option("--epsilon", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              help="mpdp: per-round epsilon (seed 004 Eq. 23); sgd-dp, gsgd-dp, gd-dp: total over all rounds.")
-@click.option("--grad-clip", type=FiniteFloatRange(min=0, min_open=True), default=10.0, show_default=True,
-              help="sgd-dp, gsgd-dp, gd-dp: per-example gradient clip C (seed 001).")
-@click.option("--sigma2", type=FiniteFloatRange(min=0), default=None,
-              help="sgd-dp, gsgd-dp, gd-dp: per-user noise variance (WF-NA floor); default: calibrated to --epsilon.")
-@click.option("--graph", default="complete", show_default=True,
-              help="mpdp: neighbour graph for pairwise noise, complete or nout:N (Theorems 10, 11).")
-@click.option("--mask-corrections/--no-mask-corrections", default=True, show_default=True,
-              help="mpdp: the server sees only the sum of Psi and Phi (off: the paper's clear upload).")
-@click.option("--sensitivity", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              help="mpdp: assumed per-record sensitivity (the paper's S_f = 1; the run reports the observed one).")
-@click.option("--clip", type=FiniteFloatRange(min=0, min_open=True), default=100.0, show_default=True,
-              help="Client model norm bound C (sensitivity 2C/|D_i|, seed 000 Remark 3; the paper uses 1000).")
-@click.option("--keys", type=click.Choice(["auto", "dense", "block"]), default="auto", show_default=True)
-@click.option("--block-size", type=click.IntRange(1), default=8, show_default=True,
-              help="Block size of structured keys (transforms are memory-bound: smaller is faster).")
-@click.option("--engine", type=click.Choice(["local", "flower"]), default="local", show_default=True,
-              help="local: clients in this process; flower: Flower ClientApps on Flower's simulation runtime.")
+@click.option(
+    "--alpha",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=0.5,
+    show_default=True,
+    help="Dirichlet concentration for --split dirichlet.",
+)
+@click.option(
+    "--extra",
+    type=click.IntRange(1),
+    default=None,
+    help="Added dimensions n~ - n (default: 201 for M1/M2 as in the paper's MLP, 1 for sifl-rm).",
+)
+@click.option(
+    "--p",
+    "p",
+    type=click.IntRange(2),
+    default=2,
+    show_default=True,
+    help="Aggregator columns (sifl-m2).",
+)
+@click.option(
+    "--epsilon-local",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Per-element epsilon of each upload (seed 000 Theorem 1 or 2).",
+)
+@click.option(
+    "--noise",
+    type=click.Choice(["auto", "laplace", "gaussian", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="SIFL: laplace or gaussian (auto: laplace). mpdp, sgd-dp, gsgd-dp, gd-dp: on or off (auto: on).",
+)
+@click.option(
+    "--delta",
+    type=FiniteFloatRange(0, 0.5, min_open=True),
+    default=1e-5,
+    show_default=True,
+    help="Delta for --noise gaussian (SIFL), of mpdp's per-round guarantee and of the "
+    "sgd-dp, gsgd-dp, gd-dp run.",
+)
+@click.option(
+    "--epsilon",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="mpdp: per-round epsilon (seed 004 Eq. 23); sgd-dp, gsgd-dp, gd-dp: total over all rounds.",
+)
+@click.option(
+    "--grad-clip",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="sgd-dp, gsgd-dp, gd-dp: per-example gradient clip C (seed 001).",
+)
+@click.option(
+    "--sigma2",
+    type=FiniteFloatRange(min=0),
+    default=None,
+    help="sgd-dp, gsgd-dp, gd-dp: per-user noise variance (WF-NA floor); default: calibrated to --epsilon.",
+)
+@click.option(
+    "--graph",
+    default="complete",
+    show_default=True,
+    help="mpdp: neighbour graph for pairwise noise, complete or nout:N (Theorems 10, 11).",
+)
+@click.option(
+    "--mask-corrections/--no-mask-corrections",
+    default=True,
+    show_default=True,
+    help="mpdp: the server sees only the sum of Psi and Phi (off: the paper's clear upload).",
+)
+@click.option(
+    "--sensitivity",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="mpdp: assumed per-record sensitivity (the paper's S_f = 1; the run reports the observed one).",
+)
+@click.option(
+    "--clip",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=100.0,
+    show_default=True,
+    help="Client model norm bound C (sensitivity 2C/|D_i|, seed 000 Remark 3; the paper uses 1000).",
+)
+@click.option(
+    "--keys", type=click.Choice(["auto", "dense", "block"]), default="auto", show_default=True
+)
+@click.option(
+    "--block-size",
+    type=click.IntRange(1),
+    default=8,
+    show_default=True,
+    help="Block size of structured keys (transforms are memory-bound: smaller is faster).",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "flower"]),
+    default="local",
+    show_default=True,
+    help="local: clients in this process; flower: Flower ClientApps on Flower's simulation runtime.",
+)
 @click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--compare-plain/--no-compare-plain", default=True, show_default=True,
-              help="Run plain FedAvg in lockstep with the same batches.")
-@click.option("--client-timeout", type=FiniteFloatRange(min=0, min_open=True, max=threading.TIMEOUT_MAX), default=None,
-              help="Seconds a client may take before it is left out of the round.")
-@click.option("--inject-fault", "inject", multiple=True, metavar="CLIENT:ROUND:KIND",
-              help="Make a client fail on purpose (raise, timeout, malformed, wrong-shape).")
-@click.option("--checkpoint", "checkpoint", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Save server state and keys here after every round (owner-only files).")
+@click.option(
+    "--compare-plain/--no-compare-plain",
+    default=True,
+    show_default=True,
+    help="Run plain FedAvg in lockstep with the same batches.",
+)
+@click.option(
+    "--client-timeout",
+    type=FiniteFloatRange(min=0, min_open=True, max=threading.TIMEOUT_MAX),
+    default=None,
+    help="Seconds a client may take before it is left out of the round.",
+)
+@click.option(
+    "--inject-fault",
+    "inject",
+    multiple=True,
+    metavar="CLIENT:ROUND:KIND",
+    help="Make a client fail on purpose (raise, timeout, malformed, wrong-shape).",
+)
+@click.option(
+    "--checkpoint",
+    "checkpoint",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Save server state and keys here after every round (owner-only files).",
+)
 @click.option("--resume", is_flag=True, help="Continue the run saved in --checkpoint.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def fl_run(hidden: str, plot_dir: Path | None, as_json: bool, engine: str, inject: tuple[str, ...],
-           checkpoint: Path | None, resume: bool, **options: Any) -> None:
+def fl_run(
+    hidden: str,
+    plot_dir: Path | None,
+    as_json: bool,
+    engine: str,
+    inject: tuple[str, ...],
+    checkpoint: Path | None,
+    resume: bool,
+    **options: Any,
+) -> None:
     """Train a model federatedly with a SIFL scheme beside plain FedAvg, or with mpdp beside plain FedSGD."""
     from .engine import RunConfig, progress_bar, run_federated
     from .faults import FaultPlan
@@ -97,28 +206,61 @@ def fl_run(hidden: str, plot_dir: Path | None, as_json: bool, engine: str, injec
     if engine == "flower" and (checkpoint or resume):
         raise click.UsageError("--checkpoint/--resume work with --engine local")
     try:
-        result = run_federated(cfg, engine=engine, progress=progress_bar(cfg.rounds), faults=FaultPlan.parse(inject),
-                               checkpoint=checkpoint, resume=resume)
-    except RuntimeError as exc:   # the engine's "every client failed" (e.g. an --lr so large that training diverges)
+        result = run_federated(
+            cfg,
+            engine=engine,
+            progress=progress_bar(cfg.rounds),
+            faults=FaultPlan.parse(inject),
+            checkpoint=checkpoint,
+            resume=resume,
+        )
+    except (
+        RuntimeError
+    ) as exc:  # the engine's "every client failed" (e.g. an --lr so large that training diverges)
         if "every client failed" not in str(exc):
             raise
-        raise click.ClickException(f"{exc} (see the reasons above; check --lr, --clip, --epsilon-local, "
-                                   "--client-timeout)") from None
+        raise click.ClickException(
+            f"{exc} (see the reasons above; check --lr, --clip, --epsilon-local, --client-timeout)"
+        ) from None
     out = result.summary()
     out["engine"] = engine
     if plot_dir is not None:
         from .plots import write_fl_plots
 
         out["plots"] = [str(p) for p in write_fl_plots(result, plot_dir)]
-    if as_json:   # strict JSON: an infinite epsilon (no noise) is null
+    if as_json:  # strict JSON: an infinite epsilon (no noise) is null
         click.echo(json.dumps(json_safe(out)))
         return
-    keys = ["scheme", "optimizer", "model", "n_params", "n_encoded", "key_bytes", "max_abs_diff_vs_plain",
-            "accuracy", "accuracy_plain", "round_time_ratio", "epsilon_local", "epsilon_global"]
+    keys = [
+        "scheme",
+        "optimizer",
+        "model",
+        "n_params",
+        "n_encoded",
+        "key_bytes",
+        "max_abs_diff_vs_plain",
+        "accuracy",
+        "accuracy_plain",
+        "round_time_ratio",
+        "epsilon_local",
+        "epsilon_global",
+    ]
     if cfg.scheme == "mpdp":
-        keys = keys[:4] + keys[6:10] + ["upload_bytes_ratio", "noise", "epsilon", "delta", "epsilon_total",
-                                        "delta_total", "sensitivity_assumed", "sensitivity_observed_max"]
-    elif "sigma2" in out:                                           # seed 001's schemes
+        keys = (
+            keys[:4]
+            + keys[6:10]
+            + [
+                "upload_bytes_ratio",
+                "noise",
+                "epsilon",
+                "delta",
+                "epsilon_total",
+                "delta_total",
+                "sensitivity_assumed",
+                "sensitivity_observed_max",
+            ]
+        )
+    elif "sigma2" in out:  # seed 001's schemes
         keys = keys[:4] + keys[7:10] + ["epsilon", "delta", "alpha", "sigma2", "accountant"]
     for key in keys:
         click.echo(f"  {key:24s} {out[key]}")
@@ -128,27 +270,62 @@ def fl_run(hidden: str, plot_dir: Path | None, as_json: bool, engine: str, injec
 
 @click.command("sifl")
 @click.option("--rounds", type=click.IntRange(1), default=3, show_default=True)
-@click.option("--scheme", type=click.Choice([s for s in SCHEMES if s != "fedavg"]), default="sifl-m1",
-              show_default=True)
+@click.option(
+    "--scheme",
+    type=click.Choice([s for s in SCHEMES if s != "fedavg"]),
+    default="sifl-m1",
+    show_default=True,
+)
 @click.option("--dataset", default="digits28", show_default=True)
-@click.option("--local-epochs", type=click.IntRange(1), default=40, show_default=True,
-              help="40 epochs of digits' ~144 samples per client ~ one epoch of MNIST's 6000 per client.")
+@click.option(
+    "--local-epochs",
+    type=click.IntRange(1),
+    default=40,
+    show_default=True,
+    help="40 epochs of digits' ~144 samples per client ~ one epoch of MNIST's 6000 per client.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_sifl(rounds: int, scheme: str, dataset: str, local_epochs: int, as_json: bool) -> None:
     """The paper's 199,210-parameter MLP with 10 clients, scheme beside plain FedAvg in one run."""
     from .engine import RunConfig, progress_bar, run_federated
 
-    cfg = RunConfig(scheme=scheme, model="mlp", hidden=(200, 200), clients=10, rounds=rounds, dataset=dataset,
-                    keys="block", local_epochs=local_epochs)
+    cfg = RunConfig(
+        scheme=scheme,
+        model="mlp",
+        hidden=(200, 200),
+        clients=10,
+        rounds=rounds,
+        dataset=dataset,
+        keys="block",
+        local_epochs=local_epochs,
+    )
     result = run_federated(cfg, progress=progress_bar(cfg.rounds))
     out = result.summary()
-    keep = ("scheme", "n_params", "n_encoded", "round_time_ratio", "key_bytes", "max_abs_diff_vs_plain",
-            "accuracy", "accuracy_plain", "round_s_median")
+    keep = (
+        "scheme",
+        "n_params",
+        "n_encoded",
+        "round_time_ratio",
+        "key_bytes",
+        "max_abs_diff_vs_plain",
+        "accuracy",
+        "accuracy_plain",
+        "round_s_median",
+    )
     out = {k: out[k] for k in keep}
     from .engine import codec_seconds_per_round
 
     codec = codec_seconds_per_round(cfg)
     plain = float(np.median(result.round_s_plain))
-    out.update({"plain_round_s_median": plain, "codec_s_per_round": codec,
-                "round_time_ratio_from_codec": (plain + codec) / plain})
-    click.echo(json.dumps(json_safe(out)) if as_json else "\n".join(f"  {k:24s} {v}" for k, v in out.items()))
+    out.update(
+        {
+            "plain_round_s_median": plain,
+            "codec_s_per_round": codec,
+            "round_time_ratio_from_codec": (plain + codec) / plain,
+        }
+    )
+    click.echo(
+        json.dumps(json_safe(out))
+        if as_json
+        else "\n".join(f"  {k:24s} {v}" for k, v in out.items())
+    )

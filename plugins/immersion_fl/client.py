@@ -1,4 +1,5 @@
 """A federated client: ordinary local training on its own data, in original coordinates."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,7 +34,9 @@ class Client:
         out = []
         for _ in range(self.local_epochs):
             order = rng.permutation(self.n_samples)
-            out += [order[i:i + self.batch_size] for i in range(0, self.n_samples, self.batch_size)]
+            out += [
+                order[i : i + self.batch_size] for i in range(0, self.n_samples, self.batch_size)
+            ]
         return out
 
     def train(self, w0: Any, round_t: int) -> Any:
@@ -44,6 +47,6 @@ class Client:
             _, grad = self.model.loss_and_grad(w, self.x[idx], self.y[idx])
             step, state = self.optimizer.update(grad, state, w)
             w = w + step
-        if self.clip is not None:                 # NbAFL-style norm bound behind Remark 3's sensitivity
+        if self.clip is not None:  # NbAFL-style norm bound behind Remark 3's sensitivity
             w = w / max(1.0, float(w.norm()) / self.clip)
         return w

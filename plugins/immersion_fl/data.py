@@ -3,6 +3,7 @@
 Nothing is downloaded. ``digits`` (8x8) can be upsampled to 28x28 so that the papers' model sizes
 (MLP 784-200-200-10, CNN, CNN2) run without MNIST.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -49,6 +50,7 @@ def load_digits_dataset(*, size: int = 8, test_fraction: float = 0.2, seed: int 
         from sklearn.datasets import load_digits
     except ImportError:
         from immersion import OptionalDependencyError
+
         raise OptionalDependencyError("scikit-learn", "fl", "the digits dataset") from None
     bunch = load_digits()
     images = bunch.images.astype(np.float64) / 16.0
@@ -67,14 +69,23 @@ def _read_idx(path: Path) -> np.ndarray:
         with opener(path, "rb") as fh:  # type: ignore[operator]
             header = fh.read(4)
             if len(header) != 4 or header[:2] != b"\x00\x00" or header[2] != 0x08:
-                raise InvalidArgumentError("dataset", f"{path} is not an IDX file of unsigned bytes")
+                raise InvalidArgumentError(
+                    "dataset", f"{path} is not an IDX file of unsigned bytes"
+                )
             ndim = header[3]
             shape = struct.unpack(">" + "I" * ndim, fh.read(4 * ndim))
             data = np.frombuffer(fh.read(), dtype=np.uint8)
-    except (OSError, EOFError, zlib.error, struct.error) as exc:   # unreadable, truncated or corrupt (gzip)
+    except (
+        OSError,
+        EOFError,
+        zlib.error,
+        struct.error,
+    ) as exc:  # unreadable, truncated or corrupt (gzip)
         raise InvalidArgumentError("dataset", f"{path} is truncated or corrupt ({exc})") from None
     if data.size != math.prod(shape):
-        raise InvalidArgumentError("dataset", f"{path} is truncated: {data.size} bytes for shape {shape}")
+        raise InvalidArgumentError(
+            "dataset", f"{path} is truncated: {data.size} bytes for shape {shape}"
+        )
     return data.reshape(shape)
 
 
@@ -90,13 +101,25 @@ def load_idx_dataset(folder: str | Path, *, name: str = "mnist") -> Dataset:
     root = Path(folder)
     if not root.is_dir():
         raise InvalidArgumentError("dataset", f"{root} is not a folder with IDX files")
-    parts = [_read_idx(_find(root, stem)) for stem in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                                      "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")]
+    parts = [
+        _read_idx(_find(root, stem))
+        for stem in (
+            "train-images-idx3-ubyte",
+            "train-labels-idx1-ubyte",
+            "t10k-images-idx3-ubyte",
+            "t10k-labels-idx1-ubyte",
+        )
+    ]
     xtr, ytr, xte, yte = parts
     if len(xtr) != len(ytr) or len(xte) != len(yte):
         raise InvalidArgumentError("dataset", f"{root}: image and label counts differ")
-    return Dataset(xtr[:, None].astype(np.float64) / 255.0, ytr.astype(np.int64),
-                   xte[:, None].astype(np.float64) / 255.0, yte.astype(np.int64), name)
+    return Dataset(
+        xtr[:, None].astype(np.float64) / 255.0,
+        ytr.astype(np.int64),
+        xte[:, None].astype(np.float64) / 255.0,
+        yte.astype(np.int64),
+        name,
+    )
 
 
 def load_dataset(spec: str, *, seed: int = 0) -> Dataset:
@@ -108,11 +131,14 @@ def load_dataset(spec: str, *, seed: int = 0) -> Dataset:
     kind, sep, path = spec.partition(":")
     if sep and kind in ("mnist", "fashion", "fashion-mnist") and path:
         return load_idx_dataset(path, name=kind)
-    raise InvalidArgumentError("dataset", f"expected digits, digits28, mnist:PATH or fashion:PATH, got {spec!r}")
+    raise InvalidArgumentError(
+        "dataset", f"expected digits, digits28, mnist:PATH or fashion:PATH, got {spec!r}"
+    )
 
 
-def split_clients(labels: np.ndarray, n_clients: int, *, split: str = "iid", alpha: float = 0.5,
-                  seed: int = 0) -> list[np.ndarray]:
+def split_clients(
+    labels: np.ndarray, n_clients: int, *, split: str = "iid", alpha: float = 0.5, seed: int = 0
+) -> list[np.ndarray]:
     """Indices of each client's data: ``iid`` (equal random shares) or ``dirichlet`` label skew.
 
     Examples
@@ -138,5 +164,7 @@ def split_clients(labels: np.ndarray, n_clients: int, *, split: str = "iid", alp
             shares[client].extend(part.tolist())
     empty = [i for i, s in enumerate(shares) if not s]
     if empty:
-        raise InvalidArgumentError("alpha", f"clients {empty} got no data; raise alpha or use fewer clients")
+        raise InvalidArgumentError(
+            "alpha", f"clients {empty} got no data; raise alpha or use fewer clients"
+        )
     return [np.sort(np.array(s, dtype=np.int64)) for s in shares]

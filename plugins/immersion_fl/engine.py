@@ -1,4 +1,5 @@
 """The in-process federated engine: deterministic rounds, a scheme and plain FedAvg in lockstep."""
+
 from __future__ import annotations
 
 import sys
@@ -41,20 +42,26 @@ class RunConfig:
     extra: int | None = None
     p: int = 2
     epsilon_local: float = 1.0
-    noise: str = "auto"           # sifl: laplace | gaussian (auto: laplace); mpdp: on | off (auto: on)
+    noise: str = "auto"  # sifl: laplace | gaussian (auto: laplace); mpdp: on | off (auto: on)
     delta: float = 1e-5
-    epsilon: float = 1.0          # mpdp: per-round (epsilon, delta) of the distributed noise
-    graph: str = "complete"       # mpdp: neighbour graph, complete or nout:N
+    epsilon: float = 1.0  # mpdp: per-round (epsilon, delta) of the distributed noise
+    graph: str = "complete"  # mpdp: neighbour graph, complete or nout:N
     mask_corrections: bool = True  # mpdp: server sees only the sum of Psi and Phi
-    sensitivity: float = 1.0      # mpdp: assumed per-record sensitivity (the paper's S_f = 1)
-    grad_clip: float = 10.0       # sgd-dp, gsgd-dp, gd-dp: per-example gradient clip C (seed 001)
-    sigma2: float | None = None   # sgd-dp, gsgd-dp, gd-dp: noise level; None: calibrated to epsilon over all rounds
-    clip: float = 100.0        # bounds ||w_i|| (Remark 3); far above these models' norms, so it never clips
+    sensitivity: float = 1.0  # mpdp: assumed per-record sensitivity (the paper's S_f = 1)
+    grad_clip: float = 10.0  # sgd-dp, gsgd-dp, gd-dp: per-example gradient clip C (seed 001)
+    sigma2: float | None = (
+        None  # sgd-dp, gsgd-dp, gd-dp: noise level; None: calibrated to epsilon over all rounds
+    )
+    clip: float = (
+        100.0  # bounds ||w_i|| (Remark 3); far above these models' norms, so it never clips
+    )
     keys: str = "auto"
-    block_size: int = 8          # block transforms are memory-bound: b = 8 reads 4x less than b = 32
+    block_size: int = 8  # block transforms are memory-bound: b = 8 reads 4x less than b = 32
     compare_plain: bool = True
     client_timeout: float | None = None
-    client_noise: bool = False    # sifl: each client adds its own noise in ker(Pi1_left) (local engine only)
+    client_noise: bool = (
+        False  # sifl: each client adds its own noise in ker(Pi1_left) (local engine only)
+    )
 
 
 @dataclass
@@ -77,34 +84,62 @@ class RunResult:
 
     def summary(self) -> dict[str, Any]:
         """The JSON object of ``immersion fl run --json``."""
-        ratio = (float(np.median(self.round_s) / np.median(self.round_s_plain))
-                 if self.round_s_plain else None)
+        ratio = (
+            float(np.median(self.round_s) / np.median(self.round_s_plain))
+            if self.round_s_plain
+            else None
+        )
         return {
-            "scheme": self.config.scheme, "optimizer": self.config.optimizer, "model": self.config.model,
-            "dataset": self.config.dataset, "clients": self.config.clients, "rounds": self.config.rounds,
+            "scheme": self.config.scheme,
+            "optimizer": self.config.optimizer,
+            "model": self.config.model,
+            "dataset": self.config.dataset,
+            "clients": self.config.clients,
+            "rounds": self.config.rounds,
             "max_abs_diff_vs_plain": max(self.diff_vs_plain) if self.diff_vs_plain else None,
-            "accuracy": self.accuracy[-1], "accuracy_plain": self.accuracy_plain[-1] if self.accuracy_plain else None,
-            "round_time_ratio": ratio, "round_s_median": float(np.median(self.round_s)),
-            "epsilon_local": self.privacy.get("epsilon_local"), "epsilon_global": self.privacy.get("epsilon_global"),
-            "noise": self.privacy.get("noise"), "delta": self.privacy.get("delta"),
-            "n_params": self.n_params, "n_encoded": self.n_encoded, "key_bytes": self.key_bytes,
-            "accuracy_per_round": self.accuracy, "accuracy_plain_per_round": self.accuracy_plain,
-            "diff_vs_plain_per_round": self.diff_vs_plain, "dropped": self.dropped,
+            "accuracy": self.accuracy[-1],
+            "accuracy_plain": self.accuracy_plain[-1] if self.accuracy_plain else None,
+            "round_time_ratio": ratio,
+            "round_s_median": float(np.median(self.round_s)),
+            "epsilon_local": self.privacy.get("epsilon_local"),
+            "epsilon_global": self.privacy.get("epsilon_global"),
+            "noise": self.privacy.get("noise"),
+            "delta": self.privacy.get("delta"),
+            "n_params": self.n_params,
+            "n_encoded": self.n_encoded,
+            "key_bytes": self.key_bytes,
+            "accuracy_per_round": self.accuracy,
+            "accuracy_plain_per_round": self.accuracy_plain,
+            "diff_vs_plain_per_round": self.diff_vs_plain,
+            "dropped": self.dropped,
         }
 
 
 def make_client(cfg: RunConfig, data: Dataset, model: FlatModel, index: int, torch: Any) -> Client:
     """Client ``index`` with its share of the training data (same split on every engine)."""
-    parts = split_clients(data.y_train, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed)
+    parts = split_clients(
+        data.y_train, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed
+    )
     idx = parts[index]
-    return Client(index, torch.as_tensor(data.x_train[idx], dtype=torch.float64),
-                  torch.as_tensor(data.y_train[idx], dtype=torch.long), model,
-                  make_optimizer(cfg.optimizer, cfg.lr), cfg.local_epochs, cfg.batch_size, cfg.seed, cfg.clip)
+    return Client(
+        index,
+        torch.as_tensor(data.x_train[idx], dtype=torch.float64),
+        torch.as_tensor(data.y_train[idx], dtype=torch.long),
+        model,
+        make_optimizer(cfg.optimizer, cfg.lr),
+        cfg.local_epochs,
+        cfg.batch_size,
+        cfg.seed,
+        cfg.clip,
+    )
 
 
 def build_model_for(cfg: RunConfig, data: Dataset) -> FlatModel:
-    return FlatModel(build_model(cfg.model, image_shape=data.image_shape, n_classes=data.n_classes,
-                                 hidden=cfg.hidden))
+    return FlatModel(
+        build_model(
+            cfg.model, image_shape=data.image_shape, n_classes=data.n_classes, hidden=cfg.hidden
+        )
+    )
 
 
 @dataclass
@@ -120,7 +155,9 @@ class Server:
     result: RunResult
 
     @classmethod
-    def create(cls, cfg: RunConfig, data: Dataset, client_sizes: list[int] | None = None) -> "Server":
+    def create(
+        cls, cfg: RunConfig, data: Dataset, client_sizes: list[int] | None = None
+    ) -> "Server":
         """Draw keys and set up the scheme; with ``client_sizes`` also calibrate the noise (else later)."""
         import torch
 
@@ -130,19 +167,40 @@ class Server:
         model = build_model_for(cfg, data)
         w0 = model.initial_vector(cfg.seed)
         backend = make_backend("torch", dtype="float64", device="cpu")
-        scheme = make_scheme(cfg.scheme, SchemeOptions(
-            backend=backend, rng=np.random.default_rng([cfg.seed, 1]), extra=cfg.extra, p=cfg.p,
-            epsilon_local=cfg.epsilon_local, clip=cfg.clip, kind=cfg.keys, block_size=cfg.block_size,
-            noise="laplace" if cfg.noise == "auto" else cfg.noise, delta=cfg.delta, client_noise=cfg.client_noise))
+        scheme = make_scheme(
+            cfg.scheme,
+            SchemeOptions(
+                backend=backend,
+                rng=np.random.default_rng([cfg.seed, 1]),
+                extra=cfg.extra,
+                p=cfg.p,
+                epsilon_local=cfg.epsilon_local,
+                clip=cfg.clip,
+                kind=cfg.keys,
+                block_size=cfg.block_size,
+                noise="laplace" if cfg.noise == "auto" else cfg.noise,
+                delta=cfg.delta,
+                client_noise=cfg.client_noise,
+            ),
+        )
         if cfg.client_noise and not getattr(scheme, "client_noise", False):
-            check_client_noise(cfg.client_noise, cfg.scheme)          # a scheme that ignored the option
+            check_client_noise(cfg.client_noise, cfg.scheme)  # a scheme that ignored the option
         scheme.setup(w0)
         plain = FedAvg() if cfg.compare_plain and cfg.scheme != "fedavg" else None
         if plain is not None:
             plain.setup(w0)
-        result = RunResult(cfg, n_params=model.n_params, n_encoded=scheme.n_encoded, key_bytes=scheme.key_bytes)
-        server = cls(cfg, model, scheme, plain, torch.as_tensor(data.x_test, dtype=torch.float64),
-                     torch.as_tensor(data.y_test, dtype=torch.long), result)
+        result = RunResult(
+            cfg, n_params=model.n_params, n_encoded=scheme.n_encoded, key_bytes=scheme.key_bytes
+        )
+        server = cls(
+            cfg,
+            model,
+            scheme,
+            plain,
+            torch.as_tensor(data.x_test, dtype=torch.float64),
+            torch.as_tensor(data.y_test, dtype=torch.long),
+            result,
+        )
         if client_sizes is not None:
             server.calibrate(client_sizes)
         return server
@@ -153,8 +211,13 @@ class Server:
             self.scheme.design_noise(client_sizes)
         self.result.privacy = self.scheme.privacy(client_sizes)
 
-    def record(self, t: int, seconds: float, seconds_plain: float | None,
-               progress: Callable[[str], None] | None) -> None:
+    def record(
+        self,
+        t: int,
+        seconds: float,
+        seconds_plain: float | None,
+        progress: Callable[[str], None] | None,
+    ) -> None:
         res = self.result
         res.round_s.append(seconds)
         acc, loss = self.model.evaluate(self.scheme.global_model(), self.x_test, self.y_test)
@@ -165,14 +228,24 @@ class Server:
             acc_p, loss_p = self.model.evaluate(self.plain.global_model(), self.x_test, self.y_test)
             res.accuracy_plain.append(acc_p)
             res.loss_plain.append(loss_p)
-            res.diff_vs_plain.append(float((self.scheme.global_model() - self.plain.global_model()).abs().max()))
+            res.diff_vs_plain.append(
+                float((self.scheme.global_model() - self.plain.global_model()).abs().max())
+            )
         if progress:
             diff = f", max|w - w_fedavg| {res.diff_vs_plain[-1]:.2e}" if res.diff_vs_plain else ""
             progress(f"round {t + 1}/{self.cfg.rounds}: accuracy {acc:.4f}{diff}")
 
 
-def _round(scheme: FedAvg, clients: list[Client], sizes: list[int], t: int, *, plan: FaultPlan,
-           timeout_s: float | None, dropped: list[dict[str, Any]]) -> float:
+def _round(
+    scheme: FedAvg,
+    clients: list[Client],
+    sizes: list[int],
+    t: int,
+    *,
+    plan: FaultPlan,
+    timeout_s: float | None,
+    dropped: list[dict[str, Any]],
+) -> float:
     """One round; failing clients are left out and the weights renormalised over the others."""
     start = time.perf_counter()
     received = scheme.broadcast(t)
@@ -180,8 +253,16 @@ def _round(scheme: FedAvg, clients: list[Client], sizes: list[int], t: int, *, p
     uploads, kept = [], []
     try:
         for client in clients:
-            upload = run_client(client.index, t, lambda c=client: scheme.client_upload(c, received, t), plan=plan,
-                                timeout_s=timeout_s, expected_shape=scheme.upload_shape, dropped=dropped, pool=pool)
+            upload = run_client(
+                client.index,
+                t,
+                lambda c=client: scheme.client_upload(c, received, t),
+                plan=plan,
+                timeout_s=timeout_s,
+                expected_shape=scheme.upload_shape,
+                dropped=dropped,
+                pool=pool,
+            )
             if upload is not None:
                 uploads.append(upload)
                 kept.append(sizes[client.index])
@@ -191,13 +272,22 @@ def _round(scheme: FedAvg, clients: list[Client], sizes: list[int], t: int, *, p
     if not uploads:
         raise RuntimeError(f"round {t}: every client failed; nothing to aggregate")
     total = sum(kept)
-    scheme.server_update(scheme.aggregate(uploads, [n / total for n in kept]))   # |D_i| / |D| over survivors
+    scheme.server_update(
+        scheme.aggregate(uploads, [n / total for n in kept])
+    )  # |D_i| / |D| over survivors
     return time.perf_counter() - start
 
 
-def run_federated(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str], None] | None = None,
-                  faults: FaultPlan | None = None, checkpoint: str | Path | None = None,
-                  resume: bool = False, stop_after: int | None = None) -> RunResult:
+def run_federated(
+    cfg: RunConfig,
+    *,
+    engine: str = "local",
+    progress: Callable[[str], None] | None = None,
+    faults: FaultPlan | None = None,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
+    stop_after: int | None = None,
+) -> RunResult:
     """Run ``cfg.scheme`` for ``cfg.rounds`` rounds, with plain FedAvg in lockstep if ``compare_plain``.
 
     ``engine="local"`` runs the clients in this process; ``engine="flower"`` runs them as Flower
@@ -215,7 +305,9 @@ def run_federated(cfg: RunConfig, *, engine: str = "local", progress: Callable[[
         raise InvalidArgumentError("client_noise", "only the local engine supports it")
     if runner is not None:
         if checkpoint is not None or resume or stop_after is not None:
-            raise InvalidArgumentError("checkpoint", f"scheme {cfg.scheme!r} does not support checkpoints yet")
+            raise InvalidArgumentError(
+                "checkpoint", f"scheme {cfg.scheme!r} does not support checkpoints yet"
+            )
         return runner(cfg, engine=engine, progress=progress, faults=plan)
     if engine == "flower":
         from .flower_engine import run_flower
@@ -237,10 +329,22 @@ def run_federated(cfg: RunConfig, *, engine: str = "local", progress: Callable[[
             raise InvalidArgumentError("resume", "needs a checkpoint folder")
         first = store.load(server)
     for t in range(first, cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)):
-        seconds = _round(server.scheme, clients, sizes, t, plan=plan, timeout_s=cfg.client_timeout,
-                         dropped=server.result.dropped)
-        seconds_plain = (_round(server.plain, clients, sizes, t, plan=plan, timeout_s=cfg.client_timeout, dropped=[])
-                         if server.plain is not None else None)
+        seconds = _round(
+            server.scheme,
+            clients,
+            sizes,
+            t,
+            plan=plan,
+            timeout_s=cfg.client_timeout,
+            dropped=server.result.dropped,
+        )
+        seconds_plain = (
+            _round(
+                server.plain, clients, sizes, t, plan=plan, timeout_s=cfg.client_timeout, dropped=[]
+            )
+            if server.plain is not None
+            else None
+        )
         server.record(t, seconds, seconds_plain, progress)
         if store is not None:
             store.save(server, t + 1)
@@ -262,7 +366,7 @@ def codec_seconds_per_round(cfg: RunConfig, *, repeats: int = 5) -> float:
         return 0.0
     w = server.model.initial_vector(cfg.seed)
 
-    class NoTraining:                      # a client whose training is free: only the coding is timed
+    class NoTraining:  # a client whose training is free: only the coding is timed
         @staticmethod
         def train(w_start: Any, round_t: int) -> Any:
             return w
@@ -293,4 +397,5 @@ def progress_bar(total: int) -> Callable[[str], None]:
         bar.step(message.split(": ", 1)[-1])
         if bar.done == bar.total:
             bar.close()
+
     return update

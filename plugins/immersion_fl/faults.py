@@ -7,6 +7,7 @@ keeps ``sum of weights = 1``, which the offset cancellation needs, seed 000 eq. 
 ``FaultPlan`` injects such faults on purpose (tests, demos): ``{(client, round): kind}`` with kind
 in ``raise``, ``timeout``, ``malformed`` (NaN), ``wrong-shape``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,7 +21,13 @@ from typing import Any, Callable
 from immersion import InvalidArgumentError
 
 LOG = logging.getLogger("immersion.fl")
-FAULT_KINDS = ("raise", "timeout", "malformed", "wrong-shape", "no-recovery")  # no-recovery: mpdp only
+FAULT_KINDS = (
+    "raise",
+    "timeout",
+    "malformed",
+    "wrong-shape",
+    "no-recovery",
+)  # no-recovery: mpdp only
 
 
 @dataclass(frozen=True)
@@ -35,9 +42,15 @@ class FaultPlan:
         out = {}
         for item in items:
             parts = item.split(":")
-            if len(parts) != 3 or parts[2] not in FAULT_KINDS or not (parts[0].isdigit() and parts[1].isdigit()):
-                raise InvalidArgumentError("inject_fault", f"{item!r}: expected CLIENT:ROUND:KIND with KIND in "
-                                           f"{', '.join(FAULT_KINDS)}")
+            if (
+                len(parts) != 3
+                or parts[2] not in FAULT_KINDS
+                or not (parts[0].isdigit() and parts[1].isdigit())
+            ):
+                raise InvalidArgumentError(
+                    "inject_fault",
+                    f"{item!r}: expected CLIENT:ROUND:KIND with KIND in {', '.join(FAULT_KINDS)}",
+                )
             out[(int(parts[0]), int(parts[1]))] = parts[2]
         return cls(out)
 
@@ -67,8 +80,17 @@ def upload_problem(upload: Any, expected_shape: tuple[int, ...]) -> str | None:
     return None
 
 
-def run_client(index: int, round_t: int, work: Callable[[], Any], *, plan: FaultPlan, timeout_s: float | None,
-               expected_shape: tuple[int, ...], dropped: list[dict[str, Any]], pool: ThreadPoolExecutor | None) -> Any:
+def run_client(
+    index: int,
+    round_t: int,
+    work: Callable[[], Any],
+    *,
+    plan: FaultPlan,
+    timeout_s: float | None,
+    expected_shape: tuple[int, ...],
+    dropped: list[dict[str, Any]],
+    pool: ThreadPoolExecutor | None,
+) -> Any:
     """One client's upload, or None (logged and recorded in ``dropped``) if it failed."""
     limit = math.inf if timeout_s is None else timeout_s
     try:

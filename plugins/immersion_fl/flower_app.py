@@ -4,6 +4,7 @@ The run configuration comes from ``[tool.flwr.app.config]`` (or ``flwr run --run
 the :class:`~immersion_fl.engine.RunConfig` field names (``hidden`` as "200,200"). Each SuperNode
 gives its ``partition-id`` in ``--node-config``. See fl_demos/flower_app/ and the README.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,5 +56,7 @@ def train(msg: Any, context: Any) -> Any:
 def main(grid: Any, context: Any) -> None:
     cfg = config_from_run_config(dict(context.run_config))
     module = _scheme_module(cfg.scheme)
-    result = (module.serve if module is not None else serve)(grid, cfg, plan=FaultPlan(), progress=stderr_progress)
+    result = (module.serve if module is not None else serve)(
+        grid, cfg, plan=FaultPlan(), progress=stderr_progress
+    )
     print(json.dumps(result.summary()), flush=True)

@@ -11,6 +11,7 @@ Message flow (Flower's Message API, flwr 1.41):
 
 The ServerApp aggregates with weights |D_i| / sum over the nodes that answered.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,7 +65,13 @@ def _client_for(cfg_json: str, index: int) -> Any:
 
 def _flwr_types() -> Any:
     flwr_app = _flwr()[0]
-    return flwr_app.Array, flwr_app.ArrayRecord, flwr_app.ConfigRecord, flwr_app.Message, flwr_app.RecordDict
+    return (
+        flwr_app.Array,
+        flwr_app.ArrayRecord,
+        flwr_app.ConfigRecord,
+        flwr_app.Message,
+        flwr_app.RecordDict,
+    )
 
 
 def _arrays(payload: dict[str, np.ndarray]) -> Any:
@@ -72,7 +79,9 @@ def _arrays(payload: dict[str, np.ndarray]) -> Any:
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in payload.items()})
 
 
-def serve(grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str], None] | None) -> RunResult:
+def serve(
+    grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str], None] | None
+) -> RunResult:
     """The ServerApp's work for ``cfg`` (simulation and deployment runtimes alike)."""
     import torch
 
@@ -85,11 +94,23 @@ def serve(grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str
         nodes = sorted(grid.get_node_ids())
         time.sleep(0.05)
     data = load_dataset(cfg.dataset, seed=cfg.seed)
-    server = Server.create(cfg, data)                              # keys drawn; noise calibrated after |D_i|
+    server = Server.create(cfg, data)  # keys drawn; noise calibrated after |D_i|
     kit = server.scheme.kit_arrays()
-    msgs = [Message(content=RecordDict({"kit": _arrays(kit), "config": ConfigRecord(
-        {"kind": "handshake", "cfg": cfg_json, "faults": plan_json})}), dst_node_id=n, message_type="train")
-        for n in nodes]
+    msgs = [
+        Message(
+            content=RecordDict(
+                {
+                    "kit": _arrays(kit),
+                    "config": ConfigRecord(
+                        {"kind": "handshake", "cfg": cfg_json, "faults": plan_json}
+                    ),
+                }
+            ),
+            dst_node_id=n,
+            message_type="train",
+        )
+        for n in nodes
+    ]
     pid_of, sizes = {}, {}
     for reply in grid.send_and_receive(msgs):
         if reply.has_error():
@@ -103,16 +124,31 @@ def serve(grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str
     def flower_round(scheme: Any, name: str, t: int, dropped: list[dict[str, Any]]) -> float:
         start = time.perf_counter()
         payload = scheme.broadcast(t)
-        msgs = [Message(content=RecordDict({"w": _arrays({"w": payload.numpy()}), "config": ConfigRecord(
-            {"kind": "train", "scheme": name, "round": t})}), dst_node_id=n, message_type="train")
-            for n in pid_of]
+        msgs = [
+            Message(
+                content=RecordDict(
+                    {
+                        "w": _arrays({"w": payload.numpy()}),
+                        "config": ConfigRecord({"kind": "train", "scheme": name, "round": t}),
+                    }
+                ),
+                dst_node_id=n,
+                message_type="train",
+            )
+            for n in pid_of
+        ]
         uploads, weights, answered = [], [], set()
         replies = grid.send_and_receive(msgs, timeout=cfg.client_timeout)
         for reply in sorted(replies, key=lambda r: pid_of.get(r.metadata.src_node_id, -1)):
             pid = pid_of.get(reply.metadata.src_node_id, -1)
             answered.add(pid)
-            problem = (f"raised: {reply.error.reason}" if reply.has_error() else
-                       upload_problem(torch.as_tensor(reply.content["w"]["w"].numpy()), scheme.upload_shape))
+            problem = (
+                f"raised: {reply.error.reason}"
+                if reply.has_error()
+                else upload_problem(
+                    torch.as_tensor(reply.content["w"]["w"].numpy()), scheme.upload_shape
+                )
+            )
             if problem:
                 LOG.warning("round %d: client %d left out: %s", t, pid, problem)
                 dropped.append({"round": t, "client": pid, "reason": problem})
@@ -129,7 +165,9 @@ def serve(grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str
 
     for t in range(cfg.rounds):
         seconds = flower_round(server.scheme, "scheme", t, server.result.dropped)
-        seconds_plain = flower_round(server.plain, "fedavg", t, []) if server.plain is not None else None
+        seconds_plain = (
+            flower_round(server.plain, "fedavg", t, []) if server.plain is not None else None
+        )
         server.record(t, seconds, seconds_plain, progress)
     return server.result
 
@@ -146,14 +184,20 @@ def client_train(msg: Any, context: Any) -> Any:
         context.state["kit"] = msg.content["kit"]
         context.state["run"] = ConfigRecord({"cfg": config["cfg"], "faults": config["faults"]})
         client = _client_for(config["cfg"], index)
-        return Message(content=RecordDict({"config": ConfigRecord(
-            {"pid": index, "n_samples": client.n_samples})}), reply_to=msg)
+        return Message(
+            content=RecordDict(
+                {"config": ConfigRecord({"pid": index, "n_samples": client.n_samples})}
+            ),
+            reply_to=msg,
+        )
     cfg_blob = context.state["run"]["cfg"]
     client = _client_for(cfg_blob, index)
     kit = None
     if config["scheme"] != "fedavg":
         kit_arrays = {k: v.numpy() for k, v in context.state["kit"].items()}
-        kit = ClientKit.from_arrays(kit_arrays, make_backend("torch", dtype="float64", device="cpu"))
+        kit = ClientKit.from_arrays(
+            kit_arrays, make_backend("torch", dtype="float64", device="cpu")
+        )
     received = torch.as_tensor(msg.content["w"]["w"].numpy())
     t = int(config["round"])
     faults_here = FaultPlan({(c, r): k for c, r, k in json.loads(context.state["run"]["faults"])})
@@ -162,9 +206,15 @@ def client_train(msg: Any, context: Any) -> Any:
     return Message(content=RecordDict({"w": _arrays({"w": upload.numpy()})}), reply_to=msg)
 
 
-def build_apps(cfg: RunConfig, *, progress: Callable[[str], None] | None, sink: dict[str, Any],
-               faults: FaultPlan | None = None, server_work: Callable[..., Any] | None = None,
-               client_work: Callable[[Any, Any], Any] | None = None) -> tuple[Any, Any]:
+def build_apps(
+    cfg: RunConfig,
+    *,
+    progress: Callable[[str], None] | None,
+    sink: dict[str, Any],
+    faults: FaultPlan | None = None,
+    server_work: Callable[..., Any] | None = None,
+    client_work: Callable[[Any, Any], Any] | None = None,
+) -> tuple[Any, Any]:
     """A ServerApp and a ClientApp for ``cfg``; the ServerApp leaves its result in ``sink``.
 
     ``server_work(grid, cfg, plan=, progress=)`` and ``client_work(msg, context)`` default to this
@@ -182,18 +232,35 @@ def build_apps(cfg: RunConfig, *, progress: Callable[[str], None] | None, sink: 
     return server_app, client_app
 
 
-def run_flower(cfg: RunConfig, *, progress: Callable[[str], None] | None = None,
-               faults: FaultPlan | None = None, server_work: Callable[..., Any] | None = None,
-               client_work: Callable[[Any, Any], Any] | None = None) -> Any:
+def run_flower(
+    cfg: RunConfig,
+    *,
+    progress: Callable[[str], None] | None = None,
+    faults: FaultPlan | None = None,
+    server_work: Callable[..., Any] | None = None,
+    client_work: Callable[[Any, Any], Any] | None = None,
+) -> Any:
     """Run ``cfg`` on Flower's simulation runtime (Ray backend) with ``cfg.clients`` virtual nodes
     (Ray gets no more CPUs than there are nodes); ``server_work``/``client_work`` as in :func:`build_apps`."""
     _, _, _, simulation = _flwr()
     sink: dict[str, Any] = {}
-    server_app, client_app = build_apps(cfg, progress=progress, sink=sink, faults=faults, server_work=server_work,
-                                        client_work=client_work)
-    simulation.run_simulation(server_app=server_app, client_app=client_app, num_supernodes=cfg.clients,
-                              backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                              "init_args": {"num_cpus": min(cfg.clients, os.cpu_count() or 1)}})
+    server_app, client_app = build_apps(
+        cfg,
+        progress=progress,
+        sink=sink,
+        faults=faults,
+        server_work=server_work,
+        client_work=client_work,
+    )
+    simulation.run_simulation(
+        server_app=server_app,
+        client_app=client_app,
+        num_supernodes=cfg.clients,
+        backend_config={
+            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+            "init_args": {"num_cpus": min(cfg.clients, os.cpu_count() or 1)},
+        },
+    )
     if "result" not in sink:
         raise RuntimeError("the Flower run ended without a result (see the Flower log above)")
     return sink["result"]

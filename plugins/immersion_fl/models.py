@@ -8,6 +8,7 @@
 Dropout is left out so that a run is a deterministic function of the data order (needed to
 compare a scheme with plain FedAvg step by step).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,12 +22,18 @@ def _torch() -> Any:
         import torch
     except ImportError:
         from immersion import OptionalDependencyError
+
         raise OptionalDependencyError("torch", "torch", "federated learning models") from None
     return torch
 
 
-def build_model(name: str, *, image_shape: tuple[int, int, int], n_classes: int,
-                hidden: tuple[int, ...] = (200, 200)) -> Any:
+def build_model(
+    name: str,
+    *,
+    image_shape: tuple[int, int, int],
+    n_classes: int,
+    hidden: tuple[int, ...] = (200, 200),
+) -> Any:
     """A torch ``nn.Module`` (float64) for ``name`` in ``linear``, ``mlp``, ``cnn``, ``cnn2``.
 
     Examples
@@ -55,17 +62,39 @@ def build_model(name: str, *, image_shape: tuple[int, int, int], n_classes: int,
         model = nn.Sequential(*layers)
     elif name == "cnn":
         if h < 6 or w < 6:
-            raise InvalidArgumentError("model", f"cnn needs images of at least 6x6, got {h}x{w}; use digits28")
+            raise InvalidArgumentError(
+                "model", f"cnn needs images of at least 6x6, got {h}x{w}; use digits28"
+            )
         flat = 64 * ((h - 4) // 2) * ((w - 4) // 2)
-        model = nn.Sequential(nn.Conv2d(c, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Flatten(), nn.Linear(flat, 128), nn.ReLU(), nn.Linear(128, n_classes))
+        model = nn.Sequential(
+            nn.Conv2d(c, 32, 3),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 3),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(flat, 128),
+            nn.ReLU(),
+            nn.Linear(128, n_classes),
+        )
     elif name == "cnn2":
         if h < 16 or w < 16:
-            raise InvalidArgumentError("model", f"cnn2 needs images of at least 16x16, got {h}x{w}; use digits28")
+            raise InvalidArgumentError(
+                "model", f"cnn2 needs images of at least 16x16, got {h}x{w}; use digits28"
+            )
         flat = 64 * (((h - 4) // 2 - 4) // 2) * (((w - 4) // 2 - 4) // 2)
-        model = nn.Sequential(nn.Conv2d(c, 32, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 5), nn.ReLU(),
-                              nn.MaxPool2d(2), nn.Flatten(), nn.Linear(flat, 512), nn.ReLU(),
-                              nn.Linear(512, n_classes))
+        model = nn.Sequential(
+            nn.Conv2d(c, 32, 5),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 5),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(flat, 512),
+            nn.ReLU(),
+            nn.Linear(512, n_classes),
+        )
     else:
         raise InvalidArgumentError("model", f"expected linear, mlp, cnn or cnn2, got {name!r}")
     return model.to(torch.float64)
@@ -121,7 +150,9 @@ class FlatModel:
         correct, total_loss = 0, 0.0
         with torch.no_grad():
             for i in range(0, len(x), batch):
-                out = self.logits(vector, x[i:i + batch])
-                total_loss += float(torch.nn.functional.cross_entropy(out, y[i:i + batch], reduction="sum"))
-                correct += int((out.argmax(1) == y[i:i + batch]).sum())
+                out = self.logits(vector, x[i : i + batch])
+                total_loss += float(
+                    torch.nn.functional.cross_entropy(out, y[i : i + batch], reduction="sum")
+                )
+                correct += int((out.argmax(1) == y[i : i + batch]).sum())
         return correct / len(x), total_loss / len(x)

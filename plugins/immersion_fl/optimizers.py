@@ -5,6 +5,7 @@ encoded model once, runs the ordinary optimizer with its state in original coord
 lifts the total change back (see :func:`lift_change`). Because the lift is linear and exact,
 the decoded trajectory equals the plain one for any optimizer state (momentum, Adam moments).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,8 +59,8 @@ class Adam:
         t += 1
         m = self.beta1 * m + (1 - self.beta1) * grad
         v = self.beta2 * v + (1 - self.beta2) * grad * grad
-        m_hat = m / (1 - self.beta1 ** t)
-        v_hat = v / (1 - self.beta2 ** t)
+        m_hat = m / (1 - self.beta1**t)
+        v_hat = v / (1 - self.beta2**t)
         # v >= 0 in exact arithmetic; a decoded v (SIML's target Adam) can be -1e-20: clamp before sqrt
         return -self.lr * m_hat / (v_hat.clamp_min(0.0).sqrt() + self.eps), (m, v, t)
 

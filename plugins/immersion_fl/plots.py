@@ -1,4 +1,5 @@
 """Accuracy and loss per round, scheme beside plain FedAvg (seed 000 Figs. 2-4)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +9,7 @@ from typing import Any
 def write_fl_plots(result: Any, folder: Path) -> list[Path]:
     """Write ``accuracy.png`` and ``loss.png``; return their paths."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -22,7 +24,9 @@ def write_fl_plots(result: Any, folder: Path) -> list[Path]:
             ax.plot(rounds, plain, "x--", label=getattr(result, "plain_name", "fedavg (plain)"))
         ax.set_xlabel("round")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{result.config.model}, {result.config.optimizer}, {result.config.clients} clients")
+        ax.set_title(
+            f"{result.config.model}, {result.config.optimizer}, {result.config.clients} clients"
+        )
         ax.legend()
         fig.tight_layout()
         path = folder / f"{metric}.png"

@@ -19,6 +19,7 @@ would see (used to evaluate accuracy and to compare with FedAvg).
 by column) removes it exactly, and the difference of two uploads is no longer noise-free (the round
 noise ``N1 r_t`` is shared, THREAT_MODEL.md). It does not protect against a holder of any client kit.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -28,7 +29,12 @@ from typing import Any
 import numpy as np
 from immersion import InvalidArgumentError
 from immersion.keys import DenseCode, code_arrays, draw_code
-from immersion.privacy import gaussian_epsilon, gaussian_min_sigma_bar, laplace_epsilon, laplace_scale_for
+from immersion.privacy import (
+    gaussian_epsilon,
+    gaussian_min_sigma_bar,
+    laplace_epsilon,
+    laplace_scale_for,
+)
 from scipy.linalg import null_space
 
 from .client import Client
@@ -58,14 +64,24 @@ class ClientKit:
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], backend: Any) -> "ClientKit":
         """Rebuild a kit on the client side (Flower engine)."""
-        from immersion.keys.codes import DenseDecoder, DenseEncoder, StructuredDecoder, StructuredEncoder
+        from immersion.keys.codes import (
+            DenseDecoder,
+            DenseEncoder,
+            StructuredDecoder,
+            StructuredEncoder,
+        )
         from immersion.keys.structured import MixParams, OrthogonalTransform
 
         if "pi" in arrays:
             enc, dec = DenseEncoder(arrays["pi"], backend), DenseDecoder(arrays["pi_left"], backend)
         else:
-            mix = MixParams(arrays["blocks"], arrays["tail"], arrays["householder"], arrays["group_ids"],
-                            arrays["row_perm"])
+            mix = MixParams(
+                arrays["blocks"],
+                arrays["tail"],
+                arrays["householder"],
+                arrays["group_ids"],
+                arrays["row_perm"],
+            )
             transform, scale = OrthogonalTransform(mix, backend), float(arrays["signal_scale"][0])
             enc = StructuredEncoder(transform, arrays["signal_pos"], backend, scale)
             dec = StructuredDecoder(transform, arrays["signal_pos"], backend, scale)
@@ -104,7 +120,9 @@ def client_upload(kit: ClientKit | None, client: Client, received: Any, round_t:
     """
     if kit is None:
         return client.train(received, round_t)
-    encoded = received if (kit.pi2_right is None or received.dim() == 1) else kit.pi2_right @ received
+    encoded = (
+        received if (kit.pi2_right is None or received.dim() == 1) else kit.pi2_right @ received
+    )
     w_start = kit.decode(encoded)
     w_end = client.train(w_start, round_t)
     return lift_change(encoded, w_start, w_end, kit.encode)
@@ -172,12 +190,14 @@ class SiflM1(FedAvg):
     epsilon_local: float = 1.0
     clip: float = 1000.0
     report_dp: bool = True
-    noise: str = "laplace"                 # or "gaussian" (seed 000 Theorem 2, with ``delta``)
+    noise: str = "laplace"  # or "gaussian" (seed 000 Theorem 2, with ``delta``)
     delta: float = 1e-5
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     backend: Any = None
-    client_noise: bool = False             # each client adds its own noise in ker(Pi1_left) (see kernel_noise)
-    client_entropy: int | None = None      # simulation only: seeds the clients' noise (None: OS entropy)
+    client_noise: bool = False  # each client adds its own noise in ker(Pi1_left) (see kernel_noise)
+    client_entropy: int | None = (
+        None  # simulation only: seeds the clients' noise (None: OS entropy)
+    )
 
     def setup(self, w0: Any) -> None:
         n = int(w0.numel())
@@ -210,8 +230,11 @@ class SiflM1(FedAvg):
         entropy = self.client_entropy if self.client_entropy is not None else self._os_entropy
         rng = np.random.default_rng([entropy, round_t, client.index])
         draw = rng.laplace if self.noise == "laplace" else rng.normal
-        z = _torch().as_tensor(draw(0.0, self.noise_scale, tuple(upload.shape)), dtype=upload.dtype,
-                               device=upload.device)
+        z = _torch().as_tensor(
+            draw(0.0, self.noise_scale, tuple(upload.shape)),
+            dtype=upload.dtype,
+            device=upload.device,
+        )
         return upload + kernel_noise(self.kit, z)
 
     def _fresh_noise(self, rows: tuple[int, ...] = ()) -> Any:
@@ -228,11 +251,11 @@ class SiflM1(FedAvg):
 
     def _epsilons(self, sensitivity: np.ndarray, sigma_bar: np.ndarray) -> np.ndarray:
         if self.noise == "laplace":
-            return laplace_epsilon(sensitivity, sigma_bar, 1.0)               # eq. 41
-        return gaussian_epsilon(sensitivity, sigma_bar, self.delta)          # eq. 44
+            return laplace_epsilon(sensitivity, sigma_bar, 1.0)  # eq. 41
+        return gaussian_epsilon(sensitivity, sigma_bar, self.delta)  # eq. 44
 
     def broadcast(self, round_t: int) -> Any:
-        return self._encode_noisy(self.w, self._fresh_noise())     # eq. 19, fresh offset every round
+        return self._encode_noisy(self.w, self._fresh_noise())  # eq. 19, fresh offset every round
 
     def kit_arrays(self) -> dict[str, np.ndarray]:
         self._refuse_client_noise_remotely()
@@ -240,12 +263,18 @@ class SiflM1(FedAvg):
 
     def _refuse_client_noise_remotely(self) -> None:
         if self.client_noise:
-            raise InvalidArgumentError("client_noise", "only the local engine supports it (the Flower handshake "
-                                       "sends the kit before the noise scale is calibrated)")
+            raise InvalidArgumentError(
+                "client_noise",
+                "only the local engine supports it (the Flower handshake "
+                "sends the kit before the noise scale is calibrated)",
+            )
 
     def state(self) -> dict[str, np.ndarray]:
-        return {"w": self.w.numpy(), "noise": np.frombuffer(self._noise.get_state(), dtype=np.uint8),
-                "noise_scale": np.array([self.noise_scale])}
+        return {
+            "w": self.w.numpy(),
+            "noise": np.frombuffer(self._noise.get_state(), dtype=np.uint8),
+            "noise_scale": np.array([self.noise_scale]),
+        }
 
     def restore(self, state: dict[str, np.ndarray]) -> None:
         self.w = _torch().as_tensor(state["w"])
@@ -253,7 +282,7 @@ class SiflM1(FedAvg):
         self.noise_scale = float(state["noise_scale"][0])
 
     def server_update(self, aggregated: Any) -> None:
-        self.w = self._decode(aggregated)                            # eq. 21
+        self.w = self._decode(aggregated)  # eq. 21
 
     def _noise_rows(self) -> np.ndarray:
         """Element noise scale per unit sigma: ``||N1^j||_2`` (times ``||Pi2^R||`` in M2)."""
@@ -268,7 +297,12 @@ class SiflM1(FedAvg):
         if self.noise == "laplace":
             needed = laplace_scale_for(sens, self._noise_rows(), self.epsilon_local)
         else:
-            needed = float(np.max(gaussian_min_sigma_bar(sens, self.epsilon_local, self.delta) / self._noise_rows()))
+            needed = float(
+                np.max(
+                    gaussian_min_sigma_bar(sens, self.epsilon_local, self.delta)
+                    / self._noise_rows()
+                )
+            )
         self.noise_scale = needed
 
     def privacy(self, sizes: list[int]) -> dict[str, float | None]:
@@ -281,8 +315,12 @@ class SiflM1(FedAvg):
         sigma_bar = self._noise_rows() * self.noise_scale
         local = self._epsilons(self._sensitivity_rows(2 * self.clip / min(sizes)), sigma_bar)
         glob = self._epsilons(self._sensitivity_rows(2 * self.clip / sum(sizes)), sigma_bar)
-        out = {"epsilon_local": float(local.max()), "epsilon_global": float(glob.max()), "noise": self.noise,
-               "delta": None if self.noise == "laplace" else self.delta}
+        out = {
+            "epsilon_local": float(local.max()),
+            "epsilon_global": float(glob.max()),
+            "noise": self.noise,
+            "delta": None if self.noise == "laplace" else self.delta,
+        }
         if self.client_noise:
             out["epsilon_difference"] = self._epsilon_difference(sizes)
         return out
@@ -315,20 +353,26 @@ class SiflM2(SiflM1):
             raise InvalidArgumentError("p", f"sifl-m2 needs p >= 2, got {self.p}")
         super().setup(w0)
         torch = _torch()
-        pi2 = self.rng.uniform(0.5, 1.5, size=(1, self.p)) * self.rng.choice([-1.0, 1.0], size=(1, self.p))
-        pi2_right = pi2.T / float((pi2 @ pi2.T)[0, 0])               # Pi2 Pi2^R = 1
-        n2 = null_space(pi2_right.T).T                              # (p-1) x p with N2 Pi2^R = 0
+        pi2 = self.rng.uniform(0.5, 1.5, size=(1, self.p)) * self.rng.choice(
+            [-1.0, 1.0], size=(1, self.p)
+        )
+        pi2_right = pi2.T / float((pi2 @ pi2.T)[0, 0])  # Pi2 Pi2^R = 1
+        n2 = null_space(pi2_right.T).T  # (p-1) x p with N2 Pi2^R = 0
         as_t = {"dtype": torch.float64, "device": self.w.device}
-        self.pi2, self.pi2_right, self.n2 = (torch.as_tensor(a, **as_t) for a in (pi2, pi2_right, n2))
+        self.pi2, self.pi2_right, self.n2 = (
+            torch.as_tensor(a, **as_t) for a in (pi2, pi2_right, n2)
+        )
         self._pi2_right_array = pi2_right
         self.kit = ClientKit(self._encode, self._decode, self.pi2_right[:, 0])
-        self.w_bar: Any = None                                      # the server's n x p matrix (as p rows)
+        self.w_bar: Any = None  # the server's n x p matrix (as p rows)
         self.key_bytes += pi2.nbytes + pi2_right.nbytes + n2.nbytes
 
     def broadcast(self, round_t: int) -> Any:
-        if self.w_bar is None:                                      # round 0: a plain M1 vector
+        if self.w_bar is None:  # round 0: a plain M1 vector
             return super().broadcast(round_t)
-        return self._encode_noisy(self.w_bar, self._fresh_noise((self.p,)))   # eq. 26: p encoded columns
+        return self._encode_noisy(
+            self.w_bar, self._fresh_noise((self.p,))
+        )  # eq. 26: p encoded columns
 
     def kit_arrays(self) -> dict[str, np.ndarray]:
         self._refuse_client_noise_remotely()
@@ -347,27 +391,33 @@ class SiflM2(SiflM1):
     def aggregate(self, uploads: list[Any], weights: list[float]) -> Any:
         w_tilde = super().aggregate(uploads, weights)
         r2 = self._draw((self.p - 1, self.code.n_total))
-        return self.pi2[0][:, None] * w_tilde[None, :] + self.n2.T @ r2        # eq. 31, as p rows
+        return self.pi2[0][:, None] * w_tilde[None, :] + self.n2.T @ r2  # eq. 31, as p rows
 
     def server_update(self, aggregated: Any) -> None:
-        self.w_bar = self._decode(aggregated)                       # eq. 25: decode Pi1 only, p rows
+        self.w_bar = self._decode(aggregated)  # eq. 25: decode Pi1 only, p rows
 
     def _pi2_right_norm(self) -> float:
         return float(self.pi2_right.norm())
 
     def _noise_rows(self) -> np.ndarray:
-        return super()._noise_rows() * self._pi2_right_norm()          # b = N1 R1 Pi2^R (eq. 37)
+        return super()._noise_rows() * self._pi2_right_norm()  # b = N1 R1 Pi2^R (eq. 37)
 
     def privacy(self, sizes: list[int]) -> dict[str, float | None]:
         """Eq. 41/44 (local) and eq. 42/53 (global, the paper's summed form, which seed000 notes
         section 12 show to be optimistic: the true element std is the root of the sum of squares)."""
         out = super().privacy(sizes)
         stats = self.code.row_stats()
-        pi1_left_norm = (float(np.linalg.norm(self.code.pi_left, 2)) if isinstance(self.code, DenseCode)
-                         else 1.0 / self.code.signal_scale)                  # block: Pi1_left = Q_S^T / a
+        pi1_left_norm = (
+            float(np.linalg.norm(self.code.pi_left, 2))
+            if isinstance(self.code, DenseCode)
+            else 1.0 / self.code.signal_scale
+        )  # block: Pi1_left = Q_S^T / a
         n2_norm = float(np.linalg.norm(self.n2.cpu().numpy(), 2))
         denom = (stats.l2_noise + stats.l2_signal * pi1_left_norm * n2_norm) * self.noise_scale
-        sens = self._sensitivity_rows(2 * self.clip / sum(sizes))[:, None] * np.abs(self.pi2.cpu().numpy())[0][None, :]
+        sens = (
+            self._sensitivity_rows(2 * self.clip / sum(sizes))[:, None]
+            * np.abs(self.pi2.cpu().numpy())[0][None, :]
+        )
         out["epsilon_global"] = float(self._epsilons(sens, denom[:, None]).max())
         return out
 
@@ -378,6 +428,7 @@ class SiflM2(SiflM1):
 
 def _torch() -> Any:
     import torch
+
     return torch
 
 
@@ -399,11 +450,21 @@ class SchemeOptions:
 
     def sifl(self) -> dict[str, Any]:
         if self.noise not in ("laplace", "gaussian"):
-            raise InvalidArgumentError("noise", f"expected 'laplace' or 'gaussian', got {self.noise!r}")
+            raise InvalidArgumentError(
+                "noise", f"expected 'laplace' or 'gaussian', got {self.noise!r}"
+            )
         check_client_noise(self.client_noise)
-        return {"backend": self.backend, "rng": self.rng, "epsilon_local": self.epsilon_local, "clip": self.clip,
-                "kind": self.kind, "block_size": self.block_size, "noise": self.noise, "delta": self.delta,
-                "client_noise": self.client_noise}
+        return {
+            "backend": self.backend,
+            "rng": self.rng,
+            "epsilon_local": self.epsilon_local,
+            "clip": self.clip,
+            "kind": self.kind,
+            "block_size": self.block_size,
+            "noise": self.noise,
+            "delta": self.delta,
+            "client_noise": self.client_noise,
+        }
 
 
 def check_client_noise(value: Any, scheme: str | None = None) -> None:
@@ -411,8 +472,10 @@ def check_client_noise(value: Any, scheme: str | None = None) -> None:
     if not isinstance(value, (bool, np.bool_)):
         raise InvalidArgumentError("client_noise", f"expected True or False, got {value!r}")
     if value and scheme is not None:
-        raise InvalidArgumentError("client_noise", f"scheme {scheme!r} has no round noise to complement; "
-                                   "use sifl-m1, sifl-m2 or sifl-rm")
+        raise InvalidArgumentError(
+            "client_noise",
+            f"scheme {scheme!r} has no round noise to complement; use sifl-m1, sifl-m2 or sifl-rm",
+        )
 
 
 def fedavg_scheme(options: SchemeOptions) -> FedAvg:

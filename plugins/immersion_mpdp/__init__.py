@@ -9,6 +9,7 @@ aggregate gradient (MU_Server, Algorithm 3, Eq. 22).
 Registers the federated scheme ``mpdp`` (``immersion fl run --scheme mpdp``) and the audit attacks
 ``mpdp-output-mask`` and ``gradient-inversion`` (``immersion audit``; :mod:`immersion_mpdp.attacks`).
 """
+
 from __future__ import annotations
 
 from immersion.hookspecs import AttackSpec, SchemeSpec, hookimpl
@@ -18,17 +19,33 @@ from immersion.hookspecs import AttackSpec, SchemeSpec, hookimpl
 def immersion_register_fl_schemes() -> list[SchemeSpec]:
     from .engine import run_mpdp, unsupported_factory
 
-    return [SchemeSpec("mpdp", unsupported_factory,
-                       "MP-DP: perturbed MLP + distributed DP noise (seed 004 Algorithms 1-4)", runner=run_mpdp,
-                       flower_module="immersion_mpdp.flower_engine")]
+    return [
+        SchemeSpec(
+            "mpdp",
+            unsupported_factory,
+            "MP-DP: perturbed MLP + distributed DP noise (seed 004 Algorithms 1-4)",
+            runner=run_mpdp,
+            flower_module="immersion_mpdp.flower_engine",
+        )
+    ]
 
 
 @hookimpl
 def immersion_register_attacks() -> list[AttackSpec]:
     from .attacks import run_gradient_inversion, run_output_mask
 
-    return [AttackSpec("mpdp-output-mask", ("mpdp",), run_output_mask,
-                       "a client regresses the output mask out of W_hat (least-squares r) and gets the model's function"),
-            AttackSpec("gradient-inversion", ("fedavg", "mpdp"), run_gradient_inversion,
-                       "DLG on a one-image client: FedSGD gradient, MP-DP upload (noise off / epsilon 1), Phi clear / "
-                       "masked sum")]
+    return [
+        AttackSpec(
+            "mpdp-output-mask",
+            ("mpdp",),
+            run_output_mask,
+            "a client regresses the output mask out of W_hat (least-squares r) and gets the model's function",
+        ),
+        AttackSpec(
+            "gradient-inversion",
+            ("fedavg", "mpdp"),
+            run_gradient_inversion,
+            "DLG on a one-image client: FedSGD gradient, MP-DP upload (noise off / epsilon 1), Phi clear / "
+            "masked sum",
+        ),
+    ]

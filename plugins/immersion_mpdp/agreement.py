@@ -10,6 +10,7 @@ that dropped out (see :mod:`immersion_mpdp.ddp`).
 Graphs (Remark 4): ``complete`` (every pair) or ``nout:N`` (each client picks ``N`` others at
 random; an edge exists if either side picked it, so every degree is at least ``N``).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -23,10 +24,15 @@ from immersion import InvalidArgumentError, OptionalDependencyError
 def _crypto() -> tuple[Any, Any, Any, Any]:
     try:
         from cryptography.hazmat.primitives import hashes
-        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+        from cryptography.hazmat.primitives.asymmetric.x25519 import (
+            X25519PrivateKey,
+            X25519PublicKey,
+        )
         from cryptography.hazmat.primitives.kdf.hkdf import HKDF
     except ImportError:
-        raise OptionalDependencyError("cryptography", "fl", "pairwise key agreement (mpdp)") from None
+        raise OptionalDependencyError(
+            "cryptography", "fl", "pairwise key agreement (mpdp)"
+        ) from None
     return X25519PrivateKey, X25519PublicKey, HKDF, hashes.SHA256
 
 
@@ -58,27 +64,42 @@ class KeyAgreement:
         """The raw private key (32 bytes), for a node that must keep it between messages."""
         from cryptography.hazmat.primitives import serialization
 
-        return self._private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                           serialization.NoEncryption())
+        return self._private.private_bytes(
+            serialization.Encoding.Raw,
+            serialization.PrivateFormat.Raw,
+            serialization.NoEncryption(),
+        )
 
     @property
     def public_bytes(self) -> bytes:
         from cryptography.hazmat.primitives import serialization
 
-        return self._private.public_key().public_bytes(serialization.Encoding.Raw,  # type: ignore[attr-defined]
-                                                       serialization.PublicFormat.Raw)
+        return self._private.public_key().public_bytes(
+            serialization.Encoding.Raw,  # type: ignore[attr-defined]
+            serialization.PublicFormat.Raw,
+        )
 
-    def pair_seeds(self, peer: int, peer_public: bytes, purposes: tuple[str, ...]) -> dict[str, bytes]:
+    def pair_seeds(
+        self, peer: int, peer_public: bytes, purposes: tuple[str, ...]
+    ) -> dict[str, bytes]:
         """32-byte seeds shared with ``peer``, one per purpose (both sides get the same bytes): one
         Diffie-Hellman exchange, then HKDF-SHA256 with the round, the pair and the purpose as info."""
         _, public_cls, hkdf_cls, sha256 = _crypto()
         if not isinstance(peer_public, bytes) or len(peer_public) != PUBLIC_KEY_BYTES:
-            raise InvalidArgumentError("peer_public", f"expected {PUBLIC_KEY_BYTES} raw bytes of an X25519 key")
+            raise InvalidArgumentError(
+                "peer_public", f"expected {PUBLIC_KEY_BYTES} raw bytes of an X25519 key"
+            )
         secret = self._private.exchange(public_cls.from_public_bytes(peer_public))
         low, high = sorted((self.client, peer))
-        return {purpose: hkdf_cls(algorithm=sha256(), length=32, salt=None,
-                                  info=f"immersion-mpdp/{purpose}/round {self.round_t}/pair {low}-{high}".encode()
-                                  ).derive(secret) for purpose in purposes}
+        return {
+            purpose: hkdf_cls(
+                algorithm=sha256(),
+                length=32,
+                salt=None,
+                info=f"immersion-mpdp/{purpose}/round {self.round_t}/pair {low}-{high}".encode(),
+            ).derive(secret)
+            for purpose in purposes
+        }
 
     def pair_seed(self, peer: int, peer_public: bytes, purpose: str) -> bytes:
         """The seed shared with ``peer`` for one ``purpose``."""
@@ -105,7 +126,7 @@ def keystream(seed: bytes, n_words: int) -> np.ndarray:
 
 def keystream_uniform(seed: bytes, n: int, low: float, high: float) -> np.ndarray:
     """``n`` uniform draws in ``[low, high)`` from :func:`keystream` (53 random bits each)."""
-    unit = (keystream(seed, n) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    unit = (keystream(seed, n) >> np.uint64(11)).astype(np.float64) * 2.0**-53
     return low + (high - low) * unit
 
 
@@ -116,7 +137,9 @@ def parse_graph(spec: str) -> tuple[str, int]:
     kind, _, n = spec.partition(":")
     if kind == "nout" and n.isdigit() and int(n) >= 1:
         return "nout", int(n)
-    raise InvalidArgumentError("graph", f"expected 'complete' or 'nout:N' with N >= 1, got {spec!r}")
+    raise InvalidArgumentError(
+        "graph", f"expected 'complete' or 'nout:N' with N >= 1, got {spec!r}"
+    )
 
 
 def build_graph(clients: list[int], spec: str, rng: np.random.Generator) -> dict[int, list[int]]:

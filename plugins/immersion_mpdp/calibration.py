@@ -22,6 +22,7 @@ A fraction ``eta_share`` of ``theta_max`` goes to the ``sigma_eta`` term: only `
 reaches the aggregate (variance ``sigma_eta^2 / K``), so a larger share means a better model and a
 larger ``sigma_Delta``. Over ``T`` rounds, basic composition gives ``(T epsilon, T delta)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,19 +79,33 @@ def meets_eq23(epsilon: float, delta: float, theta: float) -> bool:
 def nout_preconditions(n_clients: int, n: int, delta: float) -> list[str]:
     """The preconditions of Theorem 11 that fail (empty if it applies)."""
     k = n_clients
-    checks = [(k >= 81, f"K >= 81 (K = {k})"),
-              (n >= 4 * math.log(2 * k / (3 * delta)),
-               f"n >= 4 log(2K/(3 delta)) = {4 * math.log(2 * k / (3 * delta)):.1f}"),
-              (n >= 6 * math.log(k / 3), f"n >= 6 log(K/3) = {6 * math.log(k / 3):.1f}"),
-              (n >= 1.5 + 2.25 * math.log(2 * math.e / delta), f"n >= 3/2 + 9/4 log(2e/delta) = "
-                                                              f"{1.5 + 2.25 * math.log(2 * math.e / delta):.1f}"),
-              ((n - 1) // 3 > 1, "floor((n-1)/3) > 1, i.e. n >= 7"),
-              (n < k, f"n < K (n = {n})")]
+    checks = [
+        (k >= 81, f"K >= 81 (K = {k})"),
+        (
+            n >= 4 * math.log(2 * k / (3 * delta)),
+            f"n >= 4 log(2K/(3 delta)) = {4 * math.log(2 * k / (3 * delta)):.1f}",
+        ),
+        (n >= 6 * math.log(k / 3), f"n >= 6 log(K/3) = {6 * math.log(k / 3):.1f}"),
+        (
+            n >= 1.5 + 2.25 * math.log(2 * math.e / delta),
+            f"n >= 3/2 + 9/4 log(2e/delta) = {1.5 + 2.25 * math.log(2 * math.e / delta):.1f}",
+        ),
+        ((n - 1) // 3 > 1, "floor((n-1)/3) > 1, i.e. n >= 7"),
+        (n < k, f"n < K (n = {n})"),
+    ]
     return [text for ok, text in checks if not ok]
 
 
-def calibrate(epsilon: float, delta: float, n_clients: int, graph: str = "complete", *, sensitivity: float = 1.0,
-              eta_share: float = 0.9, reading: str = "squared") -> Calibration:
+def calibrate(
+    epsilon: float,
+    delta: float,
+    n_clients: int,
+    graph: str = "complete",
+    *,
+    sensitivity: float = 1.0,
+    eta_share: float = 0.9,
+    reading: str = "squared",
+) -> Calibration:
     """``(sigma_eta, sigma_Delta)`` meeting Theorem 10 or 11 at per-round ``(epsilon, delta)``.
 
     Examples
@@ -100,7 +115,9 @@ def calibrate(epsilon: float, delta: float, n_clients: int, graph: str = "comple
     ('Theorem 10 (complete graph)', 1.618, True)
     """
     if n_clients < 2:
-        raise InvalidArgumentError("clients", f"distributed noise needs >= 2 clients, got {n_clients}")
+        raise InvalidArgumentError(
+            "clients", f"distributed noise needs >= 2 clients, got {n_clients}"
+        )
     if not 0 < eta_share < 1:
         raise InvalidArgumentError("eta_share", f"expected in (0, 1), got {eta_share}")
     if not sensitivity > 0:
@@ -112,19 +129,34 @@ def calibrate(epsilon: float, delta: float, n_clients: int, graph: str = "comple
     if kind == "nout" and n < k - 1:
         failing = nout_preconditions(k, n, delta / 3)
         if failing:
-            raise InvalidArgumentError("graph", f"Theorem 11 (n-out graph) does not apply: {'; '.join(failing)}. "
-                                       "Use --graph complete (Theorem 10), or more clients and a larger n")
+            raise InvalidArgumentError(
+                "graph",
+                f"Theorem 11 (n-out graph) does not apply: {'; '.join(failing)}. "
+                "Use --graph complete (Theorem 10), or more clients and a larger n",
+            )
         if reading == "literal":
-            raise InvalidArgumentError("reading", "Theorem 11 is printed with squares; 'literal' is for Theorem 10")
+            raise InvalidArgumentError(
+                "reading", "Theorem 11 is printed with squares; 'literal' is for Theorem 10"
+            )
         theorem, delta_theorem = "Theorem 11 (n-out graph, applied at delta/3)", delta / 3
         coef_delta = 1.0 / ((n - 1) // 3 - 1) + (12 + 6 * math.log(k)) / k
     else:
         theorem, delta_theorem, coef_delta = "Theorem 10 (complete graph)", delta, 1.0 / k
-    budget = theta_max(epsilon, delta_theorem) * (1 - 1e-9)        # strictly inside Eq. 23 despite rounding
+    budget = theta_max(epsilon, delta_theorem) * (
+        1 - 1e-9
+    )  # strictly inside Eq. 23 despite rounding
     power = 2 if reading == "squared" else 1
     # theta = eta_share * budget from 1/(K sigma_eta^p) and the rest from coef_delta / sigma_Delta^p
     sigma_eta = (1.0 / (k * eta_share * budget)) ** (1 / power)
     sigma_delta = (coef_delta / ((1 - eta_share) * budget)) ** (1 / power)
-    theta = 1.0 / (k * sigma_eta ** power) + coef_delta / sigma_delta ** power
-    return Calibration(sigma_eta * sensitivity, sigma_delta * sensitivity, epsilon, delta, theorem, reading,
-                       theta, budget)
+    theta = 1.0 / (k * sigma_eta**power) + coef_delta / sigma_delta**power
+    return Calibration(
+        sigma_eta * sensitivity,
+        sigma_delta * sensitivity,
+        epsilon,
+        delta,
+        theorem,
+        reading,
+        theta,
+        budget,
+    )

@@ -20,6 +20,7 @@ A client that drops out after the key agreement leaves its neighbours' ``Delta``
 uncancelled. :func:`dropout_correction` removes them from the seeds its surviving neighbours
 reveal (Bonawitz et al.'s recovery, without the double masking that protects late arrivals).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from .agreement import keystream, keystream_uniform
 from .laws import uniform_dn
 from .lmt import LocalResult
 
-HIGH_BITS = 20          # fixed point: x = (high + low / 2^LOW_BITS) / 2^HIGH_BITS
+HIGH_BITS = 20  # fixed point: x = (high + low / 2^LOW_BITS) / 2^HIGH_BITS
 LOW_BITS = 40
 PURPOSES = ("delta", "mask")
 
@@ -75,7 +76,7 @@ class Layout:
         out, at = [], 0
         for shape in shapes:
             size = int(np.prod(shape))
-            out.append(flat[at:at + size].reshape(shape))
+            out.append(flat[at : at + size].reshape(shape))
             at += size
         return out
 
@@ -85,7 +86,7 @@ class Layout:
         grads = [torch.as_tensor(a) for a in self.split(gradient, self.gradient_shapes)]
         parts = [torch.as_tensor(a) for a in self.split(corrections, self.correction_shapes)]
         n = len(self.sizes) - 2
-        return LocalResult(tuple(grads), tuple(parts[:n]), parts[n], tuple(parts[n + 1:]))
+        return LocalResult(tuple(grads), tuple(parts[:n]), parts[n], tuple(parts[n + 1 :]))
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,8 @@ class NoiseSettings:
 class Upload:
     """What the server receives from one client."""
 
-    gradient: np.ndarray          # float64, noisy
-    corrections: np.ndarray       # float64 in the clear, or uint64 (2 limbs per number) when masked
+    gradient: np.ndarray  # float64, noisy
+    corrections: np.ndarray  # float64 in the clear, or uint64 (2 limbs per number) when masked
 
     @property
     def nbytes(self) -> int:
@@ -130,37 +131,58 @@ def to_fixed(values: np.ndarray, n_clients: int) -> np.ndarray:
     limit = 2.0 ** (62 - HIGH_BITS) / max(1, n_clients)
     worst = float(np.max(np.abs(values))) if values.size else 0.0
     if not np.isfinite(worst) or worst >= limit:
-        raise InvalidArgumentError("corrections", f"max |Psi, Phi| = {worst:.3g} exceeds the fixed-point range "
-                                   f"{limit:.3g} for {n_clients} clients; run without masked corrections")
-    scaled = values * 2.0 ** HIGH_BITS
+        raise InvalidArgumentError(
+            "corrections",
+            f"max |Psi, Phi| = {worst:.3g} exceeds the fixed-point range "
+            f"{limit:.3g} for {n_clients} clients; run without masked corrections",
+        )
+    scaled = values * 2.0**HIGH_BITS
     high = np.floor(scaled)
-    low = np.round((scaled - high) * 2.0 ** LOW_BITS)
+    low = np.round((scaled - high) * 2.0**LOW_BITS)
     return np.stack([high.astype(np.int64), low.astype(np.int64)], axis=1).ravel().view(np.uint64)
 
 
 def from_fixed(total: np.ndarray) -> np.ndarray:
     """The float sum from the summed (mod 2^64) limbs."""
     limbs = total.view(np.int64).reshape(-1, 2).astype(np.float64)
-    return (limbs[:, 0] + limbs[:, 1] / 2.0 ** LOW_BITS) / 2.0 ** HIGH_BITS
+    return (limbs[:, 0] + limbs[:, 1] / 2.0**LOW_BITS) / 2.0**HIGH_BITS
 
 
-def add_pair_terms(grad: np.ndarray, corrections: np.ndarray, me: int, peer: int, seeds: dict[str, bytes],
-                   layout: Layout, noise: NoiseSettings) -> None:
+def add_pair_terms(
+    grad: np.ndarray,
+    corrections: np.ndarray,
+    me: int,
+    peer: int,
+    seeds: dict[str, bytes],
+    layout: Layout,
+    noise: NoiseSettings,
+) -> None:
     """Add, in place, what ``me`` puts into its upload for its pair with ``peer``: ``+Delta`` if
     ``me < peer`` else ``-Delta`` (Eq. 17), and the pair's 64-bit mask with the same sign (mod 2^64)."""
     if noise.sigma_delta > 0:
-        grad += _sign(me, peer) * pair_delta(seeds["delta"], noise.sigma_delta, layout.gradient_size)
+        grad += _sign(me, peer) * pair_delta(
+            seeds["delta"], noise.sigma_delta, layout.gradient_size
+        )
     if noise.mask_corrections:
-        (np.add if me < peer else np.subtract)(corrections, pair_mask(seeds["mask"], layout.correction_size),
-                                               out=corrections)
+        (np.add if me < peer else np.subtract)(
+            corrections, pair_mask(seeds["mask"], layout.correction_size), out=corrections
+        )
 
 
-def ddp_client(local: LocalResult, layout: Layout, *, me: int, seeds: dict[int, dict[str, bytes]],
-               n_clients: int, noise: NoiseSettings, rng: np.random.Generator) -> Upload:
+def ddp_client(
+    local: LocalResult,
+    layout: Layout,
+    *,
+    me: int,
+    seeds: dict[int, dict[str, bytes]],
+    n_clients: int,
+    noise: NoiseSettings,
+    rng: np.random.Generator,
+) -> Upload:
     """Algorithm 2 for client ``me``: ``seeds[v][purpose]`` are the pair seeds with each neighbour."""
     grad, corrections = layout.flatten(local)
     if noise.sigma_eta > 0:
-        grad += uniform_dn(noise.sigma_eta, grad.shape, rng)                              # Eq. 16
+        grad += uniform_dn(noise.sigma_eta, grad.shape, rng)  # Eq. 16
     if noise.mask_corrections:
         corrections = to_fixed(corrections, n_clients)
     for peer in sorted(seeds):
@@ -183,8 +205,9 @@ def sum_uploads(uploads: Iterable[Upload], *, masked: bool) -> tuple[np.ndarray,
     return grad, corrections
 
 
-def dropout_correction(revealed: list[tuple[int, int, dict[str, bytes]]], layout: Layout,
-                       noise: NoiseSettings) -> tuple[np.ndarray, np.ndarray]:
+def dropout_correction(
+    revealed: list[tuple[int, int, dict[str, bytes]]], layout: Layout, noise: NoiseSettings
+) -> tuple[np.ndarray, np.ndarray]:
     """What the survivors' uploads hold of their pairs with dropped clients, to subtract.
 
     ``revealed``: ``(survivor, dropped, seeds)`` for every edge between a survivor and a client
@@ -197,17 +220,18 @@ def dropout_correction(revealed: list[tuple[int, int, dict[str, bytes]]], layout
     return grad, corrections
 
 
-def subtract(total: tuple[np.ndarray, np.ndarray], correction: tuple[np.ndarray, np.ndarray], *,
-             masked: bool) -> tuple[np.ndarray, np.ndarray]:
+def subtract(
+    total: tuple[np.ndarray, np.ndarray], correction: tuple[np.ndarray, np.ndarray], *, masked: bool
+) -> tuple[np.ndarray, np.ndarray]:
     grad = total[0] - correction[0]
     corrections = total[1] - correction[1] if masked else total[1]
     return grad, corrections
 
 
-def mean_local_result(total: tuple[np.ndarray, np.ndarray], n_uploads: int, layout: Layout, *,
-                      masked: bool) -> LocalResult:
+def mean_local_result(
+    total: tuple[np.ndarray, np.ndarray], n_uploads: int, layout: Layout, *, masked: bool
+) -> LocalResult:
     """Eqs. 20-21: the averages ``grad_hat``, ``Psi``, ``Phi`` over the ``n_uploads`` clients."""
     grad, corrections = total
     corrections_float = from_fixed(corrections) if masked else corrections
     return layout.unflatten(grad / n_uploads, corrections_float / n_uploads)
-

@@ -4,6 +4,7 @@ Plain FedSGD here is the reference the scheme must reproduce with noise off: eve
 one gradient of the MSE loss on its round batch at the true model, the server averages them
 without weights (1/K, as the paper) and steps with the learning rate.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,7 +22,15 @@ from immersion_fl.faults import FaultPlan
 from .agreement import parse_graph
 from .calibration import Calibration, calibrate
 from .ddp import Layout, NoiseSettings, Upload
-from .mlp import accuracy, init_weights, layer_sizes, mse_gradient, mse_loss, per_sample_gradient_norms, torch_module
+from .mlp import (
+    accuracy,
+    init_weights,
+    layer_sizes,
+    mse_gradient,
+    mse_loss,
+    per_sample_gradient_norms,
+    torch_module,
+)
 from .protocol import MpdpClient, MpdpServer
 
 LOG = logging.getLogger("immersion.fl")
@@ -34,8 +43,11 @@ class TrainingDivergedError(RuntimeError):
 
 def unsupported_factory(options: Any) -> Any:
     """``make_scheme("mpdp")``: MP-DP has its own round protocol, run it with ``run_federated``."""
-    raise InvalidArgumentError("scheme", "mpdp does not fit the weight-averaging scheme interface; use "
-                               "immersion_fl.engine.run_federated(RunConfig(scheme='mpdp', ...)) or immersion fl run")
+    raise InvalidArgumentError(
+        "scheme",
+        "mpdp does not fit the weight-averaging scheme interface; use "
+        "immersion_fl.engine.run_federated(RunConfig(scheme='mpdp', ...)) or immersion fl run",
+    )
 
 
 @dataclass
@@ -50,43 +62,70 @@ class MpdpResult(RunResult):
     sensitivity_observed: list[float] = field(default_factory=list)
     phase_s: dict[str, list[float]] = field(default_factory=dict)
     aborted: list[dict[str, Any]] = field(default_factory=list)
-    weights: list[Any] = field(default_factory=list)          # the server's final model (never sent)
+    weights: list[Any] = field(default_factory=list)  # the server's final model (never sent)
     plain_name: str = "fedsgd (plain)"
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
         cfg, cal = self.config, self.calibration
-        releases = len(self.accuracy) + len(self.aborted)     # an aborted attempt's uploads were seen too
-        out.update({
-            "noise": "on" if cal is not None else "off", "graph": cfg.graph, "mask_corrections": cfg.mask_corrections,
-            "upload_bytes_per_client": float(np.mean(self.upload_bytes)) if self.upload_bytes else None,
-            "upload_bytes_ratio": (float(np.mean(self.upload_bytes)) / self.upload_bytes_plain
-                                   if self.upload_bytes else None),
-            "broadcast_bytes_ratio": self.broadcast_bytes / self.broadcast_bytes_plain,
-            "epsilon": cal.epsilon if cal else None, "delta": cal.delta if cal else None,
-            "epsilon_total": cal.epsilon * releases if cal else None,
-            "delta_total": cal.delta * releases if cal else None, "releases": releases,
-            "composition": "basic, over rounds" if cal else None, "theorem": cal.theorem if cal else None,
-            "theta_reading": cal.reading if cal else None,
-            "sigma_eta": cal.sigma_eta if cal else None, "sigma_delta": cal.sigma_delta if cal else None,
-            "sensitivity_assumed": cfg.sensitivity if cal else None,
-            "sensitivity_observed_max": max(self.sensitivity_observed) if self.sensitivity_observed else None,
-            "phase_s_median": {k: float(np.median(v)) for k, v in self.phase_s.items()},
-            "aborted_rounds": self.aborted, "loss": self.loss[-1], "loss_plain": self.loss_plain[-1],
-        })
+        releases = len(self.accuracy) + len(
+            self.aborted
+        )  # an aborted attempt's uploads were seen too
+        out.update(
+            {
+                "noise": "on" if cal is not None else "off",
+                "graph": cfg.graph,
+                "mask_corrections": cfg.mask_corrections,
+                "upload_bytes_per_client": float(np.mean(self.upload_bytes))
+                if self.upload_bytes
+                else None,
+                "upload_bytes_ratio": (
+                    float(np.mean(self.upload_bytes)) / self.upload_bytes_plain
+                    if self.upload_bytes
+                    else None
+                ),
+                "broadcast_bytes_ratio": self.broadcast_bytes / self.broadcast_bytes_plain,
+                "epsilon": cal.epsilon if cal else None,
+                "delta": cal.delta if cal else None,
+                "epsilon_total": cal.epsilon * releases if cal else None,
+                "delta_total": cal.delta * releases if cal else None,
+                "releases": releases,
+                "composition": "basic, over rounds" if cal else None,
+                "theorem": cal.theorem if cal else None,
+                "theta_reading": cal.reading if cal else None,
+                "sigma_eta": cal.sigma_eta if cal else None,
+                "sigma_delta": cal.sigma_delta if cal else None,
+                "sensitivity_assumed": cfg.sensitivity if cal else None,
+                "sensitivity_observed_max": max(self.sensitivity_observed)
+                if self.sensitivity_observed
+                else None,
+                "phase_s_median": {k: float(np.median(v)) for k, v in self.phase_s.items()},
+                "aborted_rounds": self.aborted,
+                "loss": self.loss[-1],
+                "loss_plain": self.loss_plain[-1],
+            }
+        )
         return out
 
 
 def validate(cfg: RunConfig) -> None:
     """Refuse options MP-DP does not support, naming them."""
     if cfg.model != "mlp":
-        raise InvalidArgumentError("model", f"mpdp covers bias-free ReLU MLPs only (seed 004), got {cfg.model!r}")
+        raise InvalidArgumentError(
+            "model", f"mpdp covers bias-free ReLU MLPs only (seed 004), got {cfg.model!r}"
+        )
     if cfg.optimizer != "sgd":
-        raise InvalidArgumentError("optimizer", "mpdp is FedSGD: the server steps with the recovered mean gradient "
-                                   f"(Algorithm 3); got {cfg.optimizer!r}")
+        raise InvalidArgumentError(
+            "optimizer",
+            "mpdp is FedSGD: the server steps with the recovered mean gradient "
+            f"(Algorithm 3); got {cfg.optimizer!r}",
+        )
     if cfg.local_epochs != 1:
-        raise InvalidArgumentError("local_epochs", "mpdp takes one gradient per client per round (Theorem 4 holds "
-                                   f"only at the received model); got {cfg.local_epochs}")
+        raise InvalidArgumentError(
+            "local_epochs",
+            "mpdp takes one gradient per client per round (Theorem 4 holds "
+            f"only at the received model); got {cfg.local_epochs}",
+        )
     if cfg.noise not in ("auto", "on", "off"):
         raise InvalidArgumentError("noise", f"mpdp expects on or off, got {cfg.noise!r}")
     if cfg.clients < 2:
@@ -118,11 +157,18 @@ def make_setup(cfg: RunConfig) -> Setup:
     data = load_dataset(cfg.dataset, seed=cfg.seed)
     x = torch.as_tensor(data.x_train.reshape(len(data.x_train), -1), dtype=torch.float64)
     y = torch.as_tensor(data.y_train, dtype=torch.long)
-    parts = split_clients(data.y_train, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed)
-    clients = [MpdpClient(i, x[idx], y[idx], data.n_classes, cfg.batch_size, cfg.seed) for i, idx in enumerate(parts)]
+    parts = split_clients(
+        data.y_train, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed
+    )
+    clients = [
+        MpdpClient(i, x[idx], y[idx], data.n_classes, cfg.batch_size, cfg.seed)
+        for i, idx in enumerate(parts)
+    ]
     sizes = layer_sizes(x.shape[1], cfg.hidden, data.n_classes)
     x_test = torch.as_tensor(data.x_test.reshape(len(data.x_test), -1), dtype=torch.float64)
-    return Setup(cfg, sizes, clients, x_test, torch.as_tensor(data.y_test, dtype=torch.long), data.n_classes)
+    return Setup(
+        cfg, sizes, clients, x_test, torch.as_tensor(data.y_test, dtype=torch.long), data.n_classes
+    )
 
 
 def upload_problem(upload: Any, layout: Layout, masked: bool) -> str | None:
@@ -132,9 +178,13 @@ def upload_problem(upload: Any, layout: Layout, masked: bool) -> str | None:
     if upload.gradient.shape != (layout.gradient_size,):
         return f"gradient of shape {upload.gradient.shape}, expected ({layout.gradient_size},)"
     want = (2 * layout.correction_size,) if masked else (layout.correction_size,)
-    if upload.corrections.shape != want or upload.corrections.dtype != (np.uint64 if masked else np.float64):
+    if upload.corrections.shape != want or upload.corrections.dtype != (
+        np.uint64 if masked else np.float64
+    ):
         return f"corrections of shape {upload.corrections.shape} ({upload.corrections.dtype}), expected {want}"
-    if not np.isfinite(upload.gradient).all() or (not masked and not np.isfinite(upload.corrections).all()):
+    if not np.isfinite(upload.gradient).all() or (
+        not masked and not np.isfinite(upload.corrections).all()
+    ):
         return "contains NaN or inf"
     return None
 
@@ -155,7 +205,9 @@ def apply_fault(kind: str | None, work: Callable[[], Upload]) -> Upload:
     return upload
 
 
-def reveal_requests(gone: list[int], graph: dict[int, list[int]], uploads: dict[int, Upload]) -> dict[int, list[int]]:
+def reveal_requests(
+    gone: list[int], graph: dict[int, list[int]], uploads: dict[int, Upload]
+) -> dict[int, list[int]]:
     """Which survivor must reveal its pair seeds with which dropped clients."""
     asked: dict[int, list[int]] = {}
     for d in gone:
@@ -165,24 +217,46 @@ def reveal_requests(gone: list[int], graph: dict[int, list[int]], uploads: dict[
     return asked
 
 
-def revealed_pairs(gone: list[int], graph: dict[int, list[int]], uploads: dict[int, Upload],
-                   seeds: dict[int, dict[int, dict[str, bytes]]]) -> list[tuple[int, int, dict[str, bytes]]]:
+def revealed_pairs(
+    gone: list[int],
+    graph: dict[int, list[int]],
+    uploads: dict[int, Upload],
+    seeds: dict[int, dict[int, dict[str, bytes]]],
+) -> list[tuple[int, int, dict[str, bytes]]]:
     """``(survivor, dropped, seeds)`` in a fixed order (so both engines sum identically)."""
     return [(v, d, seeds[v][d]) for d in gone for v in graph[d] if v in uploads]
 
 
-def abort(t: int, attempt: int, silent: dict[int, str], asked: dict[int, list[int]],
-          aborted: list[dict[str, Any]]) -> None:
+def abort(
+    t: int,
+    attempt: int,
+    silent: dict[int, str],
+    asked: dict[int, list[int]],
+    aborted: list[dict[str, Any]],
+) -> None:
     """Log and record a round aborted because survivors did not reveal their seeds."""
-    reason = "; ".join(f"client {v} did not reveal its seeds for dropped client {', '.join(map(str, asked[v]))} "
-                       f"({why})" for v, why in sorted(silent.items()))
-    LOG.warning("round %d aborted (attempt %d): %s; retrying with fresh keys", t, attempt + 1, reason)
+    reason = "; ".join(
+        f"client {v} did not reveal its seeds for dropped client {', '.join(map(str, asked[v]))} "
+        f"({why})"
+        for v, why in sorted(silent.items())
+    )
+    LOG.warning(
+        "round %d aborted (attempt %d): %s; retrying with fresh keys", t, attempt + 1, reason
+    )
     aborted.append({"round": t, "attempt": attempt + 1, "reason": reason, "silent": sorted(silent)})
 
 
-def mpdp_round(server: MpdpServer, clients: dict[int, MpdpClient], members: list[int], t: int, *, plan: FaultPlan,
-               dropped: list[dict[str, Any]], aborted: list[dict[str, Any]],
-               phase_s: dict[str, float]) -> tuple[list[int], list[Upload]]:
+def mpdp_round(
+    server: MpdpServer,
+    clients: dict[int, MpdpClient],
+    members: list[int],
+    t: int,
+    *,
+    plan: FaultPlan,
+    dropped: list[dict[str, Any]],
+    aborted: list[dict[str, Any]],
+    phase_s: dict[str, float],
+) -> tuple[list[int], list[Upload]]:
     """One round of Algorithm 4 with dropout recovery; retried (fresh keys) if recovery fails.
 
     Returns the clients whose gradients were aggregated and their uploads.
@@ -196,7 +270,9 @@ def mpdp_round(server: MpdpServer, clients: dict[int, MpdpClient], members: list
         for k in members:
             kind = plan.faults.get((k, t))
             try:
-                work = partial(clients[k].upload, t, model, publics, graph[k], len(members), server.noise)
+                work = partial(
+                    clients[k].upload, t, model, publics, graph[k], len(members), server.noise
+                )
                 upload = apply_fault(kind if kind != "no-recovery" else None, work)
                 problem = upload_problem(upload, server.layout, server.noise.mask_corrections)
             except Exception as exc:  # noqa: BLE001 - a failing client is left out, its noise recovered
@@ -224,7 +300,9 @@ def mpdp_round(server: MpdpServer, clients: dict[int, MpdpClient], members: list
         for k in members:
             clients[k].forget(t)
         return sorted(uploads), [uploads[k] for k in sorted(uploads)]
-    raise RuntimeError(f"round {t}: aborted {MAX_ATTEMPTS} times; see the log for the clients that did not answer")
+    raise RuntimeError(
+        f"round {t}: aborted {MAX_ATTEMPTS} times; see the log for the clients that did not answer"
+    )
 
 
 def fedsgd_step(weights: list[Any], clients: list[MpdpClient], t: int, lr: float) -> list[Any]:
@@ -247,12 +325,21 @@ def start(cfg: RunConfig) -> Run:
     setup = make_setup(cfg)
     noise, cal = noise_settings(cfg)
     w0 = init_weights(setup.sizes, cfg.seed)
-    server = MpdpServer([w.clone() for w in w0], cfg.lr, noise, cfg.graph, rng=np.random.default_rng([cfg.seed, 1]))
+    server = MpdpServer(
+        [w.clone() for w in w0], cfg.lr, noise, cfg.graph, rng=np.random.default_rng([cfg.seed, 1])
+    )
     return Run(setup, server, new_result(cfg, setup, cal), [w.clone() for w in w0])
 
 
-def close_round(run: Run, t: int, survivors: list[int], uploads: list[Upload], seconds: float,
-                phases: dict[str, float], progress: Callable[[str], None] | None) -> None:
+def close_round(
+    run: Run,
+    t: int,
+    survivors: list[int],
+    uploads: list[Upload],
+    seconds: float,
+    phases: dict[str, float],
+    progress: Callable[[str], None] | None,
+) -> None:
     """Plain FedSGD over the same survivors (timed alone), the measured sensitivity, the record."""
     reference = [run.setup.clients[k] for k in survivors]
     if run.result.calibration is not None:
@@ -261,11 +348,26 @@ def close_round(run: Run, t: int, survivors: list[int], uploads: list[Upload], s
     run.plain = fedsgd_step(run.plain, reference, t, run.result.config.lr)
     seconds_plain = time.perf_counter() - start_plain
     run.result.upload_bytes += [u.nbytes for u in uploads]
-    record(run.result, run.setup, t, run.server.weights, run.plain, seconds, seconds_plain, phases, progress)
+    record(
+        run.result,
+        run.setup,
+        t,
+        run.server.weights,
+        run.plain,
+        seconds,
+        seconds_plain,
+        phases,
+        progress,
+    )
 
 
-def run_mpdp(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str], None] | None = None,
-             faults: FaultPlan | None = None) -> MpdpResult:
+def run_mpdp(
+    cfg: RunConfig,
+    *,
+    engine: str = "local",
+    progress: Callable[[str], None] | None = None,
+    faults: FaultPlan | None = None,
+) -> MpdpResult:
     """Train ``cfg`` with MP-DP beside plain FedSGD (same batches, same survivors every round)."""
     validate(cfg)
     if engine == "flower":
@@ -279,8 +381,16 @@ def run_mpdp(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str],
     for t in range(cfg.rounds):
         phases: dict[str, float] = {}
         tick = time.perf_counter()
-        survivors, uploads = mpdp_round(run.server, clients, sorted(clients), t, plan=faults or FaultPlan(),
-                                        dropped=run.result.dropped, aborted=run.result.aborted, phase_s=phases)
+        survivors, uploads = mpdp_round(
+            run.server,
+            clients,
+            sorted(clients),
+            t,
+            plan=faults or FaultPlan(),
+            dropped=run.result.dropped,
+            aborted=run.result.aborted,
+            phase_s=phases,
+        )
         close_round(run, t, survivors, uploads, time.perf_counter() - tick, phases, progress)
     run.result.weights = run.server.weights
     return run.result
@@ -289,10 +399,17 @@ def run_mpdp(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str],
 def new_result(cfg: RunConfig, setup: Setup, cal: Calibration | None) -> MpdpResult:
     layout = Layout(setup.sizes)
     n_params = layout.gradient_size
-    broadcast = 8 * (n_params + sum(setup.sizes[1:-1]))        # odd layers + transitional diagonals
-    return MpdpResult(cfg, n_params=n_params, n_encoded=n_params, calibration=cal, upload_bytes_plain=8 * n_params,
-                      broadcast_bytes=broadcast, broadcast_bytes_plain=8 * n_params,
-                      privacy={"epsilon_local": None, "epsilon_global": None})
+    broadcast = 8 * (n_params + sum(setup.sizes[1:-1]))  # odd layers + transitional diagonals
+    return MpdpResult(
+        cfg,
+        n_params=n_params,
+        n_encoded=n_params,
+        calibration=cal,
+        upload_bytes_plain=8 * n_params,
+        broadcast_bytes=broadcast,
+        broadcast_bytes_plain=8 * n_params,
+        privacy={"epsilon_local": None, "epsilon_global": None},
+    )
 
 
 def observed_sensitivity(weights: list[Any], clients: list[MpdpClient], t: int) -> float:
@@ -305,23 +422,41 @@ def observed_sensitivity(weights: list[Any], clients: list[MpdpClient], t: int) 
     return worst
 
 
-def record(result: MpdpResult, setup: Setup, t: int, weights: list[Any], plain: list[Any], seconds: float,
-           seconds_plain: float, phases: dict[str, float], progress: Callable[[str], None] | None) -> None:
+def record(
+    result: MpdpResult,
+    setup: Setup,
+    t: int,
+    weights: list[Any],
+    plain: list[Any],
+    seconds: float,
+    seconds_plain: float,
+    phases: dict[str, float],
+    progress: Callable[[str], None] | None,
+) -> None:
     """Accuracy, loss and the distance to plain FedSGD after round ``t``."""
     res = result
     res.round_s.append(seconds)
     res.round_s_plain.append(seconds_plain)
     for phase, value in phases.items():
         res.phase_s.setdefault(phase, []).append(value)
-    for sink_acc, sink_loss, w in ((res.accuracy, res.loss, weights), (res.accuracy_plain, res.loss_plain, plain)):
+    for sink_acc, sink_loss, w in (
+        (res.accuracy, res.loss, weights),
+        (res.accuracy_plain, res.loss_plain, plain),
+    ):
         sink_acc.append(accuracy(w, setup.x_test, setup.y_test))
         sink_loss.append(mse_loss(w, setup.x_test, setup.y_test, setup.n_classes))
-    res.diff_vs_plain.append(max(float((a - b).abs().max()) for a, b in zip(weights, plain, strict=True)))
+    res.diff_vs_plain.append(
+        max(float((a - b).abs().max()) for a, b in zip(weights, plain, strict=True))
+    )
     if not np.isfinite(res.loss[-1]):
         cal = res.calibration
         noise = f"sigma_eta {cal.sigma_eta:.3g} (epsilon {cal.epsilon:g}) " if cal else ""
-        raise TrainingDivergedError(f"round {t + 1}: the model diverged (test loss {res.loss[-1]}); the noise "
-                                    f"{noise}is too large for lr {res.config.lr:g}: lower --lr or raise --epsilon")
+        raise TrainingDivergedError(
+            f"round {t + 1}: the model diverged (test loss {res.loss[-1]}); the noise "
+            f"{noise}is too large for lr {res.config.lr:g}: lower --lr or raise --epsilon"
+        )
     if progress:
-        progress(f"round {t + 1}/{res.config.rounds}: accuracy {res.accuracy[-1]:.4f}, "
-                 f"max|W - W_fedsgd| {res.diff_vs_plain[-1]:.2e}")
+        progress(
+            f"round {t + 1}/{res.config.rounds}: accuracy {res.accuracy[-1]:.4f}, "
+            f"max|W - W_fedsgd| {res.diff_vs_plain[-1]:.2e}"
+        )

@@ -25,6 +25,7 @@ noise also comes from OS entropy, so with noise on two runs differ; with noise o
 in-process engine's to 1e-12 (the 64-bit masks cancel exactly whatever the keys).
 Message kinds are namespaced (``mpdp/...``) so one deployed ClientApp can serve every scheme.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,7 +56,7 @@ def _client_for(cfg_json: str, index: int) -> MpdpClient:
     key = (cfg_json, index)
     if key not in _CLIENT_CACHE:
         for client in engine.make_setup(_config_from_json(cfg_json)).clients:
-            client.deterministic_keys = False          # private keys and DP noise from OS entropy
+            client.deterministic_keys = False  # private keys and DP noise from OS entropy
             _CLIENT_CACHE[(cfg_json, client.index)] = client
     return _CLIENT_CACHE[key]
 
@@ -78,12 +79,15 @@ class _Nodes:
         while len(nodes) < cfg.clients and time.time() < deadline:
             nodes = sorted(grid.get_node_ids())
             time.sleep(0.05)
-        self.unmapped = nodes                             # node ids until their first advertise answer
-        self.node_of: dict[int, int] = {}                 # partition id -> node id
+        self.unmapped = nodes  # node ids until their first advertise answer
+        self.node_of: dict[int, int] = {}  # partition id -> node id
 
     def send(self, contents: dict[int, Any]) -> dict[int, Any]:
         """Send ``contents[k]`` to the node of partition ``k``; the answers by ``k``, or why there is none."""
-        return self._send({self.node_of[k]: c for k, c in contents.items()}, {self.node_of[k]: k for k in contents})
+        return self._send(
+            {self.node_of[k]: c for k, c in contents.items()},
+            {self.node_of[k]: k for k in contents},
+        )
 
     def advertise(self, t: int, members: list[int], content: Callable[[], Any]) -> dict[int, Any]:
         """The advertise phase; on first contact it asks every node and learns the partition ids."""
@@ -93,7 +97,9 @@ class _Nodes:
         out = {}
         for n, reply in answers.items():
             if isinstance(reply, str):
-                LOG.warning("round %d: node %d left out before its first key advertisement: %s", t, n, reply)
+                LOG.warning(
+                    "round %d: node %d left out before its first key advertisement: %s", t, n, reply
+                )
             else:
                 self.node_of[int(reply.content["config"]["pid"])] = n
                 out[int(reply.content["config"]["pid"])] = reply
@@ -101,13 +107,23 @@ class _Nodes:
 
     def _send(self, contents: dict[int, Any], key_of: dict[int, int]) -> dict[int, Any]:
         Message = _flwr_types()[3]
-        msgs = [Message(content=c, dst_node_id=n, message_type="train") for n, c in contents.items()]
-        by_node = {r.metadata.src_node_id: r for r in self.grid.send_and_receive(msgs, timeout=self.timeout)}
+        msgs = [
+            Message(content=c, dst_node_id=n, message_type="train") for n, c in contents.items()
+        ]
+        by_node = {
+            r.metadata.src_node_id: r
+            for r in self.grid.send_and_receive(msgs, timeout=self.timeout)
+        }
         out: dict[int, Any] = {}
         for n in contents:
             reply = by_node.get(n)
-            out[key_of[n]] = (f"no answer within {self.timeout} s" if reply is None else
-                              f"raised: {_reason(reply.error.reason)}" if reply.has_error() else reply)
+            out[key_of[n]] = (
+                f"no answer within {self.timeout} s"
+                if reply is None
+                else f"raised: {_reason(reply.error.reason)}"
+                if reply.has_error()
+                else reply
+            )
         return out
 
     def leave_out(self, t: int, k: int, reason: str) -> None:
@@ -124,8 +140,14 @@ def _reason(text: str) -> str:
 
 def _records(**parts: Any) -> Any:
     _, ArrayRecord, ConfigRecord, _, RecordDict = _flwr_types()
-    return RecordDict({k: v if isinstance(v, (ArrayRecord, ConfigRecord)) else
-                       (ConfigRecord(v) if k == "config" else _arrays(v)) for k, v in parts.items()})
+    return RecordDict(
+        {
+            k: v
+            if isinstance(v, (ArrayRecord, ConfigRecord))
+            else (ConfigRecord(v) if k == "config" else _arrays(v))
+            for k, v in parts.items()
+        }
+    )
 
 
 def _upload_of(reply: Any, phase_s: dict[str, float]) -> Upload | str:
@@ -135,7 +157,10 @@ def _upload_of(reply: Any, phase_s: dict[str, float]) -> Upload | str:
     try:
         for phase, seconds in reply.content["timings"].items():
             phase_s[phase] = phase_s.get(phase, 0.0) + float(seconds)
-        return Upload(reply.content["upload"]["gradient"].numpy(), reply.content["upload"]["corrections"].numpy())
+        return Upload(
+            reply.content["upload"]["gradient"].numpy(),
+            reply.content["upload"]["corrections"].numpy(),
+        )
     except (KeyError, TypeError, ValueError) as exc:
         return f"unreadable answer: {type(exc).__name__}: {exc}"
 
@@ -145,7 +170,9 @@ def _seeds_of(reply: Any, dropped: list[int]) -> dict[int, dict[str, bytes]] | s
     if isinstance(reply, str):
         return reply
     try:
-        out = {d: {p: _as_bytes(reply.content["seeds"][f"{d}/{p}"]) for p in PURPOSES} for d in dropped}
+        out = {
+            d: {p: _as_bytes(reply.content["seeds"][f"{d}/{p}"]) for p in PURPOSES} for d in dropped
+        }
     except (KeyError, TypeError, ValueError) as exc:
         return f"unreadable answer: {type(exc).__name__}: {exc}"
     if any(len(seed) != 32 for seeds in out.values() for seed in seeds.values()):
@@ -153,15 +180,25 @@ def _seeds_of(reply: Any, dropped: list[int]) -> dict[int, dict[str, bytes]] | s
     return out
 
 
-def flower_round(nodes: _Nodes, server: MpdpServer, members: list[int], t: int, *, run: dict[str, str],
-                 aborted: list[dict[str, Any]], phase_s: dict[str, float]) -> tuple[list[int], list[Upload]]:
+def flower_round(
+    nodes: _Nodes,
+    server: MpdpServer,
+    members: list[int],
+    t: int,
+    *,
+    run: dict[str, str],
+    aborted: list[dict[str, Any]],
+    phase_s: dict[str, float],
+) -> tuple[list[int], list[Upload]]:
     """:func:`~immersion_mpdp.engine.mpdp_round` over Flower messages; same order of every random draw
     and of every sum, so the same seed gives the same weights."""
     noise = server.noise
     for attempt in range(engine.MAX_ATTEMPTS):
         tick = time.perf_counter()
         head = {"round": t, "attempt": attempt}
-        answers = nodes.advertise(t, members, partial(_records, config={"kind": "mpdp/advertise", **head, **run}))
+        answers = nodes.advertise(
+            t, members, partial(_records, config={"kind": "mpdp/advertise", **head, **run})
+        )
         publics: dict[int, bytes] = {}
         for k in sorted(answers):
             if isinstance(answers[k], str):
@@ -175,16 +212,31 @@ def flower_round(nodes: _Nodes, server: MpdpServer, members: list[int], t: int, 
         phase_s["server_mp"] = phase_s.get("server_mp", 0.0) + time.perf_counter() - tick
         model_arrays = model.arrays()
         public_arrays = {str(k): _as_uint8(v) for k, v in publics.items()}
-        settings = {"n_clients": len(members), "sigma_eta": noise.sigma_eta, "sigma_delta": noise.sigma_delta,
-                    "mask_corrections": noise.mask_corrections}
-        answers = nodes.send({k: _records(model=model_arrays, publics=public_arrays,
-                                          neighbours={"v": np.asarray(graph[k], dtype=np.int64)},
-                                          config={"kind": "mpdp/upload", **head, **settings}) for k in members})
+        settings = {
+            "n_clients": len(members),
+            "sigma_eta": noise.sigma_eta,
+            "sigma_delta": noise.sigma_delta,
+            "mask_corrections": noise.mask_corrections,
+        }
+        answers = nodes.send(
+            {
+                k: _records(
+                    model=model_arrays,
+                    publics=public_arrays,
+                    neighbours={"v": np.asarray(graph[k], dtype=np.int64)},
+                    config={"kind": "mpdp/upload", **head, **settings},
+                )
+                for k in members
+            }
+        )
         uploads: dict[int, Upload] = {}
         for k in members:
             upload = _upload_of(answers[k], phase_s)
-            problem = upload if isinstance(upload, str) else engine.upload_problem(upload, server.layout,
-                                                                             noise.mask_corrections)
+            problem = (
+                upload
+                if isinstance(upload, str)
+                else engine.upload_problem(upload, server.layout, noise.mask_corrections)
+            )
             if isinstance(upload, Upload) and problem is None:
                 uploads[k] = upload
             else:
@@ -193,9 +245,14 @@ def flower_round(nodes: _Nodes, server: MpdpServer, members: list[int], t: int, 
             raise RuntimeError(f"round {t}: every client failed; nothing to aggregate")
         gone = [k for k in members if k not in uploads]
         asked = engine.reveal_requests(gone, graph, uploads)
-        requests = {v: _records(dropped={"d": np.asarray(ds, dtype=np.int64)},
-                                publics={str(d): public_arrays[str(d)] for d in ds},
-                                config={"kind": "mpdp/reveal", **head}) for v, ds in asked.items()}
+        requests = {
+            v: _records(
+                dropped={"d": np.asarray(ds, dtype=np.int64)},
+                publics={str(d): public_arrays[str(d)] for d in ds},
+                config={"kind": "mpdp/reveal", **head},
+            )
+            for v, ds in asked.items()
+        }
         answers = nodes.send(requests) if asked else {}
         replies = {v: _seeds_of(answers[v], asked[v]) for v in sorted(answers)}
         silent = {v: why for v, why in replies.items() if isinstance(why, str)}
@@ -209,21 +266,30 @@ def flower_round(nodes: _Nodes, server: MpdpServer, members: list[int], t: int, 
         server.finish_round(uploads, revealed)
         phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
         return sorted(uploads), [uploads[k] for k in sorted(uploads)]
-    raise RuntimeError(f"round {t}: aborted {engine.MAX_ATTEMPTS} times; see the log for the clients that did not answer")
+    raise RuntimeError(
+        f"round {t}: aborted {engine.MAX_ATTEMPTS} times; see the log for the clients that did not answer"
+    )
 
 
-def serve(grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str], None] | None) -> engine.MpdpResult:
+def serve(
+    grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str], None] | None
+) -> engine.MpdpResult:
     """The ServerApp's work for ``cfg``: the server side of :func:`~immersion_mpdp.engine.run_mpdp`."""
-    messages = {"cfg": json.dumps(asdict(cfg)),
-                "faults": json.dumps([[c, t, k] for (c, t), k in plan.faults.items()])}
+    messages = {
+        "cfg": json.dumps(asdict(cfg)),
+        "faults": json.dumps([[c, t, k] for (c, t), k in plan.faults.items()]),
+    }
     run = engine.start(cfg)
     nodes = _Nodes(grid, cfg, run.result.dropped)
     for t in range(cfg.rounds):
         phases: dict[str, float] = {}
         tick = time.perf_counter()
-        members = sorted(nodes.node_of) if nodes.node_of else []     # [] : every node, on first contact
-        survivors, uploads = flower_round(nodes, run.server, members, t, run=messages, aborted=run.result.aborted,
-                                          phase_s=phases)
+        members = (
+            sorted(nodes.node_of) if nodes.node_of else []
+        )  # [] : every node, on first contact
+        survivors, uploads = flower_round(
+            nodes, run.server, members, t, run=messages, aborted=run.result.aborted, phase_s=phases
+        )
         engine.close_round(run, t, survivors, uploads, time.perf_counter() - tick, phases, progress)
     run.result.weights = run.server.weights
     return run.result
@@ -232,10 +298,14 @@ def serve(grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str
 def _restore_keys(client: MpdpClient, state: Any, t: int, attempt: int) -> None:
     """Reinstate the key pair this node advertised for ``(t, attempt)`` from its ``context.state``."""
     if (int(state["round"]), int(state["attempt"])) != (t, attempt):
-        raise RuntimeError(f"asked for round {t} attempt {attempt}, but the last key advertised was for round "
-                           f"{state['round']} attempt {state['attempt']}")
+        raise RuntimeError(
+            f"asked for round {t} attempt {attempt}, but the last key advertised was for round "
+            f"{state['round']} attempt {state['attempt']}"
+        )
     if client.restore_key(t, attempt, bytes(state["private"])) != bytes(state["public"]):
-        raise RuntimeError(f"client {client.index}: the stored key pair does not match its public key")
+        raise RuntimeError(
+            f"client {client.index}: the stored key pair does not match its public key"
+        )
 
 
 def client_train(msg: Any, context: Any) -> Any:
@@ -247,11 +317,21 @@ def client_train(msg: Any, context: Any) -> Any:
     if config["kind"] == "mpdp/advertise":
         client = _client_for(config["cfg"], index)
         public = client.advertise(t, attempt)
-        context.state["mpdp"] = ConfigRecord({"cfg": config["cfg"], "faults": config["faults"], "round": t,
-                                              "attempt": attempt, "public": public,
-                                              "private": client.private_key(t)})
+        context.state["mpdp"] = ConfigRecord(
+            {
+                "cfg": config["cfg"],
+                "faults": config["faults"],
+                "round": t,
+                "attempt": attempt,
+                "public": public,
+                "private": client.private_key(t),
+            }
+        )
         client.forget(t)
-        return Message(content=_records(keys={"public": _as_uint8(public)}, config={"pid": index}), reply_to=msg)
+        return Message(
+            content=_records(keys={"public": _as_uint8(public)}, config={"pid": index}),
+            reply_to=msg,
+        )
     state = context.state["mpdp"]
     client = _client_for(state["cfg"], index)
     kind = {(c, r): k for c, r, k in json.loads(state["faults"])}.get((index, t))
@@ -259,27 +339,50 @@ def client_train(msg: Any, context: Any) -> Any:
     try:
         publics = {int(k): _as_bytes(v) for k, v in msg.content["publics"].items()}
         if config["kind"] == "mpdp/upload":
-            model = PerturbedModel.from_arrays({k: v.numpy() for k, v in msg.content["model"].items()})
-            noise = NoiseSettings(float(config["sigma_eta"]), float(config["sigma_delta"]),
-                                  bool(config["mask_corrections"]))
+            model = PerturbedModel.from_arrays(
+                {k: v.numpy() for k, v in msg.content["model"].items()}
+            )
+            noise = NoiseSettings(
+                float(config["sigma_eta"]),
+                float(config["sigma_delta"]),
+                bool(config["mask_corrections"]),
+            )
             neighbours = [int(v) for v in msg.content["neighbours"]["v"].numpy()]
-            upload = engine.apply_fault(kind if kind != "no-recovery" else None, lambda: client.upload(
-                t, model, publics, neighbours, int(config["n_clients"]), noise))
-            return Message(content=_records(upload={"gradient": upload.gradient, "corrections": upload.corrections},
-                                            timings=ConfigRecord(dict(client.timings))), reply_to=msg)
+            upload = engine.apply_fault(
+                kind if kind != "no-recovery" else None,
+                lambda: client.upload(
+                    t, model, publics, neighbours, int(config["n_clients"]), noise
+                ),
+            )
+            return Message(
+                content=_records(
+                    upload={"gradient": upload.gradient, "corrections": upload.corrections},
+                    timings=ConfigRecord(dict(client.timings)),
+                ),
+                reply_to=msg,
+            )
         if kind == "no-recovery":
             raise RuntimeError(f"injected fault: client {index} does not reveal its seeds")
         dropped = [int(d) for d in msg.content["dropped"]["d"].numpy()]
         seeds = client.reveal(t, dropped, publics)
-        return Message(content=_records(seeds={f"{d}/{p}": _as_uint8(s[p]) for d, s in seeds.items() for p in s}),
-                       reply_to=msg)
+        return Message(
+            content=_records(
+                seeds={f"{d}/{p}": _as_uint8(s[p]) for d, s in seeds.items() for p in s}
+            ),
+            reply_to=msg,
+        )
     finally:
         client.forget(t)
 
 
-def run_flower(cfg: RunConfig, *, progress: Callable[[str], None] | None = None,
-               faults: FaultPlan | None = None) -> engine.MpdpResult:
+def run_flower(
+    cfg: RunConfig,
+    *,
+    progress: Callable[[str], None] | None = None,
+    faults: FaultPlan | None = None,
+) -> engine.MpdpResult:
     """Run ``cfg`` with MP-DP on Flower's simulation runtime (Ray backend), ``cfg.clients`` virtual nodes."""
-    result: engine.MpdpResult = fl_flower.run_flower(cfg, progress=progress, faults=faults, server_work=serve,
-                                                     client_work=client_train)
+    result: engine.MpdpResult = fl_flower.run_flower(
+        cfg, progress=progress, faults=faults, server_work=serve, client_work=client_train
+    )
     return result

@@ -17,6 +17,7 @@ Theorem 3 splits a Gaussian into a product: ``Z = X_1...X_m * Y_1...Y_n`` with `
 Server keys must be strictly positive (ReLU commutes only with positive scaling): they use
 ``|DN*|``; the sign of the product comes from the clients' noise, whose law is symmetric.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,15 +48,16 @@ def abs_dn_star_1(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarra
     return np.sqrt(rng.gamma(1.5, 1.0, size=shape))
 
 
-def abs_dn_star_2(shape: tuple[int, ...], rng: np.random.Generator, *, law: str = "pair",
-                  factor: str = "left") -> np.ndarray:
+def abs_dn_star_2(
+    shape: tuple[int, ...], rng: np.random.Generator, *, law: str = "pair", factor: str = "left"
+) -> np.ndarray:
     """``|DN*(2)|`` draws. With ``law="pair"`` the ``left`` factor (``r``) and the ``right`` one
     (``s``) have different laws whose product is exactly ``|DN*(1)|``; see the module docstring."""
     if law == "pair":
         if factor not in ("left", "right"):
             raise InvalidArgumentError("factor", f"expected 'left' or 'right', got {factor!r}")
         shape_param = 0.75 if factor == "left" else 1.25
-        return 2.0 ** 0.25 * rng.gamma(shape_param, 1.0, size=shape) ** 0.25
+        return 2.0**0.25 * rng.gamma(shape_param, 1.0, size=shape) ** 0.25
     if law == "series":
         return _dn_star_series(2, shape, rng)
     raise InvalidArgumentError("law", f"expected one of {DN2_LAWS}, got {law!r}")

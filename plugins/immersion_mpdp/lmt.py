@@ -13,6 +13,7 @@ All three are vector-Jacobian products of the same forward pass: one ``torch.fun
 layer's ``Psi`` collapses to the vector ``mean_i alpha_i y^hat^(2L-2)_i`` and its ``Phi`` is zero.
 Theorem 4 holds only for a gradient taken at the received ``W^hat``: one gradient per round.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,10 +27,10 @@ from .perturbation import PerturbedModel
 class LocalResult:
     """A client's LMT output for the odd layers (before any DDP noise)."""
 
-    grad_hat: tuple[Any, ...]     # L matrices
-    psi: tuple[Any, ...]          # L - 1 tensors (n_L, n_l, n_(l-1))
-    psi_last: Any                 # (n_(L-1),)
-    phi: tuple[Any, ...]          # L - 1 matrices
+    grad_hat: tuple[Any, ...]  # L matrices
+    psi: tuple[Any, ...]  # L - 1 tensors (n_L, n_l, n_(l-1))
+    psi_last: Any  # (n_(L-1),)
+    phi: tuple[Any, ...]  # L - 1 matrices
 
 
 def local_model_training(model: PerturbedModel, x: Any, targets: Any) -> LocalResult:
@@ -61,9 +62,17 @@ def local_model_training(model: PerturbedModel, x: Any, targets: Any) -> LocalRe
     error = y_hat - targets
     eye = torch.eye(n_out, dtype=y_hat.dtype)
     # cotangents, stacked: [grad, Psi_0 .. Psi_(n_L - 1), Phi]
-    cot_y = torch.cat([error[None], alpha[None, :, None] * eye[:, None, :], torch.zeros_like(error)[None]]) / batch
+    cot_y = (
+        torch.cat(
+            [error[None], alpha[None, :, None] * eye[:, None, :], torch.zeros_like(error)[None]]
+        )
+        / batch
+    )
     cot_alpha = torch.cat([torch.zeros_like(alpha)[None], error.T, alpha[None]]) / batch
     grads = func.vmap(vjp)((cot_y, cot_alpha))
-    return LocalResult(grad_hat=tuple(g[0] for g in grads), psi=tuple(g[1:-1] for g in grads[:-1]),
-                       psi_last=(alpha[:, None] * hidden_last).mean(0), phi=tuple(g[-1] for g in grads[:-1]))
-
+    return LocalResult(
+        grad_hat=tuple(g[0] for g in grads),
+        psi=tuple(g[1:-1] for g in grads[:-1]),
+        psi_last=(alpha[:, None] * hidden_last).mean(0),
+        phi=tuple(g[-1] for g in grads[:-1]),
+    )

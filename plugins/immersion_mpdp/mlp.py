@@ -4,6 +4,7 @@
 batch is ``mean_i 1/2 ||y_i - onehot_i||^2``. Biases, other activations and other losses are not
 covered by the paper's algebra (Theorems 4 and 12), so :func:`weights_from_module` refuses them.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -23,8 +24,10 @@ def torch_module() -> Any:
 def layer_sizes(n_inputs: int, hidden: Sequence[int], n_outputs: int) -> tuple[int, ...]:
     """``(n_0, ..., n_L)``, checked: MP-DP needs ``L >= 2`` layers (one hidden layer at least)."""
     if len(hidden) < 1:
-        raise InvalidArgumentError("hidden", "MP-DP needs at least one hidden layer (L >= 2; Eq. 13 is undefined "
-                                   "for L = 1)")
+        raise InvalidArgumentError(
+            "hidden",
+            "MP-DP needs at least one hidden layer (L >= 2; Eq. 13 is undefined for L = 1)",
+        )
     sizes = (int(n_inputs), *map(int, hidden), int(n_outputs))
     if min(sizes) < 1:
         raise InvalidArgumentError("hidden", f"expected positive layer sizes, got {sizes}")
@@ -61,19 +64,29 @@ def weights_from_module(module: Any) -> list[Any]:
             continue
         if isinstance(layer, nn.Linear):
             if layer.bias is not None:
-                raise InvalidArgumentError("module", f"layer {index} has a bias; MP-DP (seed 004) is derived for "
-                                           "bias-free MLPs: use nn.Linear(..., bias=False)")
+                raise InvalidArgumentError(
+                    "module",
+                    f"layer {index} has a bias; MP-DP (seed 004) is derived for "
+                    "bias-free MLPs: use nn.Linear(..., bias=False)",
+                )
             if expect_relu:
-                raise InvalidArgumentError("module", f"layer {index}: two Linear layers without a ReLU between")
+                raise InvalidArgumentError(
+                    "module", f"layer {index}: two Linear layers without a ReLU between"
+                )
             weights.append(layer.weight.detach().to(torch.float64).clone())
             expect_relu = True
         elif isinstance(layer, nn.ReLU) and expect_relu:
             expect_relu = False
         else:
-            raise InvalidArgumentError("module", f"layer {index} is {type(layer).__name__}; MP-DP covers only "
-                                       "Linear(bias=False) layers with ReLU between them")
+            raise InvalidArgumentError(
+                "module",
+                f"layer {index} is {type(layer).__name__}; MP-DP covers only "
+                "Linear(bias=False) layers with ReLU between them",
+            )
     if len(weights) < 2 or not expect_relu:
-        raise InvalidArgumentError("module", "expected >= 2 Linear layers, the last one without a ReLU after it")
+        raise InvalidArgumentError(
+            "module", "expected >= 2 Linear layers, the last one without a ReLU after it"
+        )
     return weights
 
 
@@ -106,7 +119,9 @@ def per_sample_gradient_norms(weights: Sequence[Any], x: Any, targets: Any) -> A
     def loss_one(params: tuple[Any, ...], xi: Any, ti: Any) -> Any:
         return 0.5 * ((forward(params, xi[None]) - ti[None]) ** 2).sum()
 
-    grads = torch.func.vmap(torch.func.grad(loss_one), in_dims=(None, 0, 0))(tuple(weights), x, targets)
+    grads = torch.func.vmap(torch.func.grad(loss_one), in_dims=(None, 0, 0))(
+        tuple(weights), x, targets
+    )
     return torch.sqrt(sum((g.reshape(len(x), -1) ** 2).sum(1) for g in grads))
 
 

@@ -13,6 +13,7 @@ The paper gives no law for ``gamma`` and ``r^(a)``; only their product ``r`` ent
 Here ``gamma ~ Uniform(0.5, 1.5)`` and ``r^(a) ~ N(0, 1)``. Keys are one-time: call
 :func:`perturb` every round.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,8 +30,10 @@ from .mlp import torch_module
 class PerturbedModel:
     """What the server sends each client: the odd layers ``W^hat`` and the transitional diagonals."""
 
-    odd: tuple[Any, ...]            # L matrices, Eq. 15
-    transitional: tuple[Any, ...]   # L - 1 vectors: the diagonals of W^hat^(2l) = diag(1 / (r^(l) s^(l)))
+    odd: tuple[Any, ...]  # L matrices, Eq. 15
+    transitional: tuple[
+        Any, ...
+    ]  # L - 1 vectors: the diagonals of W^hat^(2l) = diag(1 / (r^(l) s^(l)))
 
     @property
     def n_layers(self) -> int:
@@ -46,8 +49,10 @@ class PerturbedModel:
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "PerturbedModel":
         torch = torch_module()
         n = sum(1 for k in arrays if k.startswith("odd"))
-        return cls(tuple(torch.as_tensor(arrays[f"odd{i}"]) for i in range(n)),
-                   tuple(torch.as_tensor(arrays[f"trans{i}"]) for i in range(n - 1)))
+        return cls(
+            tuple(torch.as_tensor(arrays[f"odd{i}"]) for i in range(n)),
+            tuple(torch.as_tensor(arrays[f"trans{i}"]) for i in range(n - 1)),
+        )
 
     def forward(self, x: Any) -> tuple[Any, Any]:
         """``(y^hat^(2L-1), alpha)`` with ``alpha = sum_i y^hat^(2L-2)_i`` (Theorem 12)."""
@@ -58,8 +63,8 @@ class PerturbedModel:
         """:meth:`forward` and ``y^hat^(2L-2)``, the input of the last layer."""
         h = x
         for w, d in zip(self.odd[:-1], self.transitional, strict=True):
-            h = (h @ w.T).clamp_min(0.0)          # layer 2l - 1: y^hat = r^(l) o y
-            h = (h * d).clamp_min(0.0)            # layer 2l: y^hat = (1 / s^(l)) o y
+            h = (h @ w.T).clamp_min(0.0)  # layer 2l - 1: y^hat = r^(l) o y
+            h = (h * d).clamp_min(0.0)  # layer 2l: y^hat = (1 / s^(l)) o y
         return h @ self.odd[-1].T, h.sum(1), h
 
 
@@ -69,7 +74,7 @@ class ServerKeys:
 
     r: tuple[Any, ...]
     s: tuple[Any, ...]
-    r_out: Any                      # r = gamma o r^(a)
+    r_out: Any  # r = gamma o r^(a)
 
     def mask(self, layer: int) -> Any:
         """``R^(2l-1)`` for ``layer = l - 1`` in 0..L-1 (Eq. 14), as a dense matrix."""
@@ -87,7 +92,9 @@ class ServerKeys:
         return [self.mask(i).expand(*shape) for i, shape in enumerate(shapes)]
 
 
-def draw_keys(sizes: Sequence[int], rng: np.random.Generator, *, dn2_law: str = "pair") -> ServerKeys:
+def draw_keys(
+    sizes: Sequence[int], rng: np.random.Generator, *, dn2_law: str = "pair"
+) -> ServerKeys:
     """Eq. 13 keys for an MLP with layer sizes ``(n_0, ..., n_L)``, ``L >= 2``."""
     torch = torch_module()
     n_layers = len(sizes) - 1
@@ -95,17 +102,26 @@ def draw_keys(sizes: Sequence[int], rng: np.random.Generator, *, dn2_law: str = 
         raise InvalidArgumentError("weights", f"MP-DP needs L >= 2 layers, got {n_layers}")
     hidden = sizes[1:-1]
     r, s = [], []
-    for l_index, width in enumerate(hidden):           # l = l_index + 1 in 1..L-1
+    for l_index, width in enumerate(hidden):  # l = l_index + 1 in 1..L-1
         first, last = l_index == 0, l_index == n_layers - 2
-        r.append(abs_dn_star_1((width,), rng) if first else abs_dn_star_2((width,), rng, law=dn2_law, factor="left"))
-        s.append(abs_dn_star_1((width,), rng) if last else abs_dn_star_2((width,), rng, law=dn2_law, factor="right"))
+        r.append(
+            abs_dn_star_1((width,), rng)
+            if first
+            else abs_dn_star_2((width,), rng, law=dn2_law, factor="left")
+        )
+        s.append(
+            abs_dn_star_1((width,), rng)
+            if last
+            else abs_dn_star_2((width,), rng, law=dn2_law, factor="right")
+        )
     r_out = rng.uniform(0.5, 1.5, size=sizes[-1]) * rng.standard_normal(sizes[-1])
     as_t = torch.as_tensor
     return ServerKeys(tuple(map(as_t, r)), tuple(map(as_t, s)), as_t(r_out))
 
 
-def perturb(weights: Sequence[Any], rng: np.random.Generator, *, dn2_law: str = "pair") -> tuple[PerturbedModel,
-                                                                                                  ServerKeys]:
+def perturb(
+    weights: Sequence[Any], rng: np.random.Generator, *, dn2_law: str = "pair"
+) -> tuple[PerturbedModel, ServerKeys]:
     """MP_Server (Algorithm 1): fresh keys and the perturbed expanded model (Eqs. 12-15).
 
     Examples
@@ -121,14 +137,17 @@ def perturb(weights: Sequence[Any], rng: np.random.Generator, *, dn2_law: str = 
     """
     sizes = _check_weights(weights)
     keys = draw_keys(sizes, rng, dn2_law=dn2_law)
-    odd = [w * m for w, m in zip(weights, keys.masks([tuple(w.shape) for w in weights]), strict=True)]
-    odd[-1] = odd[-1] + keys.r_out[:, None]                                # R^(a)_ij = gamma_i r^(a)_i
+    odd = [
+        w * m for w, m in zip(weights, keys.masks([tuple(w.shape) for w in weights]), strict=True)
+    ]
+    odd[-1] = odd[-1] + keys.r_out[:, None]  # R^(a)_ij = gamma_i r^(a)_i
     transitional = tuple(1.0 / (r * s) for r, s in zip(keys.r, keys.s, strict=True))
     return PerturbedModel(tuple(odd), transitional), keys
 
 
-def recover(keys: ServerKeys, grad_hat: Sequence[Any], psi: Sequence[Any], psi_last: Any,
-            phi: Sequence[Any]) -> list[Any]:
+def recover(
+    keys: ServerKeys, grad_hat: Sequence[Any], psi: Sequence[Any], psi_last: Any, phi: Sequence[Any]
+) -> list[Any]:
     """Eq. 22 (Theorem 4): ``R o (grad^hat - r^T Psi + v Phi)`` for every odd layer.
 
     ``psi[l]`` has shape ``(n_L, n_l+1, n_l)`` for the layers before the last; the last layer's
@@ -149,13 +168,17 @@ def recover(keys: ServerKeys, grad_hat: Sequence[Any], psi: Sequence[Any], psi_l
 def _check_weights(weights: Sequence[Any]) -> tuple[int, ...]:
     torch = torch_module()
     if len(weights) < 2:
-        raise InvalidArgumentError("weights", f"MP-DP needs L >= 2 weight matrices, got {len(weights)}")
+        raise InvalidArgumentError(
+            "weights", f"MP-DP needs L >= 2 weight matrices, got {len(weights)}"
+        )
     sizes = [int(weights[0].shape[1])]
     for index, w in enumerate(weights):
         if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.dtype != torch.float64:
             raise InvalidArgumentError("weights", f"layer {index}: expected a 2-D float64 tensor")
         if int(w.shape[1]) != sizes[-1]:
-            raise InvalidArgumentError("weights", f"layer {index} has {w.shape[1]} inputs, expected {sizes[-1]}")
+            raise InvalidArgumentError(
+                "weights", f"layer {index} has {w.shape[1]} inputs, expected {sizes[-1]}"
+            )
         if not bool(torch.isfinite(w).all()):
             raise InvalidArgumentError("weights", f"layer {index} contains NaN or inf")
         sizes.append(int(w.shape[0]))

@@ -10,6 +10,7 @@ Phases of round ``t`` (the in-process and the Flower engines run the same method
    cannot answer, the engine aborts the round and retries it with fresh keys;
 5. ``finish_round``: MU_Server aggregates (Eqs. 20-21), recovers (Eq. 22), updates every layer.
 """
+
 from __future__ import annotations
 
 import time
@@ -73,8 +74,11 @@ class MpdpClient:
         """
         self._attempt = attempt
         self.timings = {}
-        private = (np.random.default_rng([self.seed, round_t, self.index, 25519, attempt]).bytes(32)
-                   if self.deterministic_keys else None)
+        private = (
+            np.random.default_rng([self.seed, round_t, self.index, 25519, attempt]).bytes(32)
+            if self.deterministic_keys
+            else None
+        )
         self._agreement = {round_t: KeyAgreement(self.index, round_t, private)}
         return self._agreement[round_t].public_bytes
 
@@ -88,14 +92,25 @@ class MpdpClient:
         self._agreement = {round_t: KeyAgreement(self.index, round_t, private)}
         return self._agreement[round_t].public_bytes
 
-    def _seeds(self, round_t: int, peers: Sequence[int], publics: dict[int, bytes]) -> dict[int, dict[str, bytes]]:
+    def _seeds(
+        self, round_t: int, peers: Sequence[int], publics: dict[int, bytes]
+    ) -> dict[int, dict[str, bytes]]:
         if round_t not in self._agreement:
-            raise InvalidArgumentError("round_t", f"client {self.index} has no key pair for round {round_t}")
+            raise InvalidArgumentError(
+                "round_t", f"client {self.index} has no key pair for round {round_t}"
+            )
         mine = self._agreement[round_t]
         return {v: mine.pair_seeds(v, publics[v], PURPOSES) for v in peers}
 
-    def upload(self, round_t: int, model: PerturbedModel, publics: dict[int, bytes], neighbours: Sequence[int],
-               n_clients: int, noise: NoiseSettings) -> Upload:
+    def upload(
+        self,
+        round_t: int,
+        model: PerturbedModel,
+        publics: dict[int, bytes],
+        neighbours: Sequence[int],
+        n_clients: int,
+        noise: NoiseSettings,
+    ) -> Upload:
         """Phase 3: LMT on this round's batch, then DDP_Client (Algorithm 2)."""
         tick = time.perf_counter()
         x, targets = self.batch(round_t)
@@ -103,14 +118,26 @@ class MpdpClient:
         self.timings["client_lmt"] = time.perf_counter() - tick
         tick = time.perf_counter()
         layout = Layout.of(model.odd)
-        rng = (np.random.default_rng([self.seed, round_t, self.index, 16, self._attempt]) if self.deterministic_keys
-               else np.random.default_rng())
-        upload = ddp_client(local, layout, me=self.index, seeds=self._seeds(round_t, neighbours, publics),
-                            n_clients=n_clients, noise=noise, rng=rng)
+        rng = (
+            np.random.default_rng([self.seed, round_t, self.index, 16, self._attempt])
+            if self.deterministic_keys
+            else np.random.default_rng()
+        )
+        upload = ddp_client(
+            local,
+            layout,
+            me=self.index,
+            seeds=self._seeds(round_t, neighbours, publics),
+            n_clients=n_clients,
+            noise=noise,
+            rng=rng,
+        )
         self.timings["client_ddp"] = time.perf_counter() - tick
         return upload
 
-    def reveal(self, round_t: int, dropped: Sequence[int], publics: dict[int, bytes]) -> dict[int, dict[str, bytes]]:
+    def reveal(
+        self, round_t: int, dropped: Sequence[int], publics: dict[int, bytes]
+    ) -> dict[int, dict[str, bytes]]:
         """Phase 4: the pair seeds with neighbours that dropped out (and only those)."""
         return self._seeds(round_t, dropped, publics)
 
@@ -139,7 +166,9 @@ class MpdpServer:
         model, self._keys = perturb(self.weights, self.rng, dn2_law=self.dn2_law)
         return model, build_graph(list(members), self.graph, self.rng)
 
-    def finish_round(self, uploads: dict[int, Upload], revealed: list[tuple[int, int, dict[str, bytes]]]) -> list[Any]:
+    def finish_round(
+        self, uploads: dict[int, Upload], revealed: list[tuple[int, int, dict[str, bytes]]]
+    ) -> list[Any]:
         """Phase 5 (Algorithm 3): aggregate, remove dropped pairs, recover (Eq. 22), update; returns
         the recovered aggregate gradient. The round's keys are discarded."""
         if self._keys is None:
@@ -148,9 +177,13 @@ class MpdpServer:
         masked = self.noise.mask_corrections
         total = sum_uploads(uploads.values(), masked=masked)
         if revealed:
-            total = subtract(total, dropout_correction(revealed, self.layout, self.noise), masked=masked)
+            total = subtract(
+                total, dropout_correction(revealed, self.layout, self.noise), masked=masked
+            )
         mean = mean_local_result(total, len(uploads), self.layout, masked=masked)
         gradient = recover(self._keys, mean.grad_hat, mean.psi, mean.psi_last, mean.phi)
-        self.weights = [w - self.lr * g.to(torch.float64) for w, g in zip(self.weights, gradient, strict=True)]
+        self.weights = [
+            w - self.lr * g.to(torch.float64) for w, g in zip(self.weights, gradient, strict=True)
+        ]
         self._keys = None
         return gradient

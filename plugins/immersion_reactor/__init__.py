@@ -3,6 +3,7 @@
 Registers the sampled controller as the algorithm ``reactor-controller`` and the command
 ``immersion demo reactor``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,8 +13,14 @@ from immersion.hookspecs import AlgorithmSpec, CommandSpec, hookimpl
 from .model import ReactorController, ReactorParameters
 from .simulation import ReactorDivergenceError, ReactorRun, run_reactor, summary
 
-__all__ = ["ReactorController", "ReactorParameters", "ReactorRun", "ReactorDivergenceError", "run_reactor",
-           "summary"]
+__all__ = [
+    "ReactorController",
+    "ReactorParameters",
+    "ReactorRun",
+    "ReactorDivergenceError",
+    "run_reactor",
+    "summary",
+]
 
 
 def _build(*, dt: float = 0.01) -> Any:
@@ -22,9 +29,15 @@ def _build(*, dt: float = 0.01) -> Any:
 
 @hookimpl
 def immersion_register_algorithms() -> list[AlgorithmSpec]:
-    return [AlgorithmSpec("reactor-controller", _build,
-                          "adaptive output-feedback controller of the two-stage reactor (seed 002 eqs. 49-50), "
-                          "sampled with period dt", defaults={"dt": 0.01})]
+    return [
+        AlgorithmSpec(
+            "reactor-controller",
+            _build,
+            "adaptive output-feedback controller of the two-stage reactor (seed 002 eqs. 49-50), "
+            "sampled with period dt",
+            defaults={"dt": 0.01},
+        )
+    ]
 
 
 @hookimpl

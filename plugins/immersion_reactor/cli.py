@@ -1,4 +1,5 @@
 """``immersion demo reactor``: the seed 002 SI-NCS case study, plain and immersed side by side."""
+
 from __future__ import annotations
 
 import json
@@ -34,17 +35,26 @@ def _parameters(overrides: tuple[str, ...]) -> Any:
     for item in overrides:
         name, sep, raw = item.partition("=")
         if not sep or (name not in fields and name not in ("x1_0", "x2_0")):
-            raise click.BadParameter(f"{item!r}: expected NAME=VALUE with NAME in {sorted(fields | {'x1_0', 'x2_0'})}",
-                                     param_hint="--set")
+            raise click.BadParameter(
+                f"{item!r}: expected NAME=VALUE with NAME in {sorted(fields | {'x1_0', 'x2_0'})}",
+                param_hint="--set",
+            )
         try:
             values[name] = float(raw)
         except ValueError:
-            raise click.BadParameter(f"{item!r}: {raw!r} is not a number", param_hint="--set") from None
+            raise click.BadParameter(
+                f"{item!r}: {raw!r} is not a number", param_hint="--set"
+            ) from None
         if not math.isfinite(values[name]) or (name in _DIVISORS and values[name] == 0):
-            raise click.BadParameter(f"{item!r}: expected a finite number{' other than 0' * (name in _DIVISORS)}",
-                                     param_hint="--set")
+            raise click.BadParameter(
+                f"{item!r}: expected a finite number{' other than 0' * (name in _DIVISORS)}",
+                param_hint="--set",
+            )
     defaults = ReactorParameters()
-    initial = (values.pop("x1_0", defaults.initial_state[0]), values.pop("x2_0", defaults.initial_state[1]))
+    initial = (
+        values.pop("x1_0", defaults.initial_state[0]),
+        values.pop("x2_0", defaults.initial_state[1]),
+    )
     return ReactorParameters(initial_state=initial, **values)
 
 
@@ -52,48 +62,113 @@ def _remote_factory(address: str, dt: float, timeout_s: float) -> Any:
     from immersion.remote import RemoteTarget
 
     def factory(imm: Any) -> Any:
-        return RemoteTarget(address, imm, algorithm="reactor-controller", params={"dt": dt}, timeout_s=timeout_s)
+        return RemoteTarget(
+            address, imm, algorithm="reactor-controller", params={"dt": dt}, timeout_s=timeout_s
+        )
+
     return factory
 
 
 @click.command("reactor")
-@click.option("--steps", type=click.IntRange(1), default=2000, show_default=True,
-              help="Controller samples (2000 = 20 s at dt 0.01).")
-@click.option("--dt", type=FiniteFloatRange(min=0, min_open=True, max=1.0), default=0.01, show_default=True,
-              help="Sampling period h of the controller [s].")
-@click.option("--substeps", type=click.IntRange(1), default=10, show_default=True,
-              help="Plant Euler sub-steps per sample.")
-@click.option("--epsilon-input", type=FiniteFloatRange(min=0, min_open=True), default=1e-3, show_default=True)
-@click.option("--epsilon-output", type=FiniteFloatRange(min=0, min_open=True), default=1e-3, show_default=True)
+@click.option(
+    "--steps",
+    type=click.IntRange(1),
+    default=2000,
+    show_default=True,
+    help="Controller samples (2000 = 20 s at dt 0.01).",
+)
+@click.option(
+    "--dt",
+    type=FiniteFloatRange(min=0, min_open=True, max=1.0),
+    default=0.01,
+    show_default=True,
+    help="Sampling period h of the controller [s].",
+)
+@click.option(
+    "--substeps",
+    type=click.IntRange(1),
+    default=10,
+    show_default=True,
+    help="Plant Euler sub-steps per sample.",
+)
+@click.option(
+    "--epsilon-input", type=FiniteFloatRange(min=0, min_open=True), default=1e-3, show_default=True
+)
+@click.option(
+    "--epsilon-output", type=FiniteFloatRange(min=0, min_open=True), default=1e-3, show_default=True
+)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write the PNGs of Figs. 8-12 into this folder.")
-@click.option("--remote", is_flag=True, help="Run the cloud side in a separate `immersion serve` process (loopback).")
-@click.option("--connect", default=None, metavar="ADDRESS",
-              help="Use an `immersion serve` already running at ADDRESS (e.g. tcp://10.0.0.5:5555).")
-@click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE",
-              help="Override a plant parameter of eqs. 47-48, e.g. --set theta1=3 --set x1_0=-0.2.")
+@click.option(
+    "--plot",
+    "plot_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write the PNGs of Figs. 8-12 into this folder.",
+)
+@click.option(
+    "--remote",
+    is_flag=True,
+    help="Run the cloud side in a separate `immersion serve` process (loopback).",
+)
+@click.option(
+    "--connect",
+    default=None,
+    metavar="ADDRESS",
+    help="Use an `immersion serve` already running at ADDRESS (e.g. tcp://10.0.0.5:5555).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Override a plant parameter of eqs. 47-48, e.g. --set theta1=3 --set x1_0=-0.2.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def reactor_command(steps: int, dt: float, substeps: int, epsilon_input: float, epsilon_output: float, seed: int,
-                    plot_dir: Path | None, remote: bool, connect: str | None, overrides: tuple[str, ...],
-                    as_json: bool) -> None:
+def reactor_command(
+    steps: int,
+    dt: float,
+    substeps: int,
+    epsilon_input: float,
+    epsilon_output: float,
+    seed: int,
+    plot_dir: Path | None,
+    remote: bool,
+    connect: str | None,
+    overrides: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Two-stage reactor with delayed recycle under its adaptive controller, run through immerse(f, g)."""
     from .simulation import run_reactor, summary
 
     params = _parameters(overrides)
     if connect is not None and "://" not in connect:
-        raise click.BadParameter(f"{connect!r}: expected a ZeroMQ address such as tcp://HOST:PORT", param_hint="--connect")
+        raise click.BadParameter(
+            f"{connect!r}: expected a ZeroMQ address such as tcp://HOST:PORT",
+            param_hint="--connect",
+        )
 
     server = None
     address = connect
     if remote and connect is None:
         address = f"tcp://127.0.0.1:{_free_loopback_port()}"
-        server = subprocess.Popen([sys.executable, "-m", "immersion", "serve", "--bind", address],
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "immersion", "serve", "--bind", address],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
     try:
         factory = None if address is None else _remote_factory(address, dt, timeout_s=30.0)
-        run = run_reactor(steps=steps, dt=dt, substeps=substeps, epsilon_input=epsilon_input,
-                          epsilon_output=epsilon_output, seed=seed, params=params, cloud_factory=factory)
+        run = run_reactor(
+            steps=steps,
+            dt=dt,
+            substeps=substeps,
+            epsilon_input=epsilon_input,
+            epsilon_output=epsilon_output,
+            seed=seed,
+            params=params,
+            cloud_factory=factory,
+        )
     finally:
         if server is not None:
             from immersion.remote import stop_server
@@ -113,11 +188,15 @@ def reactor_command(steps: int, dt: float, substeps: int, epsilon_input: float, 
     if as_json:
         click.echo(json.dumps(result))
         return
-    click.echo(f"Two-stage reactor, {result['steps']} samples of {dt} s, plain vs immersed controller"
-               + (f" (cloud at {address})" if address else ""))
+    click.echo(
+        f"Two-stage reactor, {result['steps']} samples of {dt} s, plain vs immersed controller"
+        + (f" (cloud at {address})" if address else "")
+    )
     for key, value in result.items():
         if key not in ("steps", "keys", "plots", "remote", "address"):
-            click.echo(f"  {key:32s} {value:.4g}" if isinstance(value, float) else f"  {key:32s} {value}")
+            click.echo(
+                f"  {key:32s} {value:.4g}" if isinstance(value, float) else f"  {key:32s} {value}"
+            )
     click.echo(f"  keys: {result['keys']}")
     for p in result.get("plots", []):
         click.echo(f"  plot: {p}")

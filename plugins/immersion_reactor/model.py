@@ -11,6 +11,7 @@ read literally as recursions they overflow within 5 steps). Here:
 * the **controller** is sampled with period ``h``: ``x_c+ = x_c + h F_c(x_c, y)``,
   ``u = g_c(x_c, y)``. That sampled controller is the algorithm that is immersed.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,12 +45,17 @@ class ReactorParameters:
     def rhs(self, t: float, x: np.ndarray, x1_delayed: float, u: float) -> np.ndarray:
         """Right-hand side of eqs. 47-48 read as ODEs."""
         x1, x2 = x
-        delta1 = self.vartheta1 * math.sin(t) * x1_delayed ** 2
-        delta2 = self.vartheta2 * math.sin(t) * x1_delayed ** 3 + self.vartheta3 * x2
-        return np.array([
-            -(1.0 / self.theta1 + self.k1) * x1 + (1.0 - self.R2) / self.V1 * x2 + delta1,
-            -(1.0 / self.theta2 + self.k2) * x1 + self.R1 / self.V2 * x1_delayed + self.F2 / self.V2 * u + delta2,
-        ])
+        delta1 = self.vartheta1 * math.sin(t) * x1_delayed**2
+        delta2 = self.vartheta2 * math.sin(t) * x1_delayed**3 + self.vartheta3 * x2
+        return np.array(
+            [
+                -(1.0 / self.theta1 + self.k1) * x1 + (1.0 - self.R2) / self.V1 * x2 + delta1,
+                -(1.0 / self.theta2 + self.k2) * x1
+                + self.R1 / self.V2 * x1_delayed
+                + self.F2 / self.V2 * u
+                + delta2,
+            ]
+        )
 
 
 def _rho_zeta_delta(x_c: np.ndarray, y: float) -> tuple[float, float, float, float]:
@@ -60,8 +66,12 @@ def _rho_zeta_delta(x_c: np.ndarray, y: float) -> tuple[float, float, float, flo
     v = z + r * y + ell * rho * y
     zeta = v / math.sqrt(r)
     p = 1.02 + 0.2 * y2 + y2 * y2
-    delta = (2.0 * (2.0 * ell * ell + ell ** 4 * p) * (1.0404 + 1.224 * y2 + 10.56 * y2 ** 2 + 6.0 * y2 ** 3
-                                                  + 25.0 * y2 ** 4) + 4.0 * y2 * y2 * p ** 4)
+    delta = (
+        2.0
+        * (2.0 * ell * ell + ell**4 * p)
+        * (1.0404 + 1.224 * y2 + 10.56 * y2**2 + 6.0 * y2**3 + 25.0 * y2**4)
+        + 4.0 * y2 * y2 * p**4
+    )
     return rho, zeta, delta, v
 
 

@@ -1,4 +1,5 @@
 """PNG figures of a reactor run, matching seed 002's Figs. 8-12."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,6 +12,7 @@ from .simulation import ReactorRun
 def write_plots(run: ReactorRun, folder: Path) -> list[Path]:
     """Write the five figures; return their paths (needs matplotlib, extra ``dev``)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -20,9 +22,9 @@ def write_plots(run: ReactorRun, folder: Path) -> list[Path]:
 
     def save(fig: object, name: str) -> None:
         path = folder / name
-        fig.tight_layout()          # type: ignore[attr-defined]
+        fig.tight_layout()  # type: ignore[attr-defined]
         fig.savefig(path, dpi=110)  # type: ignore[attr-defined]
-        plt.close(fig)              # type: ignore[arg-type]
+        plt.close(fig)  # type: ignore[arg-type]
         paths.append(path)
 
     fig, ax = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
@@ -49,8 +51,12 @@ def write_plots(run: ReactorRun, folder: Path) -> list[Path]:
     save(fig, "fig09_control_decoded.png")
 
     fig, ax = plt.subplots(figsize=(8, 4))
-    ax.semilogy(t, np.maximum(np.abs(run.u_plain - run.u_decoded), 1e-18), label="|u plain - u decoded|")
-    ax.semilogy(t, np.maximum(run.controller_state_error, 1e-18), label="max |x_c plain - x_c decoded|")
+    ax.semilogy(
+        t, np.maximum(np.abs(run.u_plain - run.u_decoded), 1e-18), label="|u plain - u decoded|"
+    )
+    ax.semilogy(
+        t, np.maximum(run.controller_state_error, 1e-18), label="max |x_c plain - x_c decoded|"
+    )
     ax.axhline(run.report.decode_error_bound, color="k", ls=":", label="predicted bound")
     ax.set_xlabel("t [s]")
     ax.legend()

@@ -1,4 +1,5 @@
 """Closed loops of the reactor: plain and immersed side by side, in one process (seed 002 section VI-B)."""
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,7 @@ class ReactorDivergenceError(ImmersionError):
 class Cloud(Protocol):
     """What the user side needs from the cloud: the target's ``advance`` (local or remote)."""
 
-    def advance(self, encoded_state: Any, encoded_input: Any) -> tuple[Any, Any]:
-        ...
+    def advance(self, encoded_state: Any, encoded_input: Any) -> tuple[Any, Any]: ...
 
 
 class ReactorPlant:
@@ -33,7 +33,9 @@ class ReactorPlant:
     ``t = 0`` the history is the constant initial value.
     """
 
-    def __init__(self, params: ReactorParameters, *, dt: float, substeps: int, samples: int) -> None:
+    def __init__(
+        self, params: ReactorParameters, *, dt: float, substeps: int, samples: int
+    ) -> None:
         self.params, self.h = params, dt / substeps
         self.substeps = substeps
         self.x = np.array(params.initial_state, dtype=float)
@@ -70,7 +72,8 @@ class ReactorPlant:
         if not math.isfinite(norm) or norm > DIVERGENCE_LIMIT:
             raise ReactorDivergenceError(
                 f"dt: the closed loop diverged at t = {self.t:.3g} s (state norm {norm:.3g}) with sampling period "
-                f"{self.h * self.substeps:g} s; use a smaller --dt (the notes check 0.001 to 0.1)")
+                f"{self.h * self.substeps:g} s; use a smaller --dt (the notes check 0.001 to 0.1)"
+            )
 
 
 @dataclass
@@ -80,29 +83,39 @@ class ReactorRun:
     t: np.ndarray
     y_plain: np.ndarray
     y_immersed: np.ndarray
-    y_encoded: np.ndarray           # (samples, n~_y): what the cloud sees
+    y_encoded: np.ndarray  # (samples, n~_y): what the cloud sees
     u_plain: np.ndarray
     u_decoded: np.ndarray
     u_encoded: np.ndarray
-    x_plain: np.ndarray             # plant states (samples + 1, 2)
+    x_plain: np.ndarray  # plant states (samples + 1, 2)
     x_immersed: np.ndarray
     controller_state_error: np.ndarray
-    step_s_plain: np.ndarray        # controller time per sample
-    step_s_immersed: np.ndarray     # encode + cloud + decode per sample
-    round_trip_s: np.ndarray        # time of the cloud call alone (remote: the network round trip)
+    step_s_plain: np.ndarray  # controller time per sample
+    step_s_immersed: np.ndarray  # encode + cloud + decode per sample
+    round_trip_s: np.ndarray  # time of the cloud call alone (remote: the network round trip)
     report: Any = None
     keys: str = ""
     extras: dict[str, Any] = field(default_factory=dict)
 
 
 def _diverged(t: float, who: str) -> ReactorDivergenceError:
-    return ReactorDivergenceError(f"dt: {who} produced non-finite values at t = {t:.3g} s; use a smaller --dt "
-                                  "(the notes check 0.001 to 0.1)")
+    return ReactorDivergenceError(
+        f"dt: {who} produced non-finite values at t = {t:.3g} s; use a smaller --dt "
+        "(the notes check 0.001 to 0.1)"
+    )
 
 
-def run_reactor(*, steps: int = 2000, dt: float = 0.01, substeps: int = 10, epsilon_input: float = 1e-3,
-                epsilon_output: float = 1e-3, seed: int = 0, params: ReactorParameters | None = None,
-                cloud_factory: Any = None) -> ReactorRun:
+def run_reactor(
+    *,
+    steps: int = 2000,
+    dt: float = 0.01,
+    substeps: int = 10,
+    epsilon_input: float = 1e-3,
+    epsilon_output: float = 1e-3,
+    seed: int = 0,
+    params: ReactorParameters | None = None,
+    cloud_factory: Any = None,
+) -> ReactorRun:
     """Run the plain and the immersed closed loop from the paper's initial state.
 
     ``cloud_factory(imm)`` returns the cloud side; by default the local ``imm.target``. The
@@ -110,13 +123,26 @@ def run_reactor(*, steps: int = 2000, dt: float = 0.01, substeps: int = 10, epsi
     """
     params = params or ReactorParameters()
     ctrl = ReactorController(dt=dt)
-    imm = immerse(ctrl.f, ctrl.g, n_state=3, n_input=1, n_output=1, extra_state=1, extra_input=2,
-                  extra_output=2, epsilon_input=epsilon_input, epsilon_output=epsilon_output, rng=seed,
-                  probe=(ctrl.initial_state, np.array([params.initial_state[0]])))
+    imm = immerse(
+        ctrl.f,
+        ctrl.g,
+        n_state=3,
+        n_input=1,
+        n_output=1,
+        extra_state=1,
+        extra_input=2,
+        extra_output=2,
+        epsilon_input=epsilon_input,
+        epsilon_output=epsilon_output,
+        rng=seed,
+        probe=(ctrl.initial_state, np.array([params.initial_state[0]])),
+    )
     cloud: Cloud = imm.target if cloud_factory is None else cloud_factory(imm)
     plants = [ReactorPlant(params, dt=dt, substeps=substeps, samples=steps) for _ in range(2)]
     xc, xc_enc = ctrl.initial_state.copy(), imm.encode_state(ctrl.initial_state)
-    rec: dict[str, list[Any]] = {k: [] for k in ("y_p", "y_i", "y_e", "u_p", "u_d", "u_e", "xerr", "tp", "ti", "rt")}
+    rec: dict[str, list[Any]] = {
+        k: [] for k in ("y_p", "y_i", "y_e", "u_p", "u_d", "u_e", "xerr", "tp", "ti", "rt")
+    }
     x_plain, x_imm = [plants[0].x.copy()], [plants[1].x.copy()]
     clock = time.perf_counter
     for _ in range(steps):
@@ -125,14 +151,14 @@ def run_reactor(*, steps: int = 2000, dt: float = 0.01, substeps: int = 10, epsi
         u_p = ctrl.g(xc, y_p)
         xc = ctrl.f(xc, y_p)
         t1 = clock()
-        y_enc = imm.encode_input(y_i)                       # user
+        y_enc = imm.encode_input(y_i)  # user
         t2 = clock()
         try:
-            u_enc, xc_enc = cloud.advance(xc_enc, y_enc)     # cloud: encoded data only
+            u_enc, xc_enc = cloud.advance(xc_enc, y_enc)  # cloud: encoded data only
         except NonFiniteError:
             raise _diverged(plants[1].t, "the immersed controller") from None
         t3 = clock()
-        u_i = imm.decode_output(u_enc, y_enc)               # user
+        u_i = imm.decode_output(u_enc, y_enc)  # user
         t4 = clock()
         if not (math.isfinite(float(u_p[0])) and np.isfinite(xc).all()):
             raise _diverged(plants[0].t, "the plain controller")
@@ -140,18 +166,36 @@ def run_reactor(*, steps: int = 2000, dt: float = 0.01, substeps: int = 10, epsi
         plants[1].advance(float(u_i[0]))
         x_plain.append(plants[0].x.copy())
         x_imm.append(plants[1].x.copy())
-        for key, value in (("y_p", y_p[0]), ("y_i", y_i[0]), ("y_e", np.asarray(y_enc)), ("u_p", u_p[0]),
-                           ("u_d", u_i[0]), ("u_e", np.asarray(u_enc)), ("tp", t1 - t0), ("ti", t4 - t1),
-                           ("rt", t3 - t2)):
+        for key, value in (
+            ("y_p", y_p[0]),
+            ("y_i", y_i[0]),
+            ("y_e", np.asarray(y_enc)),
+            ("u_p", u_p[0]),
+            ("u_d", u_i[0]),
+            ("u_e", np.asarray(u_enc)),
+            ("tp", t1 - t0),
+            ("ti", t4 - t1),
+            ("rt", t3 - t2),
+        ):
             rec[key].append(value)
         rec["xerr"].append(float(np.abs(imm.decode_state(xc_enc) - xc).max()))
     return ReactorRun(
-        t=np.arange(steps) * dt, y_plain=np.array(rec["y_p"]), y_immersed=np.array(rec["y_i"]),
-        y_encoded=np.array(rec["y_e"]), u_plain=np.array(rec["u_p"]), u_decoded=np.array(rec["u_d"]),
-        u_encoded=np.array(rec["u_e"]), x_plain=np.array(x_plain), x_immersed=np.array(x_imm),
-        controller_state_error=np.array(rec["xerr"]), step_s_plain=np.array(rec["tp"]),
-        step_s_immersed=np.array(rec["ti"]), round_trip_s=np.array(rec["rt"]), report=imm.report(),
-        keys=repr(imm.keys))
+        t=np.arange(steps) * dt,
+        y_plain=np.array(rec["y_p"]),
+        y_immersed=np.array(rec["y_i"]),
+        y_encoded=np.array(rec["y_e"]),
+        u_plain=np.array(rec["u_p"]),
+        u_decoded=np.array(rec["u_d"]),
+        u_encoded=np.array(rec["u_e"]),
+        x_plain=np.array(x_plain),
+        x_immersed=np.array(x_imm),
+        controller_state_error=np.array(rec["xerr"]),
+        step_s_plain=np.array(rec["tp"]),
+        step_s_immersed=np.array(rec["ti"]),
+        round_trip_s=np.array(rec["rt"]),
+        report=imm.report(),
+        keys=repr(imm.keys),
+    )
 
 
 def summary(run: ReactorRun, *, remote: bool = False) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 Registers the federated schemes ``sgd-dp``, ``gsgd-dp`` and ``gd-dp`` (``immersion fl run``) and
 the command ``immersion dp secagg`` (the accountant of Theorems 2 and 4).
 """
+
 from __future__ import annotations
 
 from immersion.hookspecs import CommandSpec, SchemeSpec, hookimpl
@@ -19,7 +20,23 @@ def immersion_register_commands() -> list[CommandSpec]:
 def immersion_register_fl_schemes() -> list[SchemeSpec]:
     from .engine import run_secagg, unsupported_factory
 
-    return [SchemeSpec("sgd-dp", unsupported_factory, "SGD + IID sampling + isotropic noise (seed 001)", runner=run_secagg),
-            SchemeSpec("gsgd-dp", unsupported_factory, "Gaussian sampling + WF-NA noise (seed 001 Theorem 4)",
-                       runner=run_secagg),
-            SchemeSpec("gd-dp", unsupported_factory, "full gradient + isotropic noise (seed 001)", runner=run_secagg)]
+    return [
+        SchemeSpec(
+            "sgd-dp",
+            unsupported_factory,
+            "SGD + IID sampling + isotropic noise (seed 001)",
+            runner=run_secagg,
+        ),
+        SchemeSpec(
+            "gsgd-dp",
+            unsupported_factory,
+            "Gaussian sampling + WF-NA noise (seed 001 Theorem 4)",
+            runner=run_secagg,
+        ),
+        SchemeSpec(
+            "gd-dp",
+            unsupported_factory,
+            "full gradient + isotropic noise (seed 001)",
+            runner=run_secagg,
+        ),
+    ]

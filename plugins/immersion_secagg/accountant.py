@@ -21,6 +21,7 @@ RDP adds over rounds; :func:`epsilon_from_rdp` converts with Lemma 1 (Mironov:
 ``eps = rdp(a) + log(1/delta) / (a - 1)``), minimised over the valid range of ``a`` (the function is
 convex there, so a bounded 1-D search finds the minimum; it may sit at the open boundary).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,9 +47,13 @@ class Setting:
             if int(getattr(self, name)) < 1:
                 raise InvalidArgumentError(name, f"expected >= 1, got {getattr(self, name)}")
         if self.batch > self.samples:
-            raise InvalidArgumentError("batch", f"expected <= samples ({self.samples}), got {self.batch}")
-        if not (self.clip > 0 and 0 < self.clip * self.clip < math.inf):   # every bound uses C^2
-            raise InvalidArgumentError("clip", f"expected > 0 with a finite, non-zero square, got {self.clip}")
+            raise InvalidArgumentError(
+                "batch", f"expected <= samples ({self.samples}), got {self.batch}"
+            )
+        if not (self.clip > 0 and 0 < self.clip * self.clip < math.inf):  # every bound uses C^2
+            raise InvalidArgumentError(
+                "clip", f"expected > 0 with a finite, non-zero square, got {self.clip}"
+            )
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ def _positive(value: float, name: str) -> float:
 
 def theorem2_alpha_max(s: Setting, min_eig_sum: float) -> float:
     """End of eq. 19's range: ``D Lambda / C^2`` (empty if ``C^2 / D >= Lambda``)."""
-    return s.samples * _positive(min_eig_sum, "min_eig_sum") / s.clip ** 2
+    return s.samples * _positive(min_eig_sum, "min_eig_sum") / s.clip**2
 
 
 def rdp_theorem2(alpha: float, s: Setting, min_eig_sum: float) -> float:
@@ -82,15 +87,17 @@ def rdp_theorem2(alpha: float, s: Setting, min_eig_sum: float) -> float:
     >>> round(rdp_theorem2(2.0, Setting(50, 1200, 32, 10.0), 1.0), 7)
     0.2106667
     """
-    c2, d, b = s.clip ** 2, s.samples, s.batch
+    c2, d, b = s.clip**2, s.samples, s.batch
     if not 1 < alpha < theorem2_alpha_max(s, min_eig_sum):
         return math.inf
-    return (2 * alpha * b * c2 / d ** 2 + alpha * c2 / ((alpha - 1) * d)) / (min_eig_sum - alpha * c2 / d)
+    return (2 * alpha * b * c2 / d**2 + alpha * c2 / ((alpha - 1) * d)) / (
+        min_eig_sum - alpha * c2 / d
+    )
 
 
 def theorem4_alpha_max(s: Setting, sigma2: float, *, strict_range: bool = False) -> float:
     """End of eq. 35's range: positivity ``N B D sigma2 / (2 C^2)``, or the paper's ``N D sigma2 / (2 C^2)``."""
-    span = s.users * s.samples * _positive(sigma2, "sigma2") / (2 * s.clip ** 2)
+    span = s.users * s.samples * _positive(sigma2, "sigma2") / (2 * s.clip**2)
     return span if strict_range else span * s.batch
 
 
@@ -102,32 +109,50 @@ def rdp_theorem4(alpha: float, s: Setting, sigma2: float, *, strict_range: bool 
     >>> round(rdp_theorem4(2.0, Setting(50, 1200, 32, 10.0), 1e-3), 6)
     0.270175
     """
-    c2, d, b, n = s.clip ** 2, s.samples, s.batch, s.users
+    c2, d, b, n = s.clip**2, s.samples, s.batch, s.users
     if not 1 < alpha < theorem4_alpha_max(s, sigma2, strict_range=strict_range):
         return math.inf
-    return (2 * alpha * c2 / d ** 2 + 2 * alpha * c2 / ((alpha - 1) * b * d)) / (n * sigma2 - 2 * alpha * c2 / (b * d))
+    return (2 * alpha * c2 / d**2 + 2 * alpha * c2 / ((alpha - 1) * b * d)) / (
+        n * sigma2 - 2 * alpha * c2 / (b * d)
+    )
 
 
 def rdp_gd_isotropic(alpha: float, s: Setting, sigma2: float) -> float:
     """Table 1, GD + isotropic noise ``sigma2`` per user: the Gaussian mechanism with sensitivity 2C/D."""
-    return 2 * alpha * s.clip ** 2 / (s.samples ** 2 * s.users * _positive(sigma2, "sigma2")) if alpha > 1 else math.inf
+    return (
+        2 * alpha * s.clip**2 / (s.samples**2 * s.users * _positive(sigma2, "sigma2"))
+        if alpha > 1
+        else math.inf
+    )
 
 
 def rdp_sgd_isotropic(alpha: float, s: Setting, sigma2: float) -> float:
     """Table 1, SGD + IID sampling + isotropic noise, before amplification: sensitivity 2C/B."""
-    return 2 * alpha * s.clip ** 2 / (s.batch ** 2 * s.users * _positive(sigma2, "sigma2")) if alpha > 1 else math.inf
+    return (
+        2 * alpha * s.clip**2 / (s.batch**2 * s.users * _positive(sigma2, "sigma2"))
+        if alpha > 1
+        else math.inf
+    )
 
 
 def rdp_gaussian_sampling_isotropic(alpha: float, s: Setting, sigma2: float) -> float:
     """Table 1, Gaussian sampling + isotropic noise ``sigma2`` per user (data-independent noise)."""
-    c2, d, b, n = s.clip ** 2, s.samples, s.batch, s.users
+    c2, d, b, n = s.clip**2, s.samples, s.batch, s.users
     if not 1 < alpha < n * b * d * _positive(sigma2, "sigma2") / c2:
         return math.inf
-    return (2 * alpha * c2 / d ** 2 + alpha * c2 / ((alpha - 1) * b * d)) / (n * sigma2 - alpha * c2 / (b * d))
+    return (2 * alpha * c2 / d**2 + alpha * c2 / ((alpha - 1) * b * d)) / (
+        n * sigma2 - alpha * c2 / (b * d)
+    )
 
 
-def epsilon_from_rdp(rdp: Callable[[float], float], delta: float, *, alpha_max: float = math.inf, rounds: int = 1,
-                     mechanism: str = "") -> Guarantee:
+def epsilon_from_rdp(
+    rdp: Callable[[float], float],
+    delta: float,
+    *,
+    alpha_max: float = math.inf,
+    rounds: int = 1,
+    mechanism: str = "",
+) -> Guarantee:
     """Lemma 1 minimised over ``1 < alpha < alpha_max``, with the RDP of ``rounds`` rounds added up.
 
     Examples
@@ -153,17 +178,30 @@ def epsilon_from_rdp(rdp: Callable[[float], float], delta: float, *, alpha_max: 
     values = np.array([total(a) for a in grid])
     best = int(np.argmin(values))
     lo_a, hi_a = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
-    refined = minimize_scalar(total, bounds=(lo_a, hi_a), method="bounded", options={"xatol": 1e-10})
-    alpha, eps = (float(refined.x), float(refined.fun)) if refined.fun <= values[best] else (float(grid[best]),
-                                                                                            float(values[best]))
+    refined = minimize_scalar(
+        total, bounds=(lo_a, hi_a), method="bounded", options={"xatol": 1e-10}
+    )
+    alpha, eps = (
+        (float(refined.x), float(refined.fun))
+        if refined.fun <= values[best]
+        else (float(grid[best]), float(values[best]))
+    )
     return Guarantee(eps, delta, alpha, rounds, alpha_max, mechanism)
 
 
 THEOREMS = ("2", "4")
 
 
-def guarantee(theorem: str, s: Setting, delta: float, *, rounds: int = 1, min_eig_sum: float | None = None,
-              sigma2: float | None = None, strict_range: bool = False) -> Guarantee:
+def guarantee(
+    theorem: str,
+    s: Setting,
+    delta: float,
+    *,
+    rounds: int = 1,
+    min_eig_sum: float | None = None,
+    sigma2: float | None = None,
+    strict_range: bool = False,
+) -> Guarantee:
     """``(epsilon, delta)`` of Theorem 2 (needs ``min_eig_sum``) or Theorem 4 (needs ``sigma2``) over ``rounds``.
 
     Examples
@@ -174,22 +212,37 @@ def guarantee(theorem: str, s: Setting, delta: float, *, rounds: int = 1, min_ei
     """
     if theorem == "2":
         if min_eig_sum is None or sigma2 is not None:
-            raise InvalidArgumentError("min_eig_sum", "Theorem 2 needs min_eig_sum (Lambda) and no sigma2")
-        return epsilon_from_rdp(lambda a: rdp_theorem2(a, s, min_eig_sum), delta, rounds=rounds,
-                                alpha_max=theorem2_alpha_max(s, min_eig_sum), mechanism="Theorem 2 (eq. 19)")
+            raise InvalidArgumentError(
+                "min_eig_sum", "Theorem 2 needs min_eig_sum (Lambda) and no sigma2"
+            )
+        return epsilon_from_rdp(
+            lambda a: rdp_theorem2(a, s, min_eig_sum),
+            delta,
+            rounds=rounds,
+            alpha_max=theorem2_alpha_max(s, min_eig_sum),
+            mechanism="Theorem 2 (eq. 19)",
+        )
     if theorem == "4":
         if sigma2 is None or min_eig_sum is not None:
             raise InvalidArgumentError("sigma2", "Theorem 4 needs sigma2 and no min_eig_sum")
-        return epsilon_from_rdp(lambda a: rdp_theorem4(a, s, sigma2, strict_range=strict_range), delta,
-                                rounds=rounds, alpha_max=theorem4_alpha_max(s, sigma2, strict_range=strict_range),
-                                mechanism="Theorem 4 (eq. 35)" + (", stated range" if strict_range else ""))
+        return epsilon_from_rdp(
+            lambda a: rdp_theorem4(a, s, sigma2, strict_range=strict_range),
+            delta,
+            rounds=rounds,
+            alpha_max=theorem4_alpha_max(s, sigma2, strict_range=strict_range),
+            mechanism="Theorem 4 (eq. 35)" + (", stated range" if strict_range else ""),
+        )
     raise InvalidArgumentError("theorem", f"expected one of {THEOREMS}, got {theorem!r}")
 
 
 def gd_guarantee(s: Setting, sigma2: float, delta: float, *, rounds: int = 1) -> Guarantee:
     """GD + isotropic noise (Table 1 row 3), RDP added over rounds, Lemma 1."""
-    return epsilon_from_rdp(lambda a: rdp_gd_isotropic(a, s, sigma2), delta, rounds=rounds,
-                            mechanism="GD + isotropic Gaussian (Table 1)")
+    return epsilon_from_rdp(
+        lambda a: rdp_gd_isotropic(a, s, sigma2),
+        delta,
+        rounds=rounds,
+        mechanism="GD + isotropic Gaussian (Table 1)",
+    )
 
 
 def table1_sgd_epsilon(s: Setting, sigma2: float, delta: float) -> float:
@@ -210,12 +263,26 @@ def sgd_guarantee(s: Setting, sigma2: float, delta: float, *, rounds: int = 1) -
         raise InvalidArgumentError("delta", f"expected in (0, 1), got {delta}")
     multiplier = math.sqrt(s.users * _positive(sigma2, "sigma2")) * s.batch / (2 * s.clip)
     accountant = rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
-    event = dpa.SampledWithoutReplacementDpEvent(s.samples, s.batch, dpa.GaussianDpEvent(multiplier))
+    event = dpa.SampledWithoutReplacementDpEvent(
+        s.samples, s.batch, dpa.GaussianDpEvent(multiplier)
+    )
     try:
         accountant.compose(dpa.SelfComposedDpEvent(event, rounds))
         eps, order = accountant.get_epsilon_and_optimal_order(delta)
-    except (ArithmeticError, ValueError) as exc:   # dp-accounting's float math fails at extreme multipliers
-        raise InvalidArgumentError("sigma2", f"noise multiplier sqrt(N sigma2) B / (2 C) = {multiplier:.3g} is outside "
-                                   f"the range dp-accounting can evaluate ({exc}); check sigma2 and the clip") from None
-    return Guarantee(float(eps), delta, float(order), rounds, math.inf,
-                     "SGD + IID sampling + isotropic Gaussian (dp-accounting, sampling without replacement)")
+    except (
+        ArithmeticError,
+        ValueError,
+    ) as exc:  # dp-accounting's float math fails at extreme multipliers
+        raise InvalidArgumentError(
+            "sigma2",
+            f"noise multiplier sqrt(N sigma2) B / (2 C) = {multiplier:.3g} is outside "
+            f"the range dp-accounting can evaluate ({exc}); check sigma2 and the clip",
+        ) from None
+    return Guarantee(
+        float(eps),
+        delta,
+        float(order),
+        rounds,
+        math.inf,
+        "SGD + IID sampling + isotropic Gaussian (dp-accounting, sampling without replacement)",
+    )

@@ -16,6 +16,7 @@
 Note that ``lambda_min`` of a user's covariance is data-dependent (notes 9.9): these functions are for
 analysis and tests, not for release.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,7 +46,7 @@ def lemma2_holds(G: np.ndarray, clip: float) -> bool:
     if c == 0:
         raise InvalidArgumentError("clip", "expected > 0, got 0")
     lam_max = float(np.linalg.norm(g, 2)) ** 2 / g.shape[1]
-    return lam_max <= c ** 2 * (1 + LEMMA2_RTOL)
+    return lam_max <= c**2 * (1 + LEMMA2_RTOL)
 
 
 def covariance_is_singular(G: np.ndarray) -> bool:
@@ -75,11 +76,15 @@ def min_eigenvalue_sum(Gs: Sequence[np.ndarray]) -> float:
     2.5
     """
     if isinstance(Gs, np.ndarray) and Gs.ndim == 2:
-        raise InvalidArgumentError("Gs", "expected a sequence of (K, D) arrays, one per user, got one 2-D array")
+        raise InvalidArgumentError(
+            "Gs", "expected a sequence of (K, D) arrays, one per user, got one 2-D array"
+        )
     try:
         mats = [_gradients(g, "Gs") for g in Gs]
     except TypeError:
-        raise InvalidArgumentError("Gs", "expected a sequence of (K, D) arrays, one per user") from None
+        raise InvalidArgumentError(
+            "Gs", "expected a sequence of (K, D) arrays, one per user"
+        ) from None
     if not mats:
         raise InvalidArgumentError("Gs", "expected at least one user")
     if len({m.shape[0] for m in mats}) != 1:
@@ -124,16 +129,22 @@ def in_span(g_new: np.ndarray, G_all: np.ndarray | Sequence[np.ndarray], tol: fl
         try:
             parts = [_gradients(g, "G_all") for g in G_all]
         except TypeError:
-            raise InvalidArgumentError("G_all", "expected a (K, M) array or a sequence of (K, D_i) arrays") from None
+            raise InvalidArgumentError(
+                "G_all", "expected a (K, M) array or a sequence of (K, D_i) arrays"
+            ) from None
         if not parts or len({p.shape[0] for p in parts}) != 1:
-            raise InvalidArgumentError("G_all", "expected one or more arrays with the same number of rows K")
+            raise InvalidArgumentError(
+                "G_all", "expected one or more arrays with the same number of rows K"
+            )
         mat = np.hstack(parts)
     try:
         g = np.asarray(g_new, dtype=np.float64)
     except (TypeError, ValueError):
         raise InvalidArgumentError("g_new", "expected a real (K,) vector") from None
     if g.shape != (mat.shape[0],) or not np.all(np.isfinite(g)):
-        raise InvalidArgumentError("g_new", f"expected a finite vector of shape ({mat.shape[0]},), got {g.shape}")
+        raise InvalidArgumentError(
+            "g_new", f"expected a finite vector of shape ({mat.shape[0]},), got {g.shape}"
+        )
     tol = _nonnegative(tol, "tol")
     u, s, _ = np.linalg.svd(mat, full_matrices=False)
     rank = int(np.sum(s > s.max(initial=0.0) * max(mat.shape) * np.finfo(np.float64).eps))
@@ -147,8 +158,15 @@ def _mean(mu: object, name: str, k: int | None) -> np.ndarray:
         arr = np.asarray(mu, dtype=np.float64)
     except (TypeError, ValueError):
         raise InvalidArgumentError(name, "expected a real vector") from None
-    if arr.ndim != 1 or arr.size == 0 or (k is not None and arr.size != k) or not np.all(np.isfinite(arr)):
-        raise InvalidArgumentError(name, f"expected a finite vector of length {k or 'K >= 1'}, got shape {arr.shape}")
+    if (
+        arr.ndim != 1
+        or arr.size == 0
+        or (k is not None and arr.size != k)
+        or not np.all(np.isfinite(arr))
+    ):
+        raise InvalidArgumentError(
+            name, f"expected a finite vector of length {k or 'K >= 1'}, got shape {arr.shape}"
+        )
     return arr
 
 
@@ -159,7 +177,9 @@ def _covariance(cov: object, name: str, k: int) -> tuple[np.ndarray, float]:
     except (TypeError, ValueError):
         raise InvalidArgumentError(name, "expected a real (K, K) matrix") from None
     if arr.shape != (k, k) or not np.all(np.isfinite(arr)):
-        raise InvalidArgumentError(name, f"expected a finite ({k}, {k}) matrix, got shape {arr.shape}")
+        raise InvalidArgumentError(
+            name, f"expected a finite ({k}, {k}) matrix, got shape {arr.shape}"
+        )
     if not np.allclose(arr, arr.T, rtol=1e-10, atol=1e-14 * max(float(np.abs(arr).max()), 1.0)):
         raise InvalidArgumentError(name, "expected a symmetric matrix")
     arr = (arr + arr.T) / 2
@@ -170,8 +190,9 @@ def _covariance(cov: object, name: str, k: int) -> tuple[np.ndarray, float]:
     return arr, 2.0 * float(np.sum(np.log(np.diag(chol))))
 
 
-def gaussian_renyi_divergence(alpha: float, mu1: np.ndarray, cov1: np.ndarray, mu2: np.ndarray,
-                              cov2: np.ndarray) -> float:
+def gaussian_renyi_divergence(
+    alpha: float, mu1: np.ndarray, cov1: np.ndarray, mu2: np.ndarray, cov2: np.ndarray
+) -> float:
     """Exact ``D_alpha(N(mu1, cov1) || N(mu2, cov2))`` (eq. 22, Gil et al. 2013, Table 2).
 
     With ``Sigma_alpha = (1 - alpha) cov1 + alpha cov2`` and ``dmu = mu1 - mu2``::
@@ -217,7 +238,7 @@ def gaussian_renyi_divergence(alpha: float, mu1: np.ndarray, cov1: np.ndarray, m
         return math.inf
     logdet_mixed = 2.0 * float(np.sum(np.log(np.diag(chol))))
     dmu = m1 - m2
-    white = np.linalg.solve(chol, dmu)                       # chol^{-1} dmu: dmu^T Sigma_alpha^{-1} dmu = ||white||^2
+    white = np.linalg.solve(chol, dmu)  # chol^{-1} dmu: dmu^T Sigma_alpha^{-1} dmu = ||white||^2
     quad = float(white @ white)
     log_ratio = logdet_mixed - (1 - a) * logdet1 - a * logdet2
     return max(a / 2 * quad - log_ratio / (2 * (a - 1)), 0.0)

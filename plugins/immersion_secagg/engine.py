@@ -20,6 +20,7 @@ by the quantisation error, and the accountant's guarantee is for the exact sum, 
 one (see that module). There the nodes draw their sampling and noise from OS entropy; the
 reference run and the round-time ratio are computed in-process.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,7 +35,13 @@ from immersion_fl.engine import RunConfig, RunResult, build_model_for
 from immersion_fl.faults import FaultPlan
 
 from .accountant import Guarantee, Setting, gd_guarantee, guarantee, sgd_guarantee
-from .updates import clip_rows, full_gradient_update, gaussian_sampling_update, iid_sampling_update, isotropic_noise
+from .updates import (
+    clip_rows,
+    full_gradient_update,
+    gaussian_sampling_update,
+    iid_sampling_update,
+    isotropic_noise,
+)
 from .wfna import wfna_noise
 
 SCHEMES = ("sgd-dp", "gsgd-dp", "gd-dp")
@@ -52,17 +59,29 @@ class SecaggResult(RunResult):
     def summary(self) -> dict[str, Any]:
         out = super().summary()
         g = self.guarantee
-        out.update({"sigma2": self.sigma2, "epsilon": g.epsilon if g else None, "delta": g.delta if g else None,
-                    "alpha": g.alpha if g else None, "accountant": g.mechanism if g else None,
-                    "users": self.config.clients, "samples_per_user": self.n_encoded, "batch": self.config.batch_size,
-                    "grad_clip": self.config.grad_clip, "update_s_median": float(np.median(self.update_s))})
+        out.update(
+            {
+                "sigma2": self.sigma2,
+                "epsilon": g.epsilon if g else None,
+                "delta": g.delta if g else None,
+                "alpha": g.alpha if g else None,
+                "accountant": g.mechanism if g else None,
+                "users": self.config.clients,
+                "samples_per_user": self.n_encoded,
+                "batch": self.config.batch_size,
+                "grad_clip": self.config.grad_clip,
+                "update_s_median": float(np.median(self.update_s)),
+            }
+        )
         out["n_encoded"] = self.n_params
         return out
 
 
 def unsupported_factory(options: Any) -> Any:
     """These schemes have their own rounds: run them with ``run_federated`` or ``immersion fl run``."""
-    raise InvalidArgumentError("scheme", "sgd-dp, gsgd-dp and gd-dp run through run_federated / immersion fl run")
+    raise InvalidArgumentError(
+        "scheme", "sgd-dp, gsgd-dp and gd-dp run through run_federated / immersion fl run"
+    )
 
 
 def account(scheme: str, s: Setting, sigma2: float, delta: float, rounds: int) -> Guarantee:
@@ -82,11 +101,16 @@ def calibrate(scheme: str, s: Setting, epsilon: float, delta: float, rounds: int
     while account(scheme, s, hi, delta, rounds).epsilon > epsilon:
         hi *= 10
         if hi > 1e12:
-            raise InvalidArgumentError("epsilon", f"{scheme} cannot reach epsilon {epsilon} with any noise "
-                                       f"(sigma2 <= 1e12) at grad_clip {s.clip:g}")
+            raise InvalidArgumentError(
+                "epsilon",
+                f"{scheme} cannot reach epsilon {epsilon} with any noise "
+                f"(sigma2 <= 1e12) at grad_clip {s.clip:g}",
+            )
     while hi / lo > 1.001:
         mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if account(scheme, s, mid, delta, rounds).epsilon > epsilon else (lo, mid)
+        lo, hi = (
+            (mid, hi) if account(scheme, s, mid, delta, rounds).epsilon > epsilon else (lo, mid)
+        )
     return hi
 
 
@@ -108,20 +132,28 @@ class User:
         rows = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(w, self.x, self.y)
         return clip_rows(rows.numpy(), clip).T
 
-    def update(self, cfg: RunConfig, model: Any, w: Any, sigma2: float, t: int, *, secret: bool = False) -> np.ndarray:
+    def update(
+        self, cfg: RunConfig, model: Any, w: Any, sigma2: float, t: int, *, secret: bool = False
+    ) -> np.ndarray:
         """This user's upload in round ``t``. Its sampling and noise come from the run seed (the
         in-process simulation: reproducible, and the same batches as the reference run) or, with
         ``secret``, from OS entropy (Flower nodes: nobody else can recompute the noise)."""
-        rng = np.random.default_rng() if secret else np.random.default_rng([cfg.seed, t, self.index])
-        if cfg.scheme == "sgd-dp":              # IID sampling first: only the batch's gradients are needed
+        rng = (
+            np.random.default_rng() if secret else np.random.default_rng([cfg.seed, t, self.index])
+        )
+        if cfg.scheme == "sgd-dp":  # IID sampling first: only the batch's gradients are needed
             idx = rng.choice(len(self.y), cfg.batch_size, replace=False)
             batch = User(self.index, self.x[idx], self.y[idx])
             G = batch.gradients(model, w, cfg.grad_clip)
             return user_update("gd-dp", G, cfg.batch_size, sigma2, rng)
-        return user_update(cfg.scheme, self.gradients(model, w, cfg.grad_clip), cfg.batch_size, sigma2, rng)
+        return user_update(
+            cfg.scheme, self.gradients(model, w, cfg.grad_clip), cfg.batch_size, sigma2, rng
+        )
 
 
-def user_update(scheme: str, G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator) -> np.ndarray:
+def user_update(
+    scheme: str, G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator
+) -> np.ndarray:
     """One user's upload for ``scheme`` from its clipped gradients ``G`` (K x D); with ``sigma2 = 0``
     no noise is added and, for gsgd-dp, nothing is sampled (the reference run)."""
     if scheme == "sgd-dp":
@@ -135,8 +167,13 @@ def user_update(scheme: str, G: np.ndarray, batch: int, sigma2: float, rng: np.r
     return update + isotropic_noise(G.shape[0], sigma2, rng) if sigma2 > 0 else update
 
 
-def run_secagg(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str], None] | None = None,
-               faults: FaultPlan | None = None) -> SecaggResult:
+def run_secagg(
+    cfg: RunConfig,
+    *,
+    engine: str = "local",
+    progress: Callable[[str], None] | None = None,
+    faults: FaultPlan | None = None,
+) -> SecaggResult:
     """Train ``cfg`` with ``cfg.scheme`` in ``SCHEMES`` beside the same run without noise."""
     import torch
 
@@ -145,8 +182,10 @@ def run_secagg(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str
     if engine not in ("local", "flower"):
         raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
     if faults is not None and faults.faults:
-        raise InvalidArgumentError("inject_fault", "seed 001's analysis assumes every user in every round; "
-                                   "dropouts are not modelled")
+        raise InvalidArgumentError(
+            "inject_fault",
+            "seed 001's analysis assumes every user in every round; dropouts are not modelled",
+        )
     if cfg.noise not in ("auto", "on", "off"):
         raise InvalidArgumentError("noise", f"{cfg.scheme} expects on or off, got {cfg.noise!r}")
     users, model, data = make_users(cfg)
@@ -155,9 +194,18 @@ def run_secagg(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str
     if cfg.noise == "off":
         sigma2 = 0.0
     else:
-        sigma2 = cfg.sigma2 if cfg.sigma2 is not None else calibrate(cfg.scheme, s, cfg.epsilon, cfg.delta, cfg.rounds)
-    result = SecaggResult(cfg, n_params=model.n_params, n_encoded=samples, sigma2=sigma2,
-                          guarantee=account(cfg.scheme, s, sigma2, cfg.delta, cfg.rounds))
+        sigma2 = (
+            cfg.sigma2
+            if cfg.sigma2 is not None
+            else calibrate(cfg.scheme, s, cfg.epsilon, cfg.delta, cfg.rounds)
+        )
+    result = SecaggResult(
+        cfg,
+        n_params=model.n_params,
+        n_encoded=samples,
+        sigma2=sigma2,
+        guarantee=account(cfg.scheme, s, sigma2, cfg.delta, cfg.rounds),
+    )
     x_test = torch.as_tensor(data.x_test, dtype=torch.float64)
     y_test = torch.as_tensor(data.y_test, dtype=torch.long)
     w = model.initial_vector(cfg.seed)
@@ -179,7 +227,19 @@ def run_secagg(cfg: RunConfig, *, engine: str = "local", progress: Callable[[str
         start = time.perf_counter()
         total_plain = sum(user.update(cfg, model, plain, 0.0, t) for user in users)
         plain = plain - cfg.lr * torch.as_tensor(total_plain) / cfg.clients
-        _record(result, model, w, plain, x_test, y_test, seconds, time.perf_counter() - start, update_s, t, progress)
+        _record(
+            result,
+            model,
+            w,
+            plain,
+            x_test,
+            y_test,
+            seconds,
+            time.perf_counter() - start,
+            update_s,
+            t,
+            progress,
+        )
     return result
 
 
@@ -188,13 +248,24 @@ def make_users(cfg: RunConfig) -> tuple[list[User], Any, Any]:
     import torch
 
     data = load_dataset(cfg.dataset, seed=cfg.seed)
-    parts = split_clients(data.y_train, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed)
+    parts = split_clients(
+        data.y_train, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed
+    )
     samples = min(len(p) for p in parts)
     if cfg.batch_size > samples:
-        raise InvalidArgumentError("batch_size", f"expected <= the {samples} records each user holds "
-                                   f"({len(data.y_train)} training records over {cfg.clients} users)")
-    users = [User(i, torch.as_tensor(data.x_train[p[:samples]], dtype=torch.float64),
-                  torch.as_tensor(data.y_train[p[:samples]], dtype=torch.long)) for i, p in enumerate(parts)]
+        raise InvalidArgumentError(
+            "batch_size",
+            f"expected <= the {samples} records each user holds "
+            f"({len(data.y_train)} training records over {cfg.clients} users)",
+        )
+    users = [
+        User(
+            i,
+            torch.as_tensor(data.x_train[p[:samples]], dtype=torch.float64),
+            torch.as_tensor(data.y_train[p[:samples]], dtype=torch.long),
+        )
+        for i, p in enumerate(parts)
+    ]
     return users, build_model_for(cfg, data), data
 
 
@@ -215,7 +286,9 @@ class NodeUpdates:
             users, model, _ = make_users(self.cfg)
             self._cache[key] = (users[user], model)
         node, model = self._cache[key]
-        return node.update(self.cfg, model, torch.as_tensor(model_vector), self.sigma2, t, secret=True)
+        return node.update(
+            self.cfg, model, torch.as_tensor(model_vector), self.sigma2, t, secret=True
+        )
 
 
 def _flower_models(cfg: RunConfig, w0: Any, sigma2: float) -> Any:
@@ -223,17 +296,38 @@ def _flower_models(cfg: RunConfig, w0: Any, sigma2: float) -> Any:
     from .flower_secagg import secagg_sum
 
     lr = cfg.lr
-    clipping_range = cfg.grad_clip + 8.0 * math.sqrt(max(sigma2, 0.0) + cfg.grad_clip ** 2 / cfg.batch_size)
+    clipping_range = cfg.grad_clip + 8.0 * math.sqrt(
+        max(sigma2, 0.0) + cfg.grad_clip**2 / cfg.batch_size
+    )
 
     def step(model: np.ndarray, total: np.ndarray, contributors: list[int]) -> np.ndarray:
-        return model - lr * total / len(contributors)          # FedSGD: the mean over who contributed
+        return model - lr * total / len(contributors)  # FedSGD: the mean over who contributed
 
-    return secagg_sum(NodeUpdates(cfg, sigma2), cfg.clients, cfg.rounds, clipping_range=clipping_range,
-                      quantization_range=2**22, modulus_range=2**32, initial=w0.numpy(), step=step)
+    return secagg_sum(
+        NodeUpdates(cfg, sigma2),
+        cfg.clients,
+        cfg.rounds,
+        clipping_range=clipping_range,
+        quantization_range=2**22,
+        modulus_range=2**32,
+        initial=w0.numpy(),
+        step=step,
+    )
 
 
-def _record(result: SecaggResult, model: Any, w: Any, plain: Any, x_test: Any, y_test: Any, seconds: float,
-            seconds_plain: float, update_s: float, t: int, progress: Callable[[str], None] | None) -> None:
+def _record(
+    result: SecaggResult,
+    model: Any,
+    w: Any,
+    plain: Any,
+    x_test: Any,
+    y_test: Any,
+    seconds: float,
+    seconds_plain: float,
+    update_s: float,
+    t: int,
+    progress: Callable[[str], None] | None,
+) -> None:
     acc, loss = model.evaluate(w, x_test, y_test)
     acc_p, loss_p = model.evaluate(plain, x_test, y_test)
     result.accuracy.append(acc)

@@ -102,6 +102,7 @@ Not to be relied on (limitations):
   (distributed discrete Gaussian / Skellam-type analyses do this for noise added on the integer
   lattice, with modular wrap-around); we have not done it for Theorems 2 and 4.
 """
+
 from __future__ import annotations
 
 import math
@@ -139,12 +140,16 @@ class AggregationRun:
     server_outputs: list[np.ndarray | None]
     contributors: list[list[int]]
     round_seconds: list[float]
-    models: list[np.ndarray] = field(default_factory=list)      # the model after every round (with ``step``)
+    models: list[np.ndarray] = field(
+        default_factory=list
+    )  # the model after every round (with ``step``)
     total_seconds: float = 0.0
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-def quantization_error_bound(contributors: int, clipping_range: float, quantization_range: int) -> float:
+def quantization_error_bound(
+    contributors: int, clipping_range: float, quantization_range: int
+) -> float:
     """Worst-case per-coordinate error of a SecAgg+ sum over ``contributors`` users, no coordinate clipped.
 
     Each user's stochastic rounding moves a value by less than one step ``2c / T``; the sum of ``k``
@@ -174,10 +179,21 @@ def _flwr() -> Any:
         from flwr.server.strategy import FedAvg
         from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
     except ImportError:
-        raise OptionalDependencyError("flwr[simulation]", "fl", "secure aggregation on Flower") from None
-    return dict(simulation=simulation, ClientApp=ClientApp, NumPyClient=NumPyClient, secaggplus_mod=secaggplus_mod,
-                LegacyContext=LegacyContext, ServerApp=ServerApp, ServerConfig=ServerConfig, FedAvg=FedAvg,
-                DefaultWorkflow=DefaultWorkflow, SecAggPlusWorkflow=SecAggPlusWorkflow)
+        raise OptionalDependencyError(
+            "flwr[simulation]", "fl", "secure aggregation on Flower"
+        ) from None
+    return dict(
+        simulation=simulation,
+        ClientApp=ClientApp,
+        NumPyClient=NumPyClient,
+        secaggplus_mod=secaggplus_mod,
+        LegacyContext=LegacyContext,
+        ServerApp=ServerApp,
+        ServerConfig=ServerConfig,
+        FedAvg=FedAvg,
+        DefaultWorkflow=DefaultWorkflow,
+        SecAggPlusWorkflow=SecAggPlusWorkflow,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------- client
@@ -194,23 +210,34 @@ class _ClientFn:
         user = int(context.node_config["partition-id"])
 
         class _User(NumPyClient):  # type: ignore[misc, valid-type]
-            def fit(self, parameters: Any, config: Any) -> tuple[list[np.ndarray], int, dict[str, Any]]:
+            def fit(
+                self, parameters: Any, config: Any
+            ) -> tuple[list[np.ndarray], int, dict[str, Any]]:
                 model = np.asarray(parameters[0], dtype=np.float64)
-                update = np.ascontiguousarray(updates(int(config["round"]), user, model), dtype=np.float64)
+                update = np.ascontiguousarray(
+                    updates(int(config["round"]), user, model), dtype=np.float64
+                )
                 return [update], 1, {"user": user}
 
         return _User().to_client()
 
 
-def _dropout_mod(msg: Any, ctxt: Any, call_next: Callable[[Any, Any], Any], *,
-                 dropouts: Mapping[tuple[int, int], str]) -> Any:
+def _dropout_mod(
+    msg: Any,
+    ctxt: Any,
+    call_next: Callable[[Any, Any], Any],
+    *,
+    dropouts: Mapping[tuple[int, int], str],
+) -> Any:
     """Fail (raise) when ``dropouts`` says this user drops at this round and stage (in front of SecAgg+)."""
     user = int(ctxt.node_config["partition-id"])
     t = int(msg.metadata.group_id) - 1 if str(msg.metadata.group_id).isdigit() else -1
     stage = dropouts.get((t, user))
     if stage is not None and msg.metadata.message_type == "train":
         configs = msg.content.config_records.get("secaggplus_configs")
-        current = "fit" if configs is None else configs.get("stage")   # plain runs: any stage drops at fit
+        current = (
+            "fit" if configs is None else configs.get("stage")
+        )  # plain runs: any stage drops at fit
         if configs is None or stage == current:
             raise RuntimeError(f"injected dropout: user {user}, round {t}, stage {current}")
     return call_next(msg, ctxt)
@@ -219,7 +246,9 @@ def _dropout_mod(msg: Any, ctxt: Any, call_next: Callable[[Any, Any], Any], *,
 # ----------------------------------------------------------------------------------------------------------- server
 
 
-def _strategy(n_users: int, secure: bool, run: AggregationRun, initial: np.ndarray, step: Step | None) -> Any:
+def _strategy(
+    n_users: int, secure: bool, run: AggregationRun, initial: np.ndarray, step: Step | None
+) -> Any:
     FedAvg = _flwr()["FedAvg"]
     from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 
@@ -228,17 +257,22 @@ def _strategy(n_users: int, secure: bool, run: AggregationRun, initial: np.ndarr
 
         model: np.ndarray = np.zeros(1)
 
-        def aggregate_fit(self, server_round: int, results: list, failures: list) -> tuple[Any, dict]:
+        def aggregate_fit(
+            self, server_round: int, results: list, failures: list
+        ) -> tuple[Any, dict]:
             t = server_round - 1
             users = sorted(int(res.metrics["user"]) for _, res in results)
             run.contributors[t] = users
             if not results:
                 return None, {}
-            if secure:                             # every FitRes carries the same dequantised mean
+            if secure:  # every FitRes carries the same dequantised mean
                 mean = parameters_to_ndarrays(results[0][1].parameters)[0]
                 run.server_outputs[t], run.sums[t] = mean, mean * len(users)
-            else:                                  # the server sees each update; sum in user order
-                by_user = {int(res.metrics["user"]): parameters_to_ndarrays(res.parameters)[0] for _, res in results}
+            else:  # the server sees each update; sum in user order
+                by_user = {
+                    int(res.metrics["user"]): parameters_to_ndarrays(res.parameters)[0]
+                    for _, res in results
+                }
                 summed = np.zeros_like(by_user[users[0]])
                 for u in users:
                     summed = summed + by_user[u]
@@ -250,10 +284,16 @@ def _strategy(n_users: int, secure: bool, run: AggregationRun, initial: np.ndarr
             run.models.append(self.model.copy())
             return ndarrays_to_parameters([self.model]), {}
 
-    strategy = _Keep(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=n_users, min_evaluate_clients=0,
-                 min_available_clients=n_users, accept_failures=True,
-                     initial_parameters=ndarrays_to_parameters([initial]),
-                     on_fit_config_fn=lambda server_round: {"round": server_round - 1})
+    strategy = _Keep(
+        fraction_fit=1.0,
+        fraction_evaluate=0.0,
+        min_fit_clients=n_users,
+        min_evaluate_clients=0,
+        min_available_clients=n_users,
+        accept_failures=True,
+        initial_parameters=ndarrays_to_parameters([initial]),
+        on_fit_config_fn=lambda server_round: {"round": server_round - 1},
+    )
     strategy.model = np.asarray(initial, dtype=np.float64).copy()
     return strategy
 
@@ -263,19 +303,39 @@ def _timed(workflow: Callable[[Any, Any], None], run: AggregationRun) -> Callabl
         tick = time.perf_counter()
         workflow(grid, context)
         run.round_seconds.append(time.perf_counter() - tick)
+
     return fit
 
 
-def _run(updates: Updates, n_users: int, rounds: int, *, secure: bool, dropouts: Mapping[tuple[int, int], str],
-         settings: dict[str, Any], initial: np.ndarray | None = None, step: Step | None = None) -> AggregationRun:
+def _run(
+    updates: Updates,
+    n_users: int,
+    rounds: int,
+    *,
+    secure: bool,
+    dropouts: Mapping[tuple[int, int], str],
+    settings: dict[str, Any],
+    initial: np.ndarray | None = None,
+    step: Step | None = None,
+) -> AggregationRun:
     fl = _flwr()
     if n_users < 2 or rounds < 1:
-        raise ValueError(f"need at least 2 users and 1 round, got {n_users} users and {rounds} rounds")
+        raise ValueError(
+            f"need at least 2 users and 1 round, got {n_users} users and {rounds} rounds"
+        )
     bad = {s for s in dropouts.values() if s not in (*STAGES, "fit")}
     if bad:
-        raise ValueError(f"unknown dropout stages {sorted(bad)}; use one of {STAGES} (or 'fit' for plain runs)")
-    run = AggregationRun(secure=secure, sums=[None] * rounds, server_outputs=[None] * rounds,
-                         contributors=[[] for _ in range(rounds)], round_seconds=[], settings=dict(settings))
+        raise ValueError(
+            f"unknown dropout stages {sorted(bad)}; use one of {STAGES} (or 'fit' for plain runs)"
+        )
+    run = AggregationRun(
+        secure=secure,
+        sums=[None] * rounds,
+        server_outputs=[None] * rounds,
+        contributors=[[] for _ in range(rounds)],
+        round_seconds=[],
+        settings=dict(settings),
+    )
     if secure:
         workflow = fl["SecAggPlusWorkflow"](max_weight=1.0, **settings)
     else:
@@ -286,8 +346,11 @@ def _run(updates: Updates, n_users: int, rounds: int, *, secure: bool, dropouts:
 
     @server_app.main()
     def main(grid: Any, context: Any) -> None:
-        legacy = fl["LegacyContext"](context=context, config=fl["ServerConfig"](num_rounds=rounds),
-                                     strategy=_strategy(n_users, secure, run, start, step))
+        legacy = fl["LegacyContext"](
+            context=context,
+            config=fl["ServerConfig"](num_rounds=rounds),
+            strategy=_strategy(n_users, secure, run, start, step),
+        )
         fl["DefaultWorkflow"](fit_workflow=_timed(workflow, run))(grid, legacy)
 
     mods = [partial(_dropout_mod, dropouts=dict(dropouts))] if dropouts else []
@@ -296,21 +359,38 @@ def _run(updates: Updates, n_users: int, rounds: int, *, secure: bool, dropouts:
     client_app = fl["ClientApp"](client_fn=_ClientFn(updates), mods=mods)
     tick = time.perf_counter()
     fl["simulation"].run_simulation(
-        server_app=server_app, client_app=client_app, num_supernodes=n_users,
-        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                        "init_args": {"num_cpus": min(n_users, os.cpu_count() or 1)}})
+        server_app=server_app,
+        client_app=client_app,
+        num_supernodes=n_users,
+        backend_config={
+            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+            "init_args": {"num_cpus": min(n_users, os.cpu_count() or 1)},
+        },
+    )
     run.total_seconds = time.perf_counter() - tick
     if len(run.round_seconds) != rounds:
-        raise RuntimeError(f"the Flower run ended after {len(run.round_seconds)} of {rounds} rounds "
-                           "(see the Flower log above)")
+        raise RuntimeError(
+            f"the Flower run ended after {len(run.round_seconds)} of {rounds} rounds "
+            "(see the Flower log above)"
+        )
     return run
 
 
-def secagg_sum(updates: Updates, n_users: int, rounds: int, *, clipping_range: float = 8.0,
-               quantization_range: int = 2**22, modulus_range: int = 2**32, num_shares: int | float | None = None,
-               reconstruction_threshold: int | float | None = None, timeout: float | None = None,
-               dropouts: Mapping[tuple[int, int], str] | None = None, initial: np.ndarray | None = None,
-               step: Step | None = None) -> AggregationRun:
+def secagg_sum(
+    updates: Updates,
+    n_users: int,
+    rounds: int,
+    *,
+    clipping_range: float = 8.0,
+    quantization_range: int = 2**22,
+    modulus_range: int = 2**32,
+    num_shares: int | float | None = None,
+    reconstruction_threshold: int | float | None = None,
+    timeout: float | None = None,
+    dropouts: Mapping[tuple[int, int], str] | None = None,
+    initial: np.ndarray | None = None,
+    step: Step | None = None,
+) -> AggregationRun:
     """Sum ``updates(t, user)`` over the users with Flower's SecAgg+ for ``t < rounds``; see the module docstring.
 
     ``num_shares`` (flwr's meaning: neighbours each user shares its secrets with, itself included)
@@ -322,25 +402,52 @@ def secagg_sum(updates: Updates, n_users: int, rounds: int, *, clipping_range: f
     ``step(model, sum, contributors)`` (a federated training run); ``run.models`` keeps them.
     """
     if not (isinstance(quantization_range, int) and 0 < quantization_range < 2**31):
-        raise ValueError("quantization_range must be an integer in (0, 2**31): the rounded values are cast to int32")
+        raise ValueError(
+            "quantization_range must be an integer in (0, 2**31): the rounded values are cast to int32"
+        )
     if n_users * quantization_range >= modulus_range:
-        raise ValueError(f"n_users * quantization_range = {n_users * quantization_range} must be below "
-                         f"modulus_range = {modulus_range}, or the integer sum wraps around")
+        raise ValueError(
+            f"n_users * quantization_range = {n_users * quantization_range} must be below "
+            f"modulus_range = {modulus_range}, or the integer sum wraps around"
+        )
     if modulus_range > 2**53:
-        raise ValueError("modulus_range must be at most 2**53 (the unmasked integer sum is dequantised in float64)")
+        raise ValueError(
+            "modulus_range must be at most 2**53 (the unmasked integer sum is dequantised in float64)"
+        )
     if not clipping_range > 0:
         raise ValueError("clipping_range must be positive")
     # flwr wants an integer num_shares > 2 (1.0, a float, means every user) and threshold < num_shares
     shares = (n_users if n_users > 2 else 1.0) if num_shares is None else num_shares
-    threshold = max(2, n_users // 2 + 1) if reconstruction_threshold is None else reconstruction_threshold
-    settings = dict(num_shares=shares, reconstruction_threshold=threshold, clipping_range=float(clipping_range),
-                    quantization_range=int(quantization_range), modulus_range=int(modulus_range), timeout=timeout)
-    return _run(updates, n_users, rounds, secure=True, dropouts=dropouts or {}, settings=settings, initial=initial,
-                step=step)
+    threshold = (
+        max(2, n_users // 2 + 1) if reconstruction_threshold is None else reconstruction_threshold
+    )
+    settings = dict(
+        num_shares=shares,
+        reconstruction_threshold=threshold,
+        clipping_range=float(clipping_range),
+        quantization_range=int(quantization_range),
+        modulus_range=int(modulus_range),
+        timeout=timeout,
+    )
+    return _run(
+        updates,
+        n_users,
+        rounds,
+        secure=True,
+        dropouts=dropouts or {},
+        settings=settings,
+        initial=initial,
+        step=step,
+    )
 
 
-def plain_sum(updates: Updates, n_users: int, rounds: int, *,
-              dropouts: Mapping[tuple[int, int], str] | None = None) -> AggregationRun:
+def plain_sum(
+    updates: Updates,
+    n_users: int,
+    rounds: int,
+    *,
+    dropouts: Mapping[tuple[int, int], str] | None = None,
+) -> AggregationRun:
     """The same Flower run without SecAgg+: the server receives every update and sums them (the baseline).
 
     ``dropouts[(t, user)]`` (any stage name, or ``"fit"``) makes the user fail in round ``t``; it is left out.
@@ -348,8 +455,9 @@ def plain_sum(updates: Updates, n_users: int, rounds: int, *,
     return _run(updates, n_users, rounds, secure=False, dropouts=dropouts or {}, settings={})
 
 
-def exact_sums(updates: Updates, n_users: int, rounds: int,
-               contributors: list[list[int]] | None = None) -> list[np.ndarray]:
+def exact_sums(
+    updates: Updates, n_users: int, rounds: int, contributors: list[list[int]] | None = None
+) -> list[np.ndarray]:
     """The float64 sums computed locally (over ``contributors[t]`` if given; zeros if none), in user order,
     for updates that do not depend on the model (such as :class:`FixedUpdates`)."""
     out = []
@@ -370,13 +478,17 @@ def _errors(run: AggregationRun, updates: Updates, n_users: int, rounds: int) ->
     return {"max": float(np.max(np.abs(diffs))), "rms": float(np.sqrt(np.mean(diffs**2)))}
 
 
-def _measure(n_users: int = 5, dim: int = 650, rounds: int = 3, seed: int = 1) -> None:  # pragma: no cover
+def _measure(
+    n_users: int = 5, dim: int = 650, rounds: int = 3, seed: int = 1
+) -> None:  # pragma: no cover
     """The measurements quoted in the module docstring (thirteen Flower runs; about five minutes).
 
     Round 0 of every run includes starting Ray's workers, so per-round times are those of rounds >= 1.
     """
     rng = np.random.default_rng(seed)
-    values = rng.uniform(0.1, 1.0, (rounds, n_users, dim)) * rng.choice([-1.0, 1.0], (rounds, n_users, dim))
+    values = rng.uniform(0.1, 1.0, (rounds, n_users, dim)) * rng.choice(
+        [-1.0, 1.0], (rounds, n_users, dim)
+    )
     updates = FixedUpdates(values)
     rms_sum = float(np.sqrt(np.mean(values.sum(axis=1) ** 2)))
 
@@ -384,28 +496,69 @@ def _measure(n_users: int = 5, dim: int = 650, rounds: int = 3, seed: int = 1) -
         ok = [s is not None for s in run.sums]
         err = _errors(run, updates, n_users, rounds) if any(ok) else {}
         warm = float(np.mean(run.round_seconds[1:])) if rounds > 1 else float("nan")
-        print(f"{label}: aggregated {ok} contributors {run.contributors} errors {err} bound {bound} "
-              f"(RMS of the sum {rms_sum:.3g}) rounds {[round(x, 3) for x in run.round_seconds]} "
-              f"warm round {warm:.3f} s total {run.total_seconds:.1f} s", flush=True)
+        print(
+            f"{label}: aggregated {ok} contributors {run.contributors} errors {err} bound {bound} "
+            f"(RMS of the sum {rms_sum:.3g}) rounds {[round(x, 3) for x in run.round_seconds]} "
+            f"warm round {warm:.3f} s total {run.total_seconds:.1f} s",
+            flush=True,
+        )
 
     show("plain", plain_sum(updates, n_users, rounds))
-    for c, q, m in [(8.0, 2**22, 2**32), (1.0, 2**22, 2**32), (1.0, 2**30, 2**40), (0.5, 2**22, 2**32)]:
-        run = secagg_sum(updates, n_users, rounds, clipping_range=c, quantization_range=q, modulus_range=m)
-        show(f"secagg c={c} T=2**{int(math.log2(q))} M=2**{int(math.log2(m))}", run,
-             quantization_error_bound(n_users, c, q))
+    for c, q, m in [
+        (8.0, 2**22, 2**32),
+        (1.0, 2**22, 2**32),
+        (1.0, 2**30, 2**40),
+        (0.5, 2**22, 2**32),
+    ]:
+        run = secagg_sum(
+            updates, n_users, rounds, clipping_range=c, quantization_range=q, modulus_range=m
+        )
+        show(
+            f"secagg c={c} T=2**{int(math.log2(q))} M=2**{int(math.log2(m))}",
+            run,
+            quantization_error_bound(n_users, c, q),
+        )
     for stage in STAGES:
-        run = secagg_sum(updates, n_users, rounds, num_shares=5, reconstruction_threshold=3, dropouts={(1, 2): stage})
+        run = secagg_sum(
+            updates,
+            n_users,
+            rounds,
+            num_shares=5,
+            reconstruction_threshold=3,
+            dropouts={(1, 2): stage},
+        )
         show(f"dropout of user 2 in round 1 at {stage} (5 shares, threshold 3)", run)
-    run = secagg_sum(updates, n_users, rounds, num_shares=5, reconstruction_threshold=3,
-                     dropouts={(1, 2): "collect_masked_vectors", (1, 4): "collect_masked_vectors"})
+    run = secagg_sum(
+        updates,
+        n_users,
+        rounds,
+        num_shares=5,
+        reconstruction_threshold=3,
+        dropouts={(1, 2): "collect_masked_vectors", (1, 4): "collect_masked_vectors"},
+    )
     show("two dropouts at collect_masked_vectors (5 shares, threshold 3)", run)
-    run = secagg_sum(updates, n_users, rounds, num_shares=5, reconstruction_threshold=4,
-                     dropouts={(1, 2): "collect_masked_vectors"})
+    run = secagg_sum(
+        updates,
+        n_users,
+        rounds,
+        num_shares=5,
+        reconstruction_threshold=4,
+        dropouts={(1, 2): "collect_masked_vectors"},
+    )
     show("one dropout at collect_masked_vectors (5 shares, threshold 4)", run)
-    run = secagg_sum(updates, n_users, rounds, num_shares=5, reconstruction_threshold=3,
-                     dropouts={(1, u): "collect_masked_vectors" for u in (0, 2, 4)})
+    run = secagg_sum(
+        updates,
+        n_users,
+        rounds,
+        num_shares=5,
+        reconstruction_threshold=3,
+        dropouts={(1, u): "collect_masked_vectors" for u in (0, 2, 4)},
+    )
     show("three dropouts at collect_masked_vectors (5 shares, threshold 3)", run)
-    show("plain, user 2 fails in round 1", plain_sum(updates, n_users, rounds, dropouts={(1, 2): "fit"}))
+    show(
+        "plain, user 2 fails in round 1",
+        plain_sum(updates, n_users, rounds, dropouts={(1, 2): "fit"}),
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,6 +17,7 @@ them, one example per *row*, shape ``(D, K)``, and returns the same shape, so a 
 
 The learning rate is left out, as in the paper (section 3): updates are averaged clipped gradients.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,7 +29,9 @@ from immersion import InvalidArgumentError
 
 def _generator(rng: object) -> np.random.Generator:
     if not isinstance(rng, np.random.Generator):
-        raise InvalidArgumentError("rng", f"expected a numpy.random.Generator, got {type(rng).__name__}")
+        raise InvalidArgumentError(
+            "rng", f"expected a numpy.random.Generator, got {type(rng).__name__}"
+        )
     return rng
 
 
@@ -37,9 +40,13 @@ def _gradients(G: object, name: str = "G") -> np.ndarray:
     try:
         arr = np.asarray(G, dtype=np.float64)
     except (TypeError, ValueError):
-        raise InvalidArgumentError(name, "expected a real (K, D) array of per-example gradients (columns)") from None
+        raise InvalidArgumentError(
+            name, "expected a real (K, D) array of per-example gradients (columns)"
+        ) from None
     if arr.ndim != 2 or 0 in arr.shape:
-        raise InvalidArgumentError(name, f"expected a non-empty 2-D (K, D) array, got shape {arr.shape}")
+        raise InvalidArgumentError(
+            name, f"expected a non-empty 2-D (K, D) array, got shape {arr.shape}"
+        )
     if not np.all(np.isfinite(arr)):
         raise InvalidArgumentError(name, "expected finite values")
     return arr
@@ -95,9 +102,13 @@ def clip_rows(grads: np.ndarray, clip: float) -> np.ndarray:
     try:
         arr = np.asarray(grads, dtype=np.float64)
     except (TypeError, ValueError):
-        raise InvalidArgumentError("grads", "expected a real (D, K) array, one example per row") from None
+        raise InvalidArgumentError(
+            "grads", "expected a real (D, K) array, one example per row"
+        ) from None
     if arr.ndim not in (1, 2) or arr.size == 0:
-        raise InvalidArgumentError("grads", f"expected a non-empty (D, K) or (K,) array, got shape {arr.shape}")
+        raise InvalidArgumentError(
+            "grads", f"expected a non-empty (D, K) or (K,) array, got shape {arr.shape}"
+        )
     if not np.all(np.isfinite(arr)):
         raise InvalidArgumentError("grads", "expected finite values")
     norms = np.linalg.norm(arr, axis=-1, keepdims=True)

@@ -29,6 +29,7 @@ blocks and floor each block's covariance separately). It ignores the cross-block
 blocks, each block already has variance ``1 >= sigma2`` so no noise is added, yet the total covariance
 has ``lambda_min = 0``; exact WF-NA adds variance 1 along ``(1, -1)/sqrt(2)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,7 +55,7 @@ def _thin(G: np.ndarray, batch: int) -> tuple[np.ndarray, np.ndarray]:
     g = _gradients(G)
     b = _batch(batch, g.shape[1])
     u, s, _ = np.linalg.svd(g, full_matrices=False)
-    return u, s ** 2 / (b * g.shape[1])
+    return u, s**2 / (b * g.shape[1])
 
 
 def wfna_covariance(G: np.ndarray, batch: int, sigma2: float) -> np.ndarray:
@@ -83,7 +84,9 @@ def wfna_covariance(G: np.ndarray, batch: int, sigma2: float) -> np.ndarray:
     return (cov + cov.T) / 2
 
 
-def wfna_noise_full(G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator) -> np.ndarray:
+def wfna_noise_full(
+    G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator
+) -> np.ndarray:
     """WF-NA noise ``n ~ N(0, Delta Sigma)`` by a full eigendecomposition of ``G G^T / (B D)`` (section 5.1).
 
     ``n = U (sqrt((sigma2 - lambda)_+) * z)`` with ``z ~ N(0, I_K)`` (one ``standard_normal(K)`` draw).
@@ -102,7 +105,9 @@ def wfna_noise_full(G: np.ndarray, batch: int, sigma2: float, rng: np.random.Gen
     return u @ (np.sqrt(np.maximum(s2 - lam, 0.0)) * z)
 
 
-def wfna_noise_lowrank(G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator) -> np.ndarray:
+def wfna_noise_lowrank(
+    G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator
+) -> np.ndarray:
     """WF-NA noise ``n ~ N(0, Delta Sigma)`` from the thin SVD of ``G`` (notes 6(b)); exact, ``O(K D^2)``.
 
     With ``G = U_r S V_r^T``, ``lambda = s^2 / (B D)`` and ``z ~ N(0, I_K)`` (one ``standard_normal(K)``
@@ -123,7 +128,9 @@ def wfna_noise_lowrank(G: np.ndarray, batch: int, sigma2: float, rng: np.random.
     return math.sqrt(s2) * (z - u @ coef) + u @ (np.sqrt(np.maximum(s2 - lam, 0.0)) * coef)
 
 
-def wfna_noise(G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator, method: str = "auto") -> np.ndarray:
+def wfna_noise(
+    G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator, method: str = "auto"
+) -> np.ndarray:
     """WF-NA noise ``n ~ N(0, Delta Sigma)`` (section 5.1): ``method`` is ``"full"``, ``"lowrank"`` or ``"auto"``.
 
     ``"auto"`` uses :func:`wfna_noise_lowrank` when ``D < K`` (over-parameterised: ``Sigma_i`` is

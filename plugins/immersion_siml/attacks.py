@@ -4,6 +4,7 @@ Eq. 44 evaluates the gradient on ``Pi1_left y~_i``, so whoever holds the job fil
 or anyone who obtains the file) recovers every training sample and every model iterate. The
 attack below does exactly that, from the job file alone, and measures the error.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,25 +33,50 @@ def run_service_decodes(*, quick: bool = False, seed: int = 0) -> list[AttackRes
     service = stolen.target()
     images, targets = service.decoded_dataset(torch.as_tensor(stolen.encoded_dataset))
     data_error = float((images - x).abs().max())
-    raw_error = float(np.abs(stolen.encoded_dataset[:, :x[0].numel()] - x.reshape(n, -1).numpy()).mean())
+    raw_error = float(
+        np.abs(stolen.encoded_dataset[:, : x[0].numel()] - x.reshape(n, -1).numpy()).mean()
+    )
     label_hits = float((targets.argmax(1) == y).double().mean())
 
-    encoded_model, encoded_state = service.train(torch.as_tensor(stolen.encoded_state),
-                                                 torch.as_tensor(stolen.encoded_dataset), plan)
-    w_service = service.decoded_params(encoded_state)                    # Pi2_left x~_T: the service's own view
+    encoded_model, encoded_state = service.train(
+        torch.as_tensor(stolen.encoded_state), torch.as_tensor(stolen.encoded_dataset), plan
+    )
+    w_service = service.decoded_params(encoded_state)  # Pi2_left x~_T: the service's own view
     w_user = decode_model(user, encoded_model, torch.as_tensor(job.encoded_dataset[0]))
     model_error = float((w_service - w_user).abs().max())
     dyn = service.dynamics
-    w_plain = dyn.params(run_plan(dyn, x0, *service.layout.split(service.layout.rows(x, y)),
-                                  dataclasses.replace(plan, sync="batch")))
+    w_plain = dyn.params(
+        run_plan(
+            dyn,
+            x0,
+            *service.layout.split(service.layout.rows(x, y)),
+            dataclasses.replace(plan, sync="batch"),
+        )
+    )
     return [
-        AttackResult("service-decodes", "siml", "max abs error of the training images decoded from the job file",
-                     data_error, raw_error, "leaks" if data_error < 1e-6 else "resists",
-                     detail={"samples": n, "labels_recovered": label_hits,
-                             "baseline_is": "mean abs difference between encoded entries and the images"}),
-        AttackResult("service-decodes", "siml", "max abs error of the final model as the service sees it (Pi2_left x~_T)",
-                     model_error, float((w_plain - dyn.params(x0)).abs().max()),
-                     "leaks" if model_error < 1e-6 else "resists",
-                     detail={"baseline_is": "how far training moved the weights (max abs change)",
-                             "mitigation": "none in eq. 44: the gradient needs the decoded data and weights"}),
+        AttackResult(
+            "service-decodes",
+            "siml",
+            "max abs error of the training images decoded from the job file",
+            data_error,
+            raw_error,
+            "leaks" if data_error < 1e-6 else "resists",
+            detail={
+                "samples": n,
+                "labels_recovered": label_hits,
+                "baseline_is": "mean abs difference between encoded entries and the images",
+            },
+        ),
+        AttackResult(
+            "service-decodes",
+            "siml",
+            "max abs error of the final model as the service sees it (Pi2_left x~_T)",
+            model_error,
+            float((w_plain - dyn.params(x0)).abs().max()),
+            "leaks" if model_error < 1e-6 else "resists",
+            detail={
+                "baseline_is": "how far training moved the weights (max abs change)",
+                "mitigation": "none in eq. 44: the gradient needs the decoded data and weights",
+            },
+        ),
     ]

@@ -12,6 +12,7 @@ drawing, encoding or evaluation), best of ``repeats`` with plain and SIML altern
 Baselines whose optional extra (``baselines``: opacus, tenseal) is missing are skipped with a
 message in ``skipped``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,9 @@ def _best_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return best, out
 
 
-def _plain_torch_seconds(model_name: str, dataset: Any, plan: TrainingPlan, repeats: int, seed: int) -> float:
+def _plain_torch_seconds(
+    model_name: str, dataset: Any, plan: TrainingPlan, repeats: int, seed: int
+) -> float:
     """A standard torch loop (``nn.Module``, ``torch.optim``): the plain counterpart of Opacus' DP-SGD."""
     import torch
 
@@ -46,9 +49,14 @@ def _plain_torch_seconds(model_name: str, dataset: Any, plan: TrainingPlan, repe
 
     def train() -> None:
         torch.manual_seed(seed)
-        module = build_siml_model(model_name, image_shape=dataset.image_shape, n_classes=dataset.n_classes)
-        opt = (torch.optim.Adam(module.parameters(), lr=plan.lr, eps=1e-7) if plan.optimizer == "adam"
-               else torch.optim.SGD(module.parameters(), lr=plan.lr))
+        module = build_siml_model(
+            model_name, image_shape=dataset.image_shape, n_classes=dataset.n_classes
+        )
+        opt = (
+            torch.optim.Adam(module.parameters(), lr=plan.lr, eps=1e-7)
+            if plan.optimizer == "adam"
+            else torch.optim.SGD(module.parameters(), lr=plan.lr)
+        )
         for epoch in plan.batches(len(x)):
             for idx in epoch:
                 opt.zero_grad()
@@ -58,60 +66,120 @@ def _plain_torch_seconds(model_name: str, dataset: Any, plan: TrainingPlan, repe
     return _best_time(train, repeats)[0]
 
 
-def _siml_side_by_side(model_name: str, dataset: Any, plan: TrainingPlan, design: PrivacyDesign, repeats: int,
-                       seed: int) -> dict[str, Any]:
+def _siml_side_by_side(
+    model_name: str,
+    dataset: Any,
+    plan: TrainingPlan,
+    design: PrivacyDesign,
+    repeats: int,
+    seed: int,
+) -> dict[str, Any]:
     """Plain and SIML training timed alternately; decoded model and accuracy compared."""
     import torch
 
     x_train = torch.as_tensor(dataset.x_train, dtype=torch.float64)
     y_train = torch.as_tensor(dataset.y_train)
-    user, job, x0 = prepare_job(model_name, x_train, y_train, plan, design=design, init_seed=seed, rng=seed,
-                                n_classes=dataset.n_classes)
+    user, job, x0 = prepare_job(
+        model_name,
+        x_train,
+        y_train,
+        plan,
+        design=design,
+        init_seed=seed,
+        rng=seed,
+        n_classes=dataset.n_classes,
+    )
     target, dynamics = user.target, user.target.dynamics
     images, targets = target.layout.split(target.layout.rows(x_train, y_train))
-    encoded_state, encoded_dataset = torch.as_tensor(job.encoded_state), torch.as_tensor(job.encoded_dataset)
+    encoded_state, encoded_dataset = (
+        torch.as_tensor(job.encoded_state),
+        torch.as_tensor(job.encoded_dataset),
+    )
     plain_plan = dataclasses.replace(plan, sync="batch")
     t_plain, t_siml = float("inf"), float("inf")
     for _ in range(repeats):
-        seconds, x_plain = _best_time(lambda: run_plan(dynamics, x0, images, targets, plain_plan), 1)
+        seconds, x_plain = _best_time(
+            lambda: run_plan(dynamics, x0, images, targets, plain_plan), 1
+        )
         t_plain = min(t_plain, seconds)
-        seconds, (encoded_model, _) = _best_time(lambda: target.train(encoded_state, encoded_dataset, plan), 1)
+        seconds, (encoded_model, _) = _best_time(
+            lambda: target.train(encoded_state, encoded_dataset, plan), 1
+        )
         t_siml = min(t_siml, seconds)
     w_siml = decode_model(user, encoded_model, encoded_dataset[0])
     w_plain = dynamics.params(x_plain)
-    x_test, y_test = torch.as_tensor(dataset.x_test, dtype=torch.float64), torch.as_tensor(dataset.y_test)
+    x_test, y_test = (
+        torch.as_tensor(dataset.x_test, dtype=torch.float64),
+        torch.as_tensor(dataset.y_test),
+    )
     report = user.report()
-    return {"sync": plan.sync, "plain_seconds": t_plain, "siml_seconds": t_siml, "time_ratio": t_siml / t_plain,
-            "max_abs_diff_vs_plain": float((w_siml - w_plain).abs().max()),
-            "accuracy_plain": dynamics.model.evaluate(w_plain, x_test, y_test)[0],
-            "accuracy_siml": dynamics.model.evaluate(w_siml, x_test, y_test)[0],
-            "epsilon_data": report.epsilon_input, "epsilon_model": report.epsilon_output}
+    return {
+        "sync": plan.sync,
+        "plain_seconds": t_plain,
+        "siml_seconds": t_siml,
+        "time_ratio": t_siml / t_plain,
+        "max_abs_diff_vs_plain": float((w_siml - w_plain).abs().max()),
+        "accuracy_plain": dynamics.model.evaluate(w_plain, x_test, y_test)[0],
+        "accuracy_siml": dynamics.model.evaluate(w_siml, x_test, y_test)[0],
+        "epsilon_data": report.epsilon_input,
+        "epsilon_model": report.epsilon_output,
+    }
 
 
-def bench_siml(*, model: str = "nn-x2", dataset: Any = None, plan: TrainingPlan | None = None,
-               design: PrivacyDesign | None = None, epsilons: tuple[float, ...] = DPSGD_EPSILONS, delta: float = 1e-5,
-               repeats: int = 3, ckks_samples: int = 4, seed: int = 0, baselines: bool = True,
-               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def bench_siml(
+    *,
+    model: str = "nn-x2",
+    dataset: Any = None,
+    plan: TrainingPlan | None = None,
+    design: PrivacyDesign | None = None,
+    epsilons: tuple[float, ...] = DPSGD_EPSILONS,
+    delta: float = 1e-5,
+    repeats: int = 3,
+    ckks_samples: int = 4,
+    seed: int = 0,
+    baselines: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """All figures of ``immersion bench siml`` as one dict (see the module docstring)."""
     from immersion_fl.data import load_digits_dataset
 
     dataset = dataset if dataset is not None else load_digits_dataset(seed=seed)
-    plan = plan or TrainingPlan(optimizer="adam", lr=0.001, epochs=10, batch_size=32, order_seed=seed)
+    plan = plan or TrainingPlan(
+        optimizer="adam", lr=0.001, epochs=10, batch_size=32, order_seed=seed
+    )
     design = design or PrivacyDesign()
     say = progress or (lambda _msg: None)
     rows = []
     for sync in ("epoch", "batch"):
         say(f"plain and SIML ({sync} sync), {repeats} repeats")
-        rows.append(_siml_side_by_side(model, dataset, dataclasses.replace(plan, sync=sync), design, repeats, seed))
+        rows.append(
+            _siml_side_by_side(
+                model, dataset, dataclasses.replace(plan, sync=sync), design, repeats, seed
+            )
+        )
     main_row = rows[0] if plan.sync == "epoch" else rows[1]
     out: dict[str, Any] = {
-        "model": model, "dataset": dataset.name, "n_train": len(dataset.x_train), "optimizer": plan.optimizer,
-        "lr": plan.lr, "epochs": plan.epochs, "batch_size": plan.batch_size, "sync": plan.sync, "repeats": repeats,
-        "accuracy_plain": main_row["accuracy_plain"], "accuracy_siml": main_row["accuracy_siml"],
+        "model": model,
+        "dataset": dataset.name,
+        "n_train": len(dataset.x_train),
+        "optimizer": plan.optimizer,
+        "lr": plan.lr,
+        "epochs": plan.epochs,
+        "batch_size": plan.batch_size,
+        "sync": plan.sync,
+        "repeats": repeats,
+        "accuracy_plain": main_row["accuracy_plain"],
+        "accuracy_siml": main_row["accuracy_siml"],
         "siml_max_abs_diff_vs_plain": max(r["max_abs_diff_vs_plain"] for r in rows),
-        "siml_time_ratio": main_row["time_ratio"], "siml_by_sync": rows,
-        "epsilon_data": main_row["epsilon_data"], "epsilon_model": main_row["epsilon_model"],
-        "dpsgd": [], "ckks": None, "ckks_time_ratio_vs_siml": None, "skipped": []}
+        "siml_time_ratio": main_row["time_ratio"],
+        "siml_by_sync": rows,
+        "epsilon_data": main_row["epsilon_data"],
+        "epsilon_model": main_row["epsilon_model"],
+        "dpsgd": [],
+        "ckks": None,
+        "ckks_time_ratio_vs_siml": None,
+        "skipped": [],
+    }
     if not baselines:
         out["skipped"].append("baselines: not requested")
         return out
@@ -124,8 +192,17 @@ def bench_siml(*, model: str = "nn-x2", dataset: Any = None, plan: TrainingPlan 
         out["plain_torch_seconds"] = plain_torch
         for eps in epsilons:
             say(f"Opacus DP-SGD at epsilon {eps}")
-            r = dpsgd.train_dpsgd(model, dataset, epsilon=eps, delta=delta, epochs=plan.epochs,
-                                  batch_size=plan.batch_size, lr=plan.lr, optimizer=plan.optimizer, seed=seed)
+            r = dpsgd.train_dpsgd(
+                model,
+                dataset,
+                epsilon=eps,
+                delta=delta,
+                epochs=plan.epochs,
+                batch_size=plan.batch_size,
+                lr=plan.lr,
+                optimizer=plan.optimizer,
+                seed=seed,
+            )
             out["dpsgd"].append({**r.as_dict(), "time_ratio": r.seconds / plain_torch})
     except OptionalDependencyError as exc:
         out["skipped"].append(f"dpsgd: {exc}")
@@ -133,11 +210,17 @@ def bench_siml(*, model: str = "nn-x2", dataset: Any = None, plan: TrainingPlan 
         out["skipped"].append("ckks: runs on the x^2 network only (--model nn-x2)")
         return out
     try:
-        say(f"CKKS encrypted forward+backward on {ckks_samples} samples (extrapolated to the training set)")
+        say(
+            f"CKKS encrypted forward+backward on {ckks_samples} samples (extrapolated to the training set)"
+        )
         flat = dataset.x_train.reshape(len(dataset.x_train), -1)
         m = ckks.measure_ckks_training(flat, dataset.y_train, n_samples=ckks_samples, seed=seed)
         ckks_seconds = m.extrapolated_epoch_s * plan.epochs
-        out["ckks"] = {**m.as_dict(), "extrapolated_training_s": ckks_seconds, "label": "extrapolated"}
+        out["ckks"] = {
+            **m.as_dict(),
+            "extrapolated_training_s": ckks_seconds,
+            "label": "extrapolated",
+        }
         out["ckks_time_ratio_vs_siml"] = ckks_seconds / main_row["siml_seconds"]
     except OptionalDependencyError as exc:
         out["skipped"].append(f"ckks: {exc}")

@@ -52,6 +52,7 @@ security) and global scale ``2**40``. Galois keys are TenSEAL's default set (pow
 steps); key generation is a one-off ``setup_s`` outside the per-sample time. Decrypted
 gradients match float64 to a relative error of a few 1e-5.
 """
+
 from __future__ import annotations
 
 import os
@@ -88,6 +89,7 @@ def _tenseal() -> Any:
         import tenseal
     except ImportError:
         from immersion import OptionalDependencyError
+
         raise OptionalDependencyError("tenseal", "baselines", "the CKKS baseline") from None
     return tenseal
 
@@ -119,7 +121,9 @@ def count_parameters(d: int, hidden: int = 16, n_classes: int = 10) -> int:
     return d * hidden + hidden + hidden * n_classes + n_classes
 
 
-def init_weights(d: int, hidden: int = 16, n_classes: int = 10, seed: int = 0) -> dict[str, np.ndarray]:
+def init_weights(
+    d: int, hidden: int = 16, n_classes: int = 10, seed: int = 0
+) -> dict[str, np.ndarray]:
     """Small random weights, every entry drawn from N(0, 0.1**2).
 
     Parameters
@@ -135,11 +139,17 @@ def init_weights(d: int, hidden: int = 16, n_classes: int = 10, seed: int = 0) -
         ``W1`` (d, hidden), ``b1`` (hidden,), ``W2`` (hidden, n_classes), ``b2`` (n_classes,).
     """
     rng = np.random.default_rng(seed)
-    return {"W1": rng.normal(0.0, 0.1, (d, hidden)), "b1": rng.normal(0.0, 0.1, hidden),
-            "W2": rng.normal(0.0, 0.1, (hidden, n_classes)), "b2": rng.normal(0.0, 0.1, n_classes)}
+    return {
+        "W1": rng.normal(0.0, 0.1, (d, hidden)),
+        "b1": rng.normal(0.0, 0.1, hidden),
+        "W2": rng.normal(0.0, 0.1, (hidden, n_classes)),
+        "b2": rng.normal(0.0, 0.1, n_classes),
+    }
 
 
-def plain_gradients(x: np.ndarray, y: np.ndarray, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def plain_gradients(
+    x: np.ndarray, y: np.ndarray, weights: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
     """The reference step in float64: gradients of ``0.5 * ||z - y||**2`` for one sample.
 
     Parameters
@@ -243,14 +253,14 @@ class _Packing:
 
     def __init__(self, ts: Any, d: int, hidden: int, n_classes: int) -> None:
         self.d, self.hidden, self.n_classes = d, hidden, n_classes
-        self.width = 1 << (hidden - 1).bit_length()              # hidden padded to a power of two
-        self.blocks = _SLOTS // self.width                        # rows per ciphertext incl. padding
-        self.rows = self.blocks - 1    # last row left zero: the top slots of dh are not replicated
+        self.width = 1 << (hidden - 1).bit_length()  # hidden padded to a power of two
+        self.blocks = _SLOTS // self.width  # rows per ciphertext incl. padding
+        self.rows = self.blocks - 1  # last row left zero: the top slots of dh are not replicated
         self.n_ct = -(-(d + 1) // self.rows)
         w, c = self.width, n_classes
-        self.tile_all = ts.plain_tensor(np.tile(np.eye(w), (1, self.blocks)))     # size w -> S
-        self.tile_h = ts.plain_tensor(np.tile(np.eye(w), (1, c)))                 # size w -> c*w
-        self.repeat_dz = ts.plain_tensor(np.kron(np.eye(c), np.ones((1, w))))     # slot k*w+j = dz_k
+        self.tile_all = ts.plain_tensor(np.tile(np.eye(w), (1, self.blocks)))  # size w -> S
+        self.tile_h = ts.plain_tensor(np.tile(np.eye(w), (1, c)))  # size w -> c*w
+        self.repeat_dz = ts.plain_tensor(np.kron(np.eye(c), np.ones((1, w))))  # slot k*w+j = dz_k
         self.ones = [1.0] * self.blocks
 
     def rows_layout(self, m: np.ndarray) -> list[np.ndarray]:
@@ -258,57 +268,69 @@ class _Packing:
         out = []
         for c in range(self.n_ct):
             blk = np.zeros((self.blocks, self.width))
-            part = m[c * self.rows:(c + 1) * self.rows]
-            blk[:len(part)] = part
+            part = m[c * self.rows : (c + 1) * self.rows]
+            blk[: len(part)] = part
             out.append(blk.ravel())
         return out
 
 
 def _make_context(ts: Any) -> Any:
-    ctx = ts.context(ts.SCHEME_TYPE.CKKS, poly_modulus_degree=POLY_MODULUS_DEGREE,
-                     coeff_mod_bit_sizes=list(COEFF_MOD_BIT_SIZES))
-    ctx.global_scale = 2.0 ** GLOBAL_SCALE_BITS
+    ctx = ts.context(
+        ts.SCHEME_TYPE.CKKS,
+        poly_modulus_degree=POLY_MODULUS_DEGREE,
+        coeff_mod_bit_sizes=list(COEFF_MOD_BIT_SIZES),
+    )
+    ctx.global_scale = 2.0**GLOBAL_SCALE_BITS
     ctx.generate_galois_keys()
     return ctx
 
 
-def _encrypt_sample(ts: Any, ctx: Any, p: _Packing, x: np.ndarray, y: np.ndarray) -> tuple[list[Any], Any]:
+def _encrypt_sample(
+    ts: Any, ctx: Any, p: _Packing, x: np.ndarray, y: np.ndarray
+) -> tuple[list[Any], Any]:
     """Data owner: ``x`` (augmented with 1) replicated as slot w*i + j = x_i; ``y`` as is."""
     xa = np.append(x, 1.0)
     rep = np.repeat(xa[:, None], p.width, axis=1)
-    return [ts.ckks_vector(ctx, v.tolist()) for v in p.rows_layout(rep)], ts.ckks_vector(ctx, y.tolist())
+    return [ts.ckks_vector(ctx, v.tolist()) for v in p.rows_layout(rep)], ts.ckks_vector(
+        ctx, y.tolist()
+    )
 
 
-def _encrypted_step(ts: Any, ctx: Any, p: _Packing, x_cts: list[Any], y_ct: Any,
-                    weights: dict[str, np.ndarray]) -> tuple[list[Any], Any, Any]:
+def _encrypted_step(
+    ts: Any, ctx: Any, p: _Packing, x_cts: list[Any], y_ct: Any, weights: dict[str, np.ndarray]
+) -> tuple[list[Any], Any, Any]:
     """Server: forward and backward on ciphertexts; returns (gW1|gb1 cts, gW2^T ct, gb2 ct)."""
     w, c = p.width, p.n_classes
     w1 = np.zeros((p.d + 1, w))
-    w1[:p.d, :p.hidden] = weights["W1"]
-    w1[p.d, :p.hidden] = weights["b1"]
+    w1[: p.d, : p.hidden] = weights["W1"]
+    w1[p.d, : p.hidden] = weights["b1"]
     w2 = np.zeros((w, c))
-    w2[:p.hidden] = weights["W2"]
+    w2[: p.hidden] = weights["W2"]
     # Levels consumed so far in the right-hand comments (7 available).
     terms = [ct.mul(wv.tolist()) for ct, wv in zip(x_cts, p.rows_layout(w1), strict=True)]
-    acc = terms[0]                                                 # x_i W1[i, j]            1
+    acc = terms[0]  # x_i W1[i, j]            1
     for term in terms[1:]:
         acc = acc.add(term)
-    a = acc.enc_matmul_plain(p.ones, w)                            # sum over i: a, period w 2
-    h = a.square()                                                 # 3
+    a = acc.enc_matmul_plain(p.ones, w)  # sum over i: a, period w 2
+    h = a.square()  # 3
     z = h.mm(w2).add(ts.ckks_vector(ctx, weights["b2"].tolist()))  # 4 (encrypted, replicated b2)
-    dz = z.sub(y_ct)                                               # 4
-    dh2 = dz.mm(np.tile(2.0 * w2.T, (1, p.blocks)))                # 2 dz W2^T, size S       5
-    da = a.mm(p.tile_all).mul(dh2)                                 # 2 a dh                  6
-    g1 = [ct.mul(da) for ct in x_cts]                              # outer(x|1, da)          7
-    g2t = h.mm(p.tile_h).mul(dz.mm(p.repeat_dz))                   # slot k*w+j = h_j dz_k   5
+    dz = z.sub(y_ct)  # 4
+    dh2 = dz.mm(np.tile(2.0 * w2.T, (1, p.blocks)))  # 2 dz W2^T, size S       5
+    da = a.mm(p.tile_all).mul(dh2)  # 2 a dh                  6
+    g1 = [ct.mul(da) for ct in x_cts]  # outer(x|1, da)          7
+    g2t = h.mm(p.tile_h).mul(dz.mm(p.repeat_dz))  # slot k*w+j = h_j dz_k   5
     return g1, g2t, dz
 
 
 def _decrypt_gradients(p: _Packing, g1: list[Any], g2t: Any, gb2: Any) -> dict[str, np.ndarray]:
-    rows = np.vstack([np.asarray(g.decrypt()).reshape(p.blocks, p.width)[:p.rows] for g in g1])
+    rows = np.vstack([np.asarray(g.decrypt()).reshape(p.blocks, p.width)[: p.rows] for g in g1])
     gw2 = np.asarray(g2t.decrypt()).reshape(p.n_classes, p.width).T
-    return {"W1": rows[:p.d, :p.hidden], "b1": rows[p.d, :p.hidden],
-            "W2": gw2[:p.hidden], "b2": np.asarray(gb2.decrypt())}
+    return {
+        "W1": rows[: p.d, : p.hidden],
+        "b1": rows[p.d, : p.hidden],
+        "W2": gw2[: p.hidden],
+        "b2": np.asarray(gb2.decrypt()),
+    }
 
 
 def _plain_time(x: np.ndarray, y: np.ndarray, weights: dict[str, np.ndarray]) -> float:
@@ -322,31 +344,50 @@ def _plain_time(x: np.ndarray, y: np.ndarray, weights: dict[str, np.ndarray]) ->
     return best
 
 
-def _check(x_train: Any, y_train: Any, hidden: int, n_classes: int, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
+def _check(
+    x_train: Any, y_train: Any, hidden: int, n_classes: int, n_samples: int
+) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x_train, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
-        raise InvalidArgumentError("x_train", f"expected a non-empty (N, d) array, got shape {x.shape}")
+        raise InvalidArgumentError(
+            "x_train", f"expected a non-empty (N, d) array, got shape {x.shape}"
+        )
     if not np.all(np.isfinite(x)):
         raise InvalidArgumentError("x_train", "contains NaN or inf")
     y = np.asarray(y_train)
     if y.shape != (x.shape[0],):
-        raise InvalidArgumentError("y_train", f"expected shape ({x.shape[0]},) to match x_train, got {y.shape}")
+        raise InvalidArgumentError(
+            "y_train", f"expected shape ({x.shape[0]},) to match x_train, got {y.shape}"
+        )
     if not isinstance(hidden, int | np.integer) or hidden < 1:
         raise InvalidArgumentError("hidden", f"expected a positive integer, got {hidden!r}")
     width = 1 << (hidden - 1).bit_length()
     if width > _SLOTS // 2:
-        raise InvalidArgumentError("hidden", f"at most {_SLOTS // 2} fits the packing, got {hidden}")
+        raise InvalidArgumentError(
+            "hidden", f"at most {_SLOTS // 2} fits the packing, got {hidden}"
+        )
     if not isinstance(n_classes, int | np.integer) or n_classes < 2 or n_classes * width > _SLOTS:
-        raise InvalidArgumentError("n_classes", f"expected 2 <= n_classes <= {_SLOTS // width}, got {n_classes!r}")
+        raise InvalidArgumentError(
+            "n_classes", f"expected 2 <= n_classes <= {_SLOTS // width}, got {n_classes!r}"
+        )
     if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= n_classes:
         raise InvalidArgumentError("y_train", f"expected integer labels in [0, {n_classes})")
     if not isinstance(n_samples, int | np.integer) or not 1 <= n_samples <= x.shape[0]:
-        raise InvalidArgumentError("n_samples", f"expected 1 <= n_samples <= {x.shape[0]}, got {n_samples!r}")
+        raise InvalidArgumentError(
+            "n_samples", f"expected 1 <= n_samples <= {x.shape[0]}, got {n_samples!r}"
+        )
     return x, y
 
 
-def measure_ckks_training(x_train: Any, y_train: Any, *, hidden: int = 16, n_classes: int = 10, n_samples: int = 4,
-                          seed: int = 0) -> CkksMeasurement:
+def measure_ckks_training(
+    x_train: Any,
+    y_train: Any,
+    *,
+    hidden: int = 16,
+    n_classes: int = 10,
+    n_samples: int = 4,
+    seed: int = 0,
+) -> CkksMeasurement:
     """Time one CKKS-encrypted training step per sample and extrapolate to one epoch.
 
     Parameters
@@ -412,8 +453,19 @@ def measure_ckks_training(x_train: Any, y_train: Any, *, hidden: int = 16, n_cla
     encrypt_s, compute_s, decrypt_s = (float(np.mean(t)) for t in (enc_t, comp_t, dec_t))
     per_sample = encrypt_s + compute_s + decrypt_s
     return CkksMeasurement(
-        n_measured=n_samples, n_train=n, per_sample_s=per_sample, encrypt_s=encrypt_s, compute_s=compute_s,
-        decrypt_s=decrypt_s, extrapolated_epoch_s=per_sample * n,
-        plain_per_sample_s=_plain_time(x[chosen[0]], onehot[0], weights), gradient_max_rel_error=err,
-        poly_modulus_degree=POLY_MODULUS_DEGREE, parameters=count_parameters(d, hidden, n_classes),
-        setup_s=setup_s, upload_bytes=upload, download_bytes=download, n_threads=os.cpu_count() or 1)
+        n_measured=n_samples,
+        n_train=n,
+        per_sample_s=per_sample,
+        encrypt_s=encrypt_s,
+        compute_s=compute_s,
+        decrypt_s=decrypt_s,
+        extrapolated_epoch_s=per_sample * n,
+        plain_per_sample_s=_plain_time(x[chosen[0]], onehot[0], weights),
+        gradient_max_rel_error=err,
+        poly_modulus_degree=POLY_MODULUS_DEGREE,
+        parameters=count_parameters(d, hidden, n_classes),
+        setup_s=setup_s,
+        upload_bytes=upload,
+        download_bytes=download,
+        n_threads=os.cpu_count() or 1,
+    )

@@ -1,4 +1,5 @@
 """``immersion siml``: run (all in one process), encode (user), serve (service), decode (user)."""
+
 from __future__ import annotations
 
 import json
@@ -16,44 +17,122 @@ DEFAULT_LR = {"adam": 0.001, "sgd": 0.05}
 
 def _plan_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--model", type=click.Choice(MODEL_NAMES), default="mlp64", show_default=True,
-                     help="Seed 002 Table I model (digits-sized on digits)."),
-        click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default="adam", show_default=True),
-        click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=None,
-                     help="Learning rate [default: 0.001 for adam (the paper's), 0.05 for sgd]."),
-        click.option("--epochs", type=click.IntRange(1), default=10, show_default=True, help="T (the paper: 50)."),
+        click.option(
+            "--model",
+            type=click.Choice(MODEL_NAMES),
+            default="mlp64",
+            show_default=True,
+            help="Seed 002 Table I model (digits-sized on digits).",
+        ),
+        click.option(
+            "--optimizer", type=click.Choice(["sgd", "adam"]), default="adam", show_default=True
+        ),
+        click.option(
+            "--lr",
+            type=FiniteFloatRange(min=0, min_open=True),
+            default=None,
+            help="Learning rate [default: 0.001 for adam (the paper's), 0.05 for sgd].",
+        ),
+        click.option(
+            "--epochs",
+            type=click.IntRange(1),
+            default=10,
+            show_default=True,
+            help="T (the paper: 50).",
+        ),
         click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True),
-        click.option("--sync", type=click.Choice(["epoch", "batch"]), default="epoch", show_default=True,
-                     help="One target step per epoch (eq. 39's t) or per mini-batch (eqs. 40-41)."),
-        click.option("--dataset", default="digits", show_default=True, help="digits, digits28, mnist:PATH or fashion:PATH."),
-        click.option("--epsilon-data", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
-                     help="Per-element DP target of each encoded sample (Theorem 1)."),
-        click.option("--epsilon-model", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
-                     help="Per-element DP target of the encoded model (Theorem 1)."),
-        click.option("--sensitivity-data", type=FiniteFloatRange(min=0, min_open=True), default=1.0,
-                     show_default=True, help="L1 sensitivity of one sample (the paper's Delta^D)."),
-        click.option("--sensitivity-model", type=FiniteFloatRange(min=0, min_open=True), default=1000.0,
-                     show_default=True, help="L1 sensitivity of the model (the paper's Delta^w = C)."),
-        click.option("--keys", "key_kind", type=click.Choice(["auto", "dense", "block"]), default="auto",
-                     show_default=True),
-        click.option("--seed", type=SEED, default=0, show_default=True,
-                     help="Keys, noise, initial weights and batch order."),
+        click.option(
+            "--sync",
+            type=click.Choice(["epoch", "batch"]),
+            default="epoch",
+            show_default=True,
+            help="One target step per epoch (eq. 39's t) or per mini-batch (eqs. 40-41).",
+        ),
+        click.option(
+            "--dataset",
+            default="digits",
+            show_default=True,
+            help="digits, digits28, mnist:PATH or fashion:PATH.",
+        ),
+        click.option(
+            "--epsilon-data",
+            type=FiniteFloatRange(min=0, min_open=True),
+            default=1.0,
+            show_default=True,
+            help="Per-element DP target of each encoded sample (Theorem 1).",
+        ),
+        click.option(
+            "--epsilon-model",
+            type=FiniteFloatRange(min=0, min_open=True),
+            default=1.0,
+            show_default=True,
+            help="Per-element DP target of the encoded model (Theorem 1).",
+        ),
+        click.option(
+            "--sensitivity-data",
+            type=FiniteFloatRange(min=0, min_open=True),
+            default=1.0,
+            show_default=True,
+            help="L1 sensitivity of one sample (the paper's Delta^D).",
+        ),
+        click.option(
+            "--sensitivity-model",
+            type=FiniteFloatRange(min=0, min_open=True),
+            default=1000.0,
+            show_default=True,
+            help="L1 sensitivity of the model (the paper's Delta^w = C).",
+        ),
+        click.option(
+            "--keys",
+            "key_kind",
+            type=click.Choice(["auto", "dense", "block"]),
+            default="auto",
+            show_default=True,
+        ),
+        click.option(
+            "--seed",
+            type=SEED,
+            default=0,
+            show_default=True,
+            help="Keys, noise, initial weights and batch order.",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
 
 
-def _plan_and_design(optimizer: str, lr: float | None, epochs: int, batch_size: int, sync: str, seed: int,
-                     epsilon_data: float, epsilon_model: float, sensitivity_data: float, sensitivity_model: float,
-                     key_kind: str) -> tuple[Any, Any]:
+def _plan_and_design(
+    optimizer: str,
+    lr: float | None,
+    epochs: int,
+    batch_size: int,
+    sync: str,
+    seed: int,
+    epsilon_data: float,
+    epsilon_model: float,
+    sensitivity_data: float,
+    sensitivity_model: float,
+    key_kind: str,
+) -> tuple[Any, Any]:
     from .dynamics import TrainingPlan
     from .job import PrivacyDesign
 
-    plan = TrainingPlan(optimizer=optimizer, lr=DEFAULT_LR[optimizer] if lr is None else lr, epochs=epochs,
-                        batch_size=batch_size, sync=sync, order_seed=seed)
-    design = PrivacyDesign(epsilon_data=epsilon_data, epsilon_model=epsilon_model, sensitivity_data=sensitivity_data,
-                           sensitivity_model=sensitivity_model, keys=key_kind)
+    plan = TrainingPlan(
+        optimizer=optimizer,
+        lr=DEFAULT_LR[optimizer] if lr is None else lr,
+        epochs=epochs,
+        batch_size=batch_size,
+        sync=sync,
+        order_seed=seed,
+    )
+    design = PrivacyDesign(
+        epsilon_data=epsilon_data,
+        epsilon_model=epsilon_model,
+        sensitivity_data=sensitivity_data,
+        sensitivity_model=sensitivity_model,
+        keys=key_kind,
+    )
     return plan, design
 
 
@@ -62,7 +141,9 @@ def _progress(message: str) -> None:
 
 
 def _finite(out: dict[str, Any]) -> dict[str, Any]:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()
+    }
 
 
 @click.group("siml")
@@ -72,23 +153,66 @@ def siml_group() -> None:
 
 @siml_group.command("run")
 @_plan_options
-@click.option("--compare-plain/--no-compare-plain", default=True, show_default=True,
-              help="Also train plainly on the same data, weights and batch order, and compare every epoch.")
-@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write siml_sample.png (Fig. 2) and siml_accuracy.png (Fig. 3) here.")
+@click.option(
+    "--compare-plain/--no-compare-plain",
+    default=True,
+    show_default=True,
+    help="Also train plainly on the same data, weights and batch order, and compare every epoch.",
+)
+@click.option(
+    "--plot",
+    "plot_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write siml_sample.png (Fig. 2) and siml_accuracy.png (Fig. 3) here.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def run_cmd(model: str, optimizer: str, lr: float | None, epochs: int, batch_size: int, sync: str, dataset: str,
-            epsilon_data: float, epsilon_model: float, sensitivity_data: float, sensitivity_model: float,
-            key_kind: str, seed: int, compare_plain: bool, plot_dir: Path | None, as_json: bool) -> None:
+def run_cmd(
+    model: str,
+    optimizer: str,
+    lr: float | None,
+    epochs: int,
+    batch_size: int,
+    sync: str,
+    dataset: str,
+    epsilon_data: float,
+    epsilon_model: float,
+    sensitivity_data: float,
+    sensitivity_model: float,
+    key_kind: str,
+    seed: int,
+    compare_plain: bool,
+    plot_dir: Path | None,
+    as_json: bool,
+) -> None:
     """Encode a dataset, train it with the target optimizer, decode the model, compare with plain training."""
     from immersion_fl.data import load_dataset
 
     from .run import run_siml
 
-    plan, design = _plan_and_design(optimizer, lr, epochs, batch_size, sync, seed, epsilon_data, epsilon_model,
-                                    sensitivity_data, sensitivity_model, key_kind)
-    result = run_siml(model, load_dataset(dataset, seed=seed), plan, design=design, init_seed=seed, rng=seed,
-                      compare_plain=compare_plain, progress=_progress)
+    plan, design = _plan_and_design(
+        optimizer,
+        lr,
+        epochs,
+        batch_size,
+        sync,
+        seed,
+        epsilon_data,
+        epsilon_model,
+        sensitivity_data,
+        sensitivity_model,
+        key_kind,
+    )
+    result = run_siml(
+        model,
+        load_dataset(dataset, seed=seed),
+        plan,
+        design=design,
+        init_seed=seed,
+        rng=seed,
+        compare_plain=compare_plain,
+        progress=_progress,
+    )
     out = result.summary()
     if plot_dir is not None:
         from .plots import write_siml_plots
@@ -97,28 +221,60 @@ def run_cmd(model: str, optimizer: str, lr: float | None, epochs: int, batch_siz
     if as_json:
         click.echo(json.dumps(_finite(out)))
         return
-    click.echo(f"SIML {model} ({out['n_params']} -> {out['n_params_encoded']} parameters), {optimizer}, {epochs} epochs, "
-               f"sync per {sync}, on {out['dataset']} ({out['n_sample']} -> {out['n_sample_encoded']} per sample)")
-    click.echo(f"  accuracy {out['accuracy']:.4f}   plain {out['accuracy_plain']:.4f}   "
-               f"max |w_SIML - w_plain| {out['max_abs_diff_vs_plain']:.2e}")
+    click.echo(
+        f"SIML {model} ({out['n_params']} -> {out['n_params_encoded']} parameters), {optimizer}, {epochs} epochs, "
+        f"sync per {sync}, on {out['dataset']} ({out['n_sample']} -> {out['n_sample_encoded']} per sample)"
+    )
+    click.echo(
+        f"  accuracy {out['accuracy']:.4f}   plain {out['accuracy_plain']:.4f}   "
+        f"max |w_SIML - w_plain| {out['max_abs_diff_vs_plain']:.2e}"
+    )
     click.echo(f"  training time ratio SIML / plain {out['time_ratio_vs_plain']:.2f}")
-    click.echo(f"  epsilon per element: data {out['epsilon_data']:.3g}, model {out['epsilon_model']:.3g} "
-               "(against parties without the target; the service decodes both)")
+    click.echo(
+        f"  epsilon per element: data {out['epsilon_data']:.3g}, model {out['epsilon_model']:.3g} "
+        "(against parties without the target; the service decodes both)"
+    )
     for p in out.get("plots", []):
         click.echo(f"  plot: {p}")
 
 
 @siml_group.command("encode")
 @_plan_options
-@click.option("--keys-out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Your secret keys (mode 0600); keep them, they decode the model.")
-@click.option("--job-out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The job file to upload to the service (encoded data, public target, plan).")
-@click.option("--secure", is_flag=True, help="Draw keys and noise from OS entropy (ignores --seed for them).")
+@click.option(
+    "--keys-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Your secret keys (mode 0600); keep them, they decode the model.",
+)
+@click.option(
+    "--job-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The job file to upload to the service (encoded data, public target, plan).",
+)
+@click.option(
+    "--secure", is_flag=True, help="Draw keys and noise from OS entropy (ignores --seed for them)."
+)
 @click.option("--force", is_flag=True, help="Overwrite existing output files.")
-def encode_cmd(model: str, optimizer: str, lr: float | None, epochs: int, batch_size: int, sync: str, dataset: str,
-               epsilon_data: float, epsilon_model: float, sensitivity_data: float, sensitivity_model: float,
-               key_kind: str, seed: int, keys_out: Path, job_out: Path, secure: bool, force: bool) -> None:
+def encode_cmd(
+    model: str,
+    optimizer: str,
+    lr: float | None,
+    epochs: int,
+    batch_size: int,
+    sync: str,
+    dataset: str,
+    epsilon_data: float,
+    epsilon_model: float,
+    sensitivity_data: float,
+    sensitivity_model: float,
+    key_kind: str,
+    seed: int,
+    keys_out: Path,
+    job_out: Path,
+    secure: bool,
+    force: bool,
+) -> None:
     """User side: encode the training set and the initial model into a job file for the service."""
     import torch
     from immersion import save_keys
@@ -126,28 +282,57 @@ def encode_cmd(model: str, optimizer: str, lr: float | None, epochs: int, batch_
 
     from .job import prepare_job, save_job
 
-    plan, design = _plan_and_design(optimizer, lr, epochs, batch_size, sync, seed, epsilon_data, epsilon_model,
-                                    sensitivity_data, sensitivity_model, key_kind)
+    plan, design = _plan_and_design(
+        optimizer,
+        lr,
+        epochs,
+        batch_size,
+        sync,
+        seed,
+        epsilon_data,
+        epsilon_model,
+        sensitivity_data,
+        sensitivity_model,
+        key_kind,
+    )
     for option, path in (("--keys-out", keys_out), ("--job-out", job_out)):
         if path.exists() and not force:
             raise click.UsageError(f"{option}: {path} exists; pass --force to replace it")
-        if not path.parent.is_dir():   # checked before anything is written: no keys without their job file
+        if (
+            not path.parent.is_dir()
+        ):  # checked before anything is written: no keys without their job file
             raise click.UsageError(f"{option}: folder {path.parent} does not exist")
     data = load_dataset(dataset, seed=seed)
-    user, job, _ = prepare_job(model, torch.as_tensor(data.x_train), torch.as_tensor(data.y_train), plan,
-                               design=design, init_seed=seed, rng=None if secure else seed, secure=secure,
-                               n_classes=data.n_classes)
+    user, job, _ = prepare_job(
+        model,
+        torch.as_tensor(data.x_train),
+        torch.as_tensor(data.y_train),
+        plan,
+        design=design,
+        init_seed=seed,
+        rng=None if secure else seed,
+        secure=secure,
+        n_classes=data.n_classes,
+    )
     save_keys(user.keys, keys_out, overwrite=force)
     save_job(job, job_out, overwrite=force)
     report = user.report()
-    click.echo(f"wrote {job_out} ({job.encoded_dataset.shape[0]} encoded samples) and {keys_out}; "
-               f"epsilon per element: data {report.epsilon_input:.3g}, model {report.epsilon_output:.3g}", err=True)
+    click.echo(
+        f"wrote {job_out} ({job.encoded_dataset.shape[0]} encoded samples) and {keys_out}; "
+        f"epsilon per element: data {report.epsilon_input:.3g}, model {report.epsilon_output:.3g}",
+        err=True,
+    )
 
 
 @siml_group.command("serve")
 @click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Where to write the encoded model w~*.")
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the encoded model w~*.",
+)
 @click.option("--device", default=None, help="torch device for training (cpu, cuda).")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 def serve_cmd(job_file: Path, out_file: Path, device: str | None, force: bool) -> None:
@@ -161,33 +346,72 @@ def serve_cmd(job_file: Path, out_file: Path, device: str | None, force: bool) -
     job = load_job(job_file)
     if out_file.exists() and not force:
         raise click.UsageError(f"{out_file} exists; pass --force to replace it")
-    if not out_file.parent.is_dir():   # checked before training, not after
+    if not out_file.parent.is_dir():  # checked before training, not after
         raise click.UsageError(f"--out: folder {out_file.parent} does not exist")
     target = job.target(device=device)
     be = target.backend
     epochs = job.plan.epochs
     start = time.perf_counter()
-    encoded_model, _ = target.train(be.asarray(job.encoded_state), be.asarray(job.encoded_dataset), job.plan,
-                                    on_epoch=lambda e, _x: _progress(f"epoch {e + 1}/{epochs}"))
+    encoded_model, _ = target.train(
+        be.asarray(job.encoded_state),
+        be.asarray(job.encoded_dataset),
+        job.plan,
+        on_epoch=lambda e, _x: _progress(f"epoch {e + 1}/{epochs}"),
+    )
     seconds = time.perf_counter() - start
-    info = {"model": job.model, "epochs": epochs, "train_seconds": seconds, "optimizer": job.plan.optimizer}
-    save_encoded_model(torch.as_tensor(encoded_model).cpu().numpy(), out_file, info=info, overwrite=force)
+    info = {
+        "model": job.model,
+        "epochs": epochs,
+        "train_seconds": seconds,
+        "optimizer": job.plan.optimizer,
+    }
+    save_encoded_model(
+        torch.as_tensor(encoded_model).cpu().numpy(), out_file, info=info, overwrite=force
+    )
     click.echo(f"wrote {out_file} after {seconds:.1f} s of training", err=True)
 
 
 @siml_group.command("decode")
 @click.option("--keys", "keys_file", type=click.Path(dir_okay=False, path_type=Path), required=True)
-@click.option("--job", "job_file", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The job file you uploaded (its first encoded sample unmasks the model).")
-@click.option("--model-in", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The encoded model the service returned.")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the decoded parameter vector here (.npy).")
-@click.option("--evaluate", "eval_dataset", default=None, help="Report test accuracy on this dataset (e.g. digits).")
-@click.option("--seed", type=SEED, default=0, show_default=True, help="Dataset split seed for --evaluate.")
+@click.option(
+    "--job",
+    "job_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The job file you uploaded (its first encoded sample unmasks the model).",
+)
+@click.option(
+    "--model-in",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The encoded model the service returned.",
+)
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the decoded parameter vector here (.npy).",
+)
+@click.option(
+    "--evaluate",
+    "eval_dataset",
+    default=None,
+    help="Report test accuracy on this dataset (e.g. digits).",
+)
+@click.option(
+    "--seed", type=SEED, default=0, show_default=True, help="Dataset split seed for --evaluate."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def decode_cmd(keys_file: Path, job_file: Path, model_in: Path, out_file: Path | None, eval_dataset: str | None,
-               seed: int, as_json: bool) -> None:
+def decode_cmd(
+    keys_file: Path,
+    job_file: Path,
+    model_in: Path,
+    out_file: Path | None,
+    eval_dataset: str | None,
+    seed: int,
+    as_json: bool,
+) -> None:
     """User side: decode the service's encoded model with your keys (eq. 45)."""
     import numpy as np
     import torch
@@ -208,44 +432,97 @@ def decode_cmd(keys_file: Path, job_file: Path, model_in: Path, out_file: Path |
         from immersion_fl.data import load_dataset
 
         data = load_dataset(eval_dataset, seed=seed)
-        out["accuracy"] = target.dynamics.model.evaluate(w, torch.as_tensor(data.x_test), torch.as_tensor(data.y_test))[0]
+        out["accuracy"] = target.dynamics.model.evaluate(
+            w, torch.as_tensor(data.x_test), torch.as_tensor(data.y_test)
+        )[0]
     click.echo(json.dumps(out) if as_json else "\n".join(f"{k:14s} {v}" for k, v in out.items()))
 
 
 @click.command("siml")
-@click.option("--model", type=click.Choice(MODEL_NAMES), default="nn-x2", show_default=True,
-              help="CKKS runs on nn-x2 only.")
+@click.option(
+    "--model",
+    type=click.Choice(MODEL_NAMES),
+    default="nn-x2",
+    show_default=True,
+    help="CKKS runs on nn-x2 only.",
+)
 @click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default="adam", show_default=True)
-@click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=None,
-              help="[default: 0.001 for adam, 0.05 for sgd]")
+@click.option(
+    "--lr",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=None,
+    help="[default: 0.001 for adam, 0.05 for sgd]",
+)
 @click.option("--epochs", type=click.IntRange(1), default=10, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True)
-@click.option("--sync", type=click.Choice(["epoch", "batch"]), default="epoch", show_default=True,
-              help="SIML's headline sync (both are measured).")
+@click.option(
+    "--sync",
+    type=click.Choice(["epoch", "batch"]),
+    default="epoch",
+    show_default=True,
+    help="SIML's headline sync (both are measured).",
+)
 @click.option("--dataset", default="digits", show_default=True)
-@click.option("--delta", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=1e-5, show_default=True,
-              help="DP-SGD's delta.")
+@click.option(
+    "--delta",
+    type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
+    default=1e-5,
+    show_default=True,
+    help="DP-SGD's delta.",
+)
 @click.option("--repeats", type=click.IntRange(1), default=3, show_default=True)
 @click.option("--ckks-samples", type=click.IntRange(1), default=4, show_default=True)
 @click.option("--no-baselines", is_flag=True, help="Plain and SIML only.")
 @click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the JSON here.")
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the JSON here.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_siml_cmd(model: str, optimizer: str, lr: float | None, epochs: int, batch_size: int, sync: str, dataset: str,
-                   delta: float, repeats: int, ckks_samples: int, no_baselines: bool, seed: int, out_file: Path | None,
-                   as_json: bool) -> None:
+def bench_siml_cmd(
+    model: str,
+    optimizer: str,
+    lr: float | None,
+    epochs: int,
+    batch_size: int,
+    sync: str,
+    dataset: str,
+    delta: float,
+    repeats: int,
+    ckks_samples: int,
+    no_baselines: bool,
+    seed: int,
+    out_file: Path | None,
+    as_json: bool,
+) -> None:
     """Plain, SIML, Opacus DP-SGD (epsilon 0.1, 0.6, 2, 10) and CKKS on one model and dataset."""
     from immersion_fl.data import load_dataset
 
     from .bench import bench_siml
     from .dynamics import TrainingPlan
 
-    plan = TrainingPlan(optimizer=optimizer, lr=DEFAULT_LR[optimizer] if lr is None else lr, epochs=epochs,
-                        batch_size=batch_size, sync=sync, order_seed=seed)
-    result = bench_siml(model=model, dataset=load_dataset(dataset, seed=seed), plan=plan, delta=delta, repeats=repeats,
-                        ckks_samples=ckks_samples, seed=seed, baselines=not no_baselines,
-                        progress=lambda msg: click.echo(f"[bench] {msg}", err=True))
+    plan = TrainingPlan(
+        optimizer=optimizer,
+        lr=DEFAULT_LR[optimizer] if lr is None else lr,
+        epochs=epochs,
+        batch_size=batch_size,
+        sync=sync,
+        order_seed=seed,
+    )
+    result = bench_siml(
+        model=model,
+        dataset=load_dataset(dataset, seed=seed),
+        plan=plan,
+        delta=delta,
+        repeats=repeats,
+        ckks_samples=ckks_samples,
+        seed=seed,
+        baselines=not no_baselines,
+        progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
+    )
     text = json.dumps(result)
     if out_file is not None:
         out_file.write_text(text + "\n")
@@ -253,13 +530,17 @@ def bench_siml_cmd(model: str, optimizer: str, lr: float | None, epochs: int, ba
         click.echo(text)
         return
     click.echo(f"{model} on {result['dataset']}, {optimizer}, {epochs} epochs")
-    click.echo(f"  plain accuracy {result['accuracy_plain']:.4f}, SIML {result['accuracy_siml']:.4f}, "
-               f"max |w_SIML - w_plain| {result['siml_max_abs_diff_vs_plain']:.2e}")
+    click.echo(
+        f"  plain accuracy {result['accuracy_plain']:.4f}, SIML {result['accuracy_siml']:.4f}, "
+        f"max |w_SIML - w_plain| {result['siml_max_abs_diff_vs_plain']:.2e}"
+    )
     for row in result["siml_by_sync"]:
         click.echo(f"  SIML / plain time ({row['sync']} sync): {row['time_ratio']:.2f}")
     for row in result["dpsgd"]:
-        click.echo(f"  DP-SGD epsilon {row['epsilon']:>4}: accuracy {row['accuracy']:.4f}, time / plain torch "
-                   f"{row['time_ratio']:.2f}")
+        click.echo(
+            f"  DP-SGD epsilon {row['epsilon']:>4}: accuracy {row['accuracy']:.4f}, time / plain torch "
+            f"{row['time_ratio']:.2f}"
+        )
     if result["ckks_time_ratio_vs_siml"] is not None:
         click.echo(f"  CKKS (extrapolated) / SIML time: {result['ckks_time_ratio_vs_siml']:.0f}")
     for note in result["skipped"]:

@@ -7,6 +7,7 @@ with Opacus (RDP accountant, Poisson sampling, per-sample clipping) calibrated t
 
 Opacus is an optional dependency (extra ``baselines``); this module imports without it.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,12 @@ OPTIMIZERS = ("adam", "sgd")
 
 # RDP orders: Opacus's defaults stop at 63, where the conversion term log(1/delta) / (alpha - 1) alone is
 # 0.186 for delta = 1e-5, so epsilon 0.1 (seed 002 Fig. 4) would be unreachable; orders up to 4096 fix that.
-_ALPHAS = ([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + list(range(64, 256, 8))
-           + [256, 320, 384, 512, 768, 1024, 1536, 2048, 4096])
+_ALPHAS = (
+    [1 + x / 10.0 for x in range(1, 100)]
+    + list(range(12, 64))
+    + list(range(64, 256, 8))
+    + [256, 320, 384, 512, 768, 1024, 1536, 2048, 4096]
+)
 
 # Opacus / torch warnings that would repeat on every run (or every step) and carry no information here:
 # the secure-RNG reminder (this is an experiment, not a deployment), the RDP "largest alpha" hint (raised
@@ -58,6 +63,7 @@ def _opacus() -> Any:
         import opacus
     except ImportError:
         from immersion import OptionalDependencyError
+
         raise OptionalDependencyError("opacus", "baselines", "the DP-SGD baseline") from None
     return opacus
 
@@ -107,7 +113,12 @@ class DpSgdResult:
 
 
 def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise InvalidArgumentError(name, f"expected a finite number > 0, got {value!r}")
     return float(value)
 
@@ -118,12 +129,26 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _check_arguments(model_name: str, dataset: Any, epsilon: Any, delta: Any, epochs: Any, batch_size: Any,
-                     lr: Any, optimizer: Any, max_grad_norm: Any, seed: Any) -> None:
+def _check_arguments(
+    model_name: str,
+    dataset: Any,
+    epsilon: Any,
+    delta: Any,
+    epochs: Any,
+    batch_size: Any,
+    lr: Any,
+    optimizer: Any,
+    max_grad_norm: Any,
+    seed: Any,
+) -> None:
     if model_name not in MODEL_NAMES:
-        raise InvalidArgumentError("model_name", f"expected one of {', '.join(MODEL_NAMES)}, got {model_name!r}")
+        raise InvalidArgumentError(
+            "model_name", f"expected one of {', '.join(MODEL_NAMES)}, got {model_name!r}"
+        )
     if not all(hasattr(dataset, a) for a in ("x_train", "y_train", "x_test", "y_test")):
-        raise InvalidArgumentError("dataset", "expected a Dataset with x_train, y_train, x_test and y_test")
+        raise InvalidArgumentError(
+            "dataset", "expected a Dataset with x_train, y_train, x_test and y_test"
+        )
     if len(dataset.x_train) == 0 or len(dataset.x_test) == 0:
         raise InvalidArgumentError("dataset", "expected non-empty train and test sets")
     _positive("epsilon", epsilon)
@@ -133,15 +158,27 @@ def _check_arguments(model_name: str, dataset: Any, epsilon: Any, delta: Any, ep
     _positive_int("batch_size", batch_size)
     _positive("lr", lr)
     if optimizer not in OPTIMIZERS:
-        raise InvalidArgumentError("optimizer", f"expected one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+        raise InvalidArgumentError(
+            "optimizer", f"expected one of {', '.join(OPTIMIZERS)}, got {optimizer!r}"
+        )
     _positive("max_grad_norm", max_grad_norm)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InvalidArgumentError("seed", f"expected an integer >= 0, got {seed!r}")
 
 
-def train_dpsgd(model_name: str, dataset: Any, *, epsilon: float, delta: float = 1e-5, epochs: int = 5,
-                batch_size: int = 32, lr: float = 0.001, optimizer: str = "adam", max_grad_norm: float = 1.0,
-                seed: int = 0) -> DpSgdResult:
+def train_dpsgd(
+    model_name: str,
+    dataset: Any,
+    *,
+    epsilon: float,
+    delta: float = 1e-5,
+    epochs: int = 5,
+    batch_size: int = 32,
+    lr: float = 0.001,
+    optimizer: str = "adam",
+    max_grad_norm: float = 1.0,
+    seed: int = 0,
+) -> DpSgdResult:
     """Train ``model_name`` on ``dataset`` with DP-SGD (Opacus) at ``(epsilon, delta)``.
 
     This is the differential-privacy baseline of seed 002, Fig. 4 (DP-SGD at epsilon 0.1, 0.6, 2
@@ -196,7 +233,9 @@ def train_dpsgd(model_name: str, dataset: Any, *, epsilon: float, delta: float =
     >>> r.epsilon_spent <= 2.0, 0.0 <= r.accuracy <= 1.0  # doctest: +SKIP
     (True, True)
     """
-    _check_arguments(model_name, dataset, epsilon, delta, epochs, batch_size, lr, optimizer, max_grad_norm, seed)
+    _check_arguments(
+        model_name, dataset, epsilon, delta, epochs, batch_size, lr, optimizer, max_grad_norm, seed
+    )
     _opacus()
     import numpy as np
     import torch
@@ -204,14 +243,23 @@ def train_dpsgd(model_name: str, dataset: Any, *, epsilon: float, delta: float =
     from opacus.accountants.utils import get_noise_multiplier
 
     torch.manual_seed(seed)
-    model = build_siml_model(model_name, image_shape=tuple(dataset.x_train.shape[1:]),
-                             n_classes=int(max(np.max(dataset.y_train), np.max(dataset.y_test))) + 1)
+    model = build_siml_model(
+        model_name,
+        image_shape=tuple(dataset.x_train.shape[1:]),
+        n_classes=int(max(np.max(dataset.y_train), np.max(dataset.y_test))) + 1,
+    )
     x_train = torch.as_tensor(np.asarray(dataset.x_train, dtype=np.float64))
     y_train = torch.as_tensor(np.asarray(dataset.y_train, dtype=np.int64))
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x_train, y_train), batch_size=batch_size,
-                                         generator=torch.Generator().manual_seed(seed))
-    opt: Any = (torch.optim.Adam(model.parameters(), lr=lr, eps=1e-7) if optimizer == "adam"
-                else torch.optim.SGD(model.parameters(), lr=lr))
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x_train, y_train),
+        batch_size=batch_size,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    opt: Any = (
+        torch.optim.Adam(model.parameters(), lr=lr, eps=1e-7)
+        if optimizer == "adam"
+        else torch.optim.SGD(model.parameters(), lr=lr)
+    )
 
     with warnings.catch_warnings():
         for message in _QUIET:
@@ -219,13 +267,26 @@ def train_dpsgd(model_name: str, dataset: Any, *, epsilon: float, delta: float =
         engine = PrivacyEngine(accountant="rdp")
         try:
             noise_multiplier = get_noise_multiplier(
-                target_epsilon=float(epsilon), target_delta=float(delta), sample_rate=1 / len(loader),
-                epochs=epochs, accountant="rdp", epsilon_tolerance=0.005 * float(epsilon), alphas=_ALPHAS)
+                target_epsilon=float(epsilon),
+                target_delta=float(delta),
+                sample_rate=1 / len(loader),
+                epochs=epochs,
+                accountant="rdp",
+                epsilon_tolerance=0.005 * float(epsilon),
+                alphas=_ALPHAS,
+            )
         except ValueError as error:  # "The privacy budget is too low." (noise multiplier above 1e6)
-            raise InvalidArgumentError("epsilon", f"{epsilon} is out of reach at delta {delta}: {error}") from None
+            raise InvalidArgumentError(
+                "epsilon", f"{epsilon} is out of reach at delta {delta}: {error}"
+            ) from None
         private_model, private_opt, private_loader = engine.make_private(
-            module=model, optimizer=opt, data_loader=loader, noise_multiplier=noise_multiplier,
-            max_grad_norm=float(max_grad_norm), noise_generator=torch.Generator().manual_seed(seed + 1))
+            module=model,
+            optimizer=opt,
+            data_loader=loader,
+            noise_multiplier=noise_multiplier,
+            max_grad_norm=float(max_grad_norm),
+            noise_generator=torch.Generator().manual_seed(seed + 1),
+        )
         private_model.train()
         start = time.perf_counter()
         for _ in range(epochs):
@@ -244,9 +305,16 @@ def train_dpsgd(model_name: str, dataset: Any, *, epsilon: float, delta: float =
     with torch.no_grad():
         logits = model(torch.as_tensor(np.asarray(dataset.x_test, dtype=np.float64)))
         accuracy = float((logits.argmax(dim=1).numpy() == np.asarray(dataset.y_test)).mean())
-    return DpSgdResult(epsilon=float(epsilon), epsilon_spent=epsilon_spent, delta=float(delta),
-                       noise_multiplier=float(private_opt.noise_multiplier), accuracy=accuracy, seconds=seconds,
-                       epochs=epochs, batch_size=batch_size)
+    return DpSgdResult(
+        epsilon=float(epsilon),
+        epsilon_spent=epsilon_spent,
+        delta=float(delta),
+        noise_multiplier=float(private_opt.noise_multiplier),
+        accuracy=accuracy,
+        seconds=seconds,
+        epochs=epochs,
+        batch_size=batch_size,
+    )
 
 
 __all__ = ["OPTIMIZERS", "DpSgdResult", "opacus_available", "train_dpsgd"]

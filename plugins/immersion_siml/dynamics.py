@@ -9,6 +9,7 @@ A target step is one mini-batch (``sync="batch"``, eqs. 40-41 literally) or one 
 (``sync="epoch"``: ``t`` counts epochs, as the paper's eq. 39 says); both are instances of
 eq. 44, with ``p(x) = -change(x)``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,7 +36,9 @@ class TrainingPlan:
 
     def __post_init__(self) -> None:
         if self.optimizer not in ("sgd", "adam"):
-            raise InvalidArgumentError("optimizer", f"expected 'sgd' or 'adam', got {self.optimizer!r}")
+            raise InvalidArgumentError(
+                "optimizer", f"expected 'sgd' or 'adam', got {self.optimizer!r}"
+            )
         if not (isinstance(self.lr, (int, float)) and np.isfinite(self.lr) and self.lr > 0):
             raise InvalidArgumentError("lr", f"expected a finite lr > 0, got {self.lr!r}")
         for name in ("epochs", "batch_size"):
@@ -44,8 +47,14 @@ class TrainingPlan:
                 raise InvalidArgumentError(name, f"expected an integer >= 1, got {value!r}")
         if self.sync not in SYNC_MODES:
             raise InvalidArgumentError("sync", f"expected one of {SYNC_MODES}, got {self.sync!r}")
-        if isinstance(self.order_seed, bool) or not isinstance(self.order_seed, (int, np.integer)) or self.order_seed < 0:
-            raise InvalidArgumentError("order_seed", f"expected an integer >= 0, got {self.order_seed!r}")
+        if (
+            isinstance(self.order_seed, bool)
+            or not isinstance(self.order_seed, (int, np.integer))
+            or self.order_seed < 0
+        ):
+            raise InvalidArgumentError(
+                "order_seed", f"expected an integer >= 0, got {self.order_seed!r}"
+            )
 
     def batches(self, n_samples: int) -> list[list[np.ndarray]]:
         """Index arrays of every mini-batch, epoch by epoch (a fresh shuffle per epoch; last batch may be short).
@@ -59,7 +68,9 @@ class TrainingPlan:
         epochs = []
         for _ in range(self.epochs):
             order = rng.permutation(n_samples)
-            epochs.append([order[i:i + self.batch_size] for i in range(0, n_samples, self.batch_size)])
+            epochs.append(
+                [order[i : i + self.batch_size] for i in range(0, n_samples, self.batch_size)]
+            )
         return epochs
 
 
@@ -85,16 +96,23 @@ class OptimizerDynamics:
 
     def params(self, x: Any) -> Any:
         """The model parameters ``w``, the first block of ``x``."""
-        return x[..., :self.n_params]
+        return x[..., : self.n_params]
 
     def _unpack(self, x: Any, steps_done: int) -> tuple[Any, tuple[Any, ...]]:
-        chunks = iter(x[self.n_params * (i + 1):self.n_params * (i + 2)] for i in range(self.n_moments))
+        chunks = iter(
+            x[self.n_params * (i + 1) : self.n_params * (i + 2)] for i in range(self.n_moments)
+        )
         state = tuple(next(chunks) if kind == "vector" else steps_done for kind in self._kinds)
-        return x[:self.n_params], tuple(v * v if i in self._root_slots else v for i, v in enumerate(state))
+        return x[: self.n_params], tuple(
+            v * v if i in self._root_slots else v for i, v in enumerate(state)
+        )
 
     def _stored(self, state: tuple[Any, ...]) -> list[Any]:
-        return [v.clamp_min(0.0).sqrt() if i in self._root_slots else v
-                for i, v in enumerate(state) if hasattr(v, "shape")]
+        return [
+            v.clamp_min(0.0).sqrt() if i in self._root_slots else v
+            for i, v in enumerate(state)
+            if hasattr(v, "shape")
+        ]
 
     def change(self, x: Any, features: Any, targets: Any, steps_done: int) -> Any:
         """``x_{t+1} - x_t`` for one mini-batch: ``-p(x_t)`` of eq. 44 (eq. 40 for SGD, eq. 41 for Adam)."""
@@ -102,10 +120,14 @@ class OptimizerDynamics:
         w, state = self._unpack(x, steps_done)
         _, grad = self.model.loss_and_grad(w, features, targets)
         update, new_state = self.optimizer.update(grad, state, w)
-        moments = [new - old for new, old in zip(self._stored(new_state), self._stored(state), strict=True)]
+        moments = [
+            new - old for new, old in zip(self._stored(new_state), self._stored(state), strict=True)
+        ]
         return torch.cat([update] + moments)
 
-    def epoch_change(self, x: Any, features: Any, targets: Any, batches: list[np.ndarray], steps_done: int) -> Any:
+    def epoch_change(
+        self, x: Any, features: Any, targets: Any, batches: list[np.ndarray], steps_done: int
+    ) -> Any:
         """``x_{e+1} - x_e`` over one epoch of mini-batches (``sync="epoch"``)."""
         start = x
         for i, idx in enumerate(batches):
@@ -113,9 +135,17 @@ class OptimizerDynamics:
         return x - start
 
 
-def run_plan(dynamics: OptimizerDynamics, x: Any, features: Any, targets: Any, plan: TrainingPlan, *,
-             apply_change: Callable[[Any, Any], Any] | None = None, read_state: Callable[[Any], Any] | None = None,
-             on_epoch: Callable[[int, Any], None] | None = None) -> Any:
+def run_plan(
+    dynamics: OptimizerDynamics,
+    x: Any,
+    features: Any,
+    targets: Any,
+    plan: TrainingPlan,
+    *,
+    apply_change: Callable[[Any, Any], Any] | None = None,
+    read_state: Callable[[Any], Any] | None = None,
+    on_epoch: Callable[[int, Any], None] | None = None,
+) -> Any:
     """Iterate the plan from state ``x``: the plain optimizer, or (with the hooks) its target.
 
     ``read_state(x)`` gives the original-coordinate state the optimizer works on and

@@ -11,6 +11,7 @@
 Files are single ``.npz`` payloads behind a magic line and a SHA-256 (no pickle), written
 atomically with mode 0600.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -75,20 +76,41 @@ class SimlJob:
     def target(self, *, backend: str = "torch", device: str | None = None) -> TargetOptimizer:
         """The target optimizer of eq. 44 for this job (float64)."""
         model = siml_model(self.model, image_shape=self.image_shape, n_classes=self.n_classes)
-        return TargetOptimizer(keys=self.public_keys, dynamics=OptimizerDynamics(model, self.plan.optimizer, self.plan.lr),
-                               layout=SampleLayout(self.image_shape, self.n_classes),
-                               backend=make_backend(backend, dtype="float64", device=device))
+        return TargetOptimizer(
+            keys=self.public_keys,
+            dynamics=OptimizerDynamics(model, self.plan.optimizer, self.plan.lr),
+            layout=SampleLayout(self.image_shape, self.n_classes),
+            backend=make_backend(backend, dtype="float64", device=device),
+        )
 
 
-def draw_siml_keys(n_sample: int, n_state: int, n_params: int, design: PrivacyDesign, *, backend: Any,
-                   rng: Any = None, secure: bool = False) -> tuple[Keys, np.random.Generator]:
+def draw_siml_keys(
+    n_sample: int,
+    n_state: int,
+    n_params: int,
+    design: PrivacyDesign,
+    *,
+    backend: Any,
+    rng: Any = None,
+    secure: bool = False,
+) -> tuple[Keys, np.random.Generator]:
     """Keys for SIML and the noise generator; refuses designs float64 cannot decode to ``design.tolerance``."""
     dims, targets = validated_design(
-        n_state=n_state, n_input=n_sample, n_output=n_params, extra_state=design.extra_state,
-        extra_input=design.extra_data, extra_output=design.extra_model, noise="laplace",
-        epsilon_input=design.epsilon_data, epsilon_output=design.epsilon_model, delta_input=None,
-        delta_output=None, sensitivity_input=design.sensitivity_data, sensitivity_output=design.sensitivity_model,
-        noise_mean=0.0)
+        n_state=n_state,
+        n_input=n_sample,
+        n_output=n_params,
+        extra_state=design.extra_state,
+        extra_input=design.extra_data,
+        extra_output=design.extra_model,
+        noise="laplace",
+        epsilon_input=design.epsilon_data,
+        epsilon_output=design.epsilon_model,
+        delta_input=None,
+        delta_output=None,
+        sensitivity_input=design.sensitivity_data,
+        sensitivity_output=design.sensitivity_model,
+        noise_mean=0.0,
+    )
     key_rng, noise_rng = split_rng(rng, secure)
     keys = targets.apply(draw_geometry(design.keys, dims, design.block_size, key_rng))
     if design.tolerance is not None:
@@ -96,9 +118,18 @@ def draw_siml_keys(n_sample: int, n_state: int, n_params: int, design: PrivacyDe
     return keys, noise_rng
 
 
-def prepare_job(model_name: str, images: Any, labels: Any, plan: TrainingPlan, *, design: PrivacyDesign,
-                init_seed: int = 0, rng: Any = None, secure: bool = False,
-                n_classes: int = 10) -> tuple[Immersion, SimlJob, Any]:
+def prepare_job(
+    model_name: str,
+    images: Any,
+    labels: Any,
+    plan: TrainingPlan,
+    *,
+    design: PrivacyDesign,
+    init_seed: int = 0,
+    rng: Any = None,
+    secure: bool = False,
+    n_classes: int = 10,
+) -> tuple[Immersion, SimlJob, Any]:
     """User side: keys, encoded dataset and encoded initial state; returns ``(user, job, x_0)``.
 
     ``user`` is an :class:`immersion.Immersion` (keys, decoders, ``report()``); ``x_0`` is the
@@ -107,29 +138,50 @@ def prepare_job(model_name: str, images: Any, labels: Any, plan: TrainingPlan, *
     import torch
 
     if images.ndim != 4 or len(images) != len(labels) or len(images) == 0:
-        raise InvalidArgumentError("images", f"expected (N, C, H, W) images with N labels, got {tuple(images.shape)} "
-                                             f"and {tuple(labels.shape)}")
+        raise InvalidArgumentError(
+            "images",
+            f"expected (N, C, H, W) images with N labels, got {tuple(images.shape)} "
+            f"and {tuple(labels.shape)}",
+        )
     image_shape = tuple(int(s) for s in images.shape[1:])
     model = siml_model(model_name, image_shape=image_shape, n_classes=n_classes)  # type: ignore[arg-type]
     dynamics = OptimizerDynamics(model, plan.optimizer, plan.lr)
     layout = SampleLayout(image_shape, n_classes)  # type: ignore[arg-type]
     backend = make_backend("torch", dtype="float64")
-    keys, noise_rng = draw_siml_keys(layout.n_sample, dynamics.n_state, dynamics.n_params, design, backend=backend,
-                                     rng=rng, secure=secure)
+    keys, noise_rng = draw_siml_keys(
+        layout.n_sample,
+        dynamics.n_state,
+        dynamics.n_params,
+        design,
+        backend=backend,
+        rng=rng,
+        secure=secure,
+    )
     target = TargetOptimizer(keys=keys, dynamics=dynamics, layout=layout, backend=backend)
     user = Immersion(keys=keys, target=target, backend=backend, noise_rng=noise_rng)  # type: ignore[arg-type]
     x0 = dynamics.initial_state(model.initial_vector(init_seed))
     rows = layout.rows(torch.as_tensor(images, dtype=torch.float64), torch.as_tensor(labels))
-    job = SimlJob(model_name, image_shape, n_classes, plan, dataclasses.replace(keys, noise=None),  # type: ignore[arg-type]
-                  user.encode_input(rows).numpy(), user.encode_state(x0).numpy())
+    job = SimlJob(
+        model_name,
+        image_shape,
+        n_classes,
+        plan,
+        dataclasses.replace(keys, noise=None),  # type: ignore[arg-type]
+        user.encode_input(rows).numpy(),
+        user.encode_state(x0).numpy(),
+    )
     return user, job, x0
 
 
 def key_holder(keys: Keys, job: SimlJob) -> Immersion:
     """The user's handle rebuilt from saved keys and the job they encoded (to decode the service's answer)."""
     target = job.target()
-    return Immersion(keys=keys, target=target, backend=target.backend,  # type: ignore[arg-type]
-                     noise_rng=np.random.default_rng())
+    return Immersion(
+        keys=keys,
+        target=target,
+        backend=target.backend,  # type: ignore[arg-type]
+        noise_rng=np.random.default_rng(),
+    )
 
 
 def decode_model(user: Immersion, encoded_model: Any, encoded_first_sample: Any) -> Any:
@@ -138,7 +190,9 @@ def decode_model(user: Immersion, encoded_model: Any, encoded_first_sample: Any)
 
 
 def _checked_path(path: str | os.PathLike[str], overwrite: bool) -> Path:
-    return writable_path(path, overwrite=overwrite, error=SimlFileError, overwrite_hint="overwrite=True (--force)")
+    return writable_path(
+        path, overwrite=overwrite, error=SimlFileError, overwrite_hint="overwrite=True (--force)"
+    )
 
 
 def save_job(job: SimlJob, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
@@ -146,10 +200,18 @@ def save_job(job: SimlJob, path: str | os.PathLike[str], *, overwrite: bool = Fa
     if not isinstance(job, SimlJob):
         raise InvalidArgumentError("job", f"expected a SimlJob, got {type(job).__name__}")
     target = _checked_path(path, overwrite)
-    meta = {"model": job.model, "image_shape": list(job.image_shape), "n_classes": job.n_classes,
-            "plan": dataclasses.asdict(job.plan), "keys": keys_meta(job.public_keys)}
-    arrays = {**key_arrays(job.public_keys), "encoded_dataset": job.encoded_dataset,
-              "encoded_state": job.encoded_state}
+    meta = {
+        "model": job.model,
+        "image_shape": list(job.image_shape),
+        "n_classes": job.n_classes,
+        "plan": dataclasses.asdict(job.plan),
+        "keys": keys_meta(job.public_keys),
+    }
+    arrays = {
+        **key_arrays(job.public_keys),
+        "encoded_dataset": job.encoded_dataset,
+        "encoded_state": job.encoded_state,
+    }
     write_signed(target, JOB_MAGIC, meta, arrays, prefix=".siml-job-")
     return target
 
@@ -157,7 +219,9 @@ def save_job(job: SimlJob, path: str | os.PathLike[str], *, overwrite: bool = Fa
 def load_job(path: str | os.PathLike[str]) -> SimlJob:
     """Read a job file written by :func:`save_job`; refuse foreign, truncated or modified files."""
     source = as_path(path)
-    meta, arrays = read_signed(source, JOB_MAGIC, what="SIML job", error=SimlFileError, private=False)
+    meta, arrays = read_signed(
+        source, JOB_MAGIC, what="SIML job", error=SimlFileError, private=False
+    )
     try:
         plan = TrainingPlan(**meta["plan"])
         keys = keys_from_arrays(meta["keys"], arrays, source=source)
@@ -166,8 +230,12 @@ def load_job(path: str | os.PathLike[str]) -> SimlJob:
         if len(image_shape) != 3 or min(image_shape) < 1 or n_classes < 1:
             raise ValueError(f"image shape {image_shape} and {n_classes} classes")
         if SampleLayout(image_shape, n_classes).n_sample != keys.dims["n_input"]:  # type: ignore[arg-type]
-            raise ValueError(f"samples of {image_shape} images and {n_classes} classes do not fit the keys")
-        dataset = _finite(arrays["encoded_dataset"], "encoded_dataset", (None, keys.input_code.n_total))
+            raise ValueError(
+                f"samples of {image_shape} images and {n_classes} classes do not fit the keys"
+            )
+        dataset = _finite(
+            arrays["encoded_dataset"], "encoded_dataset", (None, keys.input_code.n_total)
+        )
         state = _finite(arrays["encoded_state"], "encoded_state", (keys.state_code.n_total,))
         return SimlJob(str(meta["model"]), image_shape, n_classes, plan, keys, dataset, state)  # type: ignore[arg-type]
     except (KeyError, TypeError, ValueError) as exc:
@@ -176,26 +244,43 @@ def load_job(path: str | os.PathLike[str]) -> SimlJob:
 
 def _finite(arr: np.ndarray, name: str, shape: tuple[int | None, ...]) -> np.ndarray:
     """``arr`` as float64 if it is a finite real array of ``shape`` (``None``: any length >= 1)."""
-    if (arr.dtype.kind not in "fiu" or arr.ndim != len(shape) or arr.size == 0
-            or any(want is not None and got != want for got, want in zip(arr.shape, shape, strict=True))):
+    if (
+        arr.dtype.kind not in "fiu"
+        or arr.ndim != len(shape)
+        or arr.size == 0
+        or any(want is not None and got != want for got, want in zip(arr.shape, shape, strict=True))
+    ):
         raise ValueError(f"{name} is not a real array of shape {shape}: {arr.dtype}, {arr.shape}")
     if not np.isfinite(arr).all():
         raise ValueError(f"{name} contains NaN or inf")
     return arr.astype(np.float64)
 
 
-def save_encoded_model(encoded_model: Any, path: str | os.PathLike[str], *, info: dict[str, Any],
-                       overwrite: bool = False) -> Path:
+def save_encoded_model(
+    encoded_model: Any,
+    path: str | os.PathLike[str],
+    *,
+    info: dict[str, Any],
+    overwrite: bool = False,
+) -> Path:
     """Write the service's answer ``w~*`` with a small JSON ``info`` (timings, model name)."""
     target = _checked_path(path, overwrite)
-    write_signed(target, MODEL_MAGIC, info, {"encoded_model": np.asarray(encoded_model)}, prefix=".siml-model-")
+    write_signed(
+        target,
+        MODEL_MAGIC,
+        info,
+        {"encoded_model": np.asarray(encoded_model)},
+        prefix=".siml-model-",
+    )
     return target
 
 
 def load_encoded_model(path: str | os.PathLike[str]) -> tuple[np.ndarray, dict[str, Any]]:
     """``(w~*, info)`` from a file written by :func:`save_encoded_model`."""
     source = as_path(path)
-    info, arrays = read_signed(source, MODEL_MAGIC, what="SIML encoded-model", error=SimlFileError, private=False)
+    info, arrays = read_signed(
+        source, MODEL_MAGIC, what="SIML encoded-model", error=SimlFileError, private=False
+    )
     try:
         if not isinstance(info, dict):
             raise ValueError("its info is not a JSON object")

@@ -9,6 +9,7 @@
 Loss: softmax cross-entropy against probability targets (one-hot rows), so decoded labels that
 carry rounding noise go through exactly the same formula as exact ones.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -49,7 +50,9 @@ def build_siml_model(name: str, *, image_shape: tuple[int, int, int], n_classes:
     if name == "mlp64":
         return build_model("mlp", image_shape=image_shape, n_classes=n_classes, hidden=(64, 64))
     if name == "nn-x2":
-        model = nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, 16), _square_module(), nn.Linear(16, n_classes))
+        model = nn.Sequential(
+            nn.Flatten(), nn.Linear(c * h * w, 16), _square_module(), nn.Linear(16, n_classes)
+        )
         return model.to(torch.float64)
     if name == "cnn":
         if h >= 16 and w >= 16:
@@ -57,9 +60,18 @@ def build_siml_model(name: str, *, image_shape: tuple[int, int, int], n_classes:
         if h < 4 or w < 4:
             raise InvalidArgumentError("model", f"cnn needs images of at least 4x4, got {h}x{w}")
         flat = 64 * (h // 4) * (w // 4)
-        model = nn.Sequential(nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                              nn.Linear(flat, 512), nn.ReLU(), nn.Linear(512, n_classes))
+        model = nn.Sequential(
+            nn.Conv2d(c, 32, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(flat, 512),
+            nn.ReLU(),
+            nn.Linear(512, n_classes),
+        )
         return model.to(torch.float64)
     raise InvalidArgumentError("model", f"expected one of {', '.join(MODEL_NAMES)}, got {name!r}")
 

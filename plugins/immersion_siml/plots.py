@@ -1,4 +1,5 @@
 """SIML figures: one sample before and after encoding (seed 002 Fig. 2), accuracy per epoch (Fig. 3)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,6 +11,7 @@ def _pyplot() -> Any:
         import matplotlib
     except ImportError:
         from immersion import OptionalDependencyError
+
         raise OptionalDependencyError("matplotlib", "dev", "SIML plots") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -25,15 +27,23 @@ def write_siml_plots(result: Any, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     side = int(round(np.sqrt(result.sample_original.size)))
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.4))
-    for ax, image, title in ((axes[0], result.sample_original, "original sample"),
-                             (axes[1], result.sample_encoded,
-                              f"encoded (first {result.sample_encoded.size} of {result.n_sample_encoded} entries)")):
+    for ax, image, title in (
+        (axes[0], result.sample_original, "original sample"),
+        (
+            axes[1],
+            result.sample_encoded,
+            f"encoded (first {result.sample_encoded.size} of {result.n_sample_encoded} entries)",
+        ),
+    ):
         shown = ax.imshow(np.asarray(image).reshape(side, side), cmap="gray")
         ax.set_title(title, fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
         fig.colorbar(shown, ax=ax, fraction=0.046)
-    fig.suptitle(f"{result.dataset}: epsilon_data = {result.privacy['epsilon_data']:.3g} per element", fontsize=10)
+    fig.suptitle(
+        f"{result.dataset}: epsilon_data = {result.privacy['epsilon_data']:.3g} per element",
+        fontsize=10,
+    )
     fig.tight_layout()
     sample_path = folder / "siml_sample.png"
     fig.savefig(sample_path, dpi=110)
@@ -46,8 +56,10 @@ def write_siml_plots(result: Any, folder: Path) -> list[Path]:
         ax.plot(epochs, result.accuracy_curve_plain, "x--", label=f"plain {result.plan.optimizer}")
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"{result.model} on {result.dataset}: max |w_SIML - w_plain| = {result.max_abs_diff_vs_plain:.1e}",
-                 fontsize=10)
+    ax.set_title(
+        f"{result.model} on {result.dataset}: max |w_SIML - w_plain| = {result.max_abs_diff_vs_plain:.1e}",
+        fontsize=10,
+    )
     ax.legend()
     fig.tight_layout()
     curve_path = folder / "siml_accuracy.png"

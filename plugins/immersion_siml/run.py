@@ -4,6 +4,7 @@ The plain run and the service's target optimizer share the model, the initial we
 batch order and the optimizer code; the comparison is therefore exact up to rounding, epoch by
 epoch (the decoded iterate ``Pi2_left x~_e`` against the plain ``x_e``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,22 +49,40 @@ class SimlResult:
         return self.train_seconds / self.train_seconds_plain
 
     def summary(self) -> dict[str, Any]:
-        return {"model": self.model, "dataset": self.dataset, "optimizer": self.plan.optimizer, "lr": self.plan.lr,
-                "epochs": self.plan.epochs, "batch_size": self.plan.batch_size, "sync": self.plan.sync,
-                "n_params": self.n_params, "n_params_encoded": self.n_params_encoded, "n_sample": self.n_sample,
-                "n_sample_encoded": self.n_sample_encoded, "n_train": self.n_train,
-                "max_abs_diff_vs_plain": self.max_abs_diff_vs_plain,
-                "max_abs_diff_per_epoch": self.max_abs_diff_per_epoch, "accuracy": self.accuracy,
-                "accuracy_plain": self.accuracy_plain, "accuracy_curve": self.accuracy_curve,
-                "accuracy_curve_plain": self.accuracy_curve_plain, "time_ratio_vs_plain": self.time_ratio_vs_plain,
-                "train_seconds": self.train_seconds, "train_seconds_plain": self.train_seconds_plain,
-                "encode_seconds": self.encode_seconds, "decode_seconds": self.decode_seconds, **self.privacy}
+        return {
+            "model": self.model,
+            "dataset": self.dataset,
+            "optimizer": self.plan.optimizer,
+            "lr": self.plan.lr,
+            "epochs": self.plan.epochs,
+            "batch_size": self.plan.batch_size,
+            "sync": self.plan.sync,
+            "n_params": self.n_params,
+            "n_params_encoded": self.n_params_encoded,
+            "n_sample": self.n_sample,
+            "n_sample_encoded": self.n_sample_encoded,
+            "n_train": self.n_train,
+            "max_abs_diff_vs_plain": self.max_abs_diff_vs_plain,
+            "max_abs_diff_per_epoch": self.max_abs_diff_per_epoch,
+            "accuracy": self.accuracy,
+            "accuracy_plain": self.accuracy_plain,
+            "accuracy_curve": self.accuracy_curve,
+            "accuracy_curve_plain": self.accuracy_curve_plain,
+            "time_ratio_vs_plain": self.time_ratio_vs_plain,
+            "train_seconds": self.train_seconds,
+            "train_seconds_plain": self.train_seconds_plain,
+            "encode_seconds": self.encode_seconds,
+            "decode_seconds": self.decode_seconds,
+            **self.privacy,
+        }
 
 
 class _EpochRecorder:
     """Per-epoch parameters (copied) and the time spent recording them, to subtract from timings."""
 
-    def __init__(self, read_params: Callable[[Any], Any], progress: Callable[[str], None] | None, label: str) -> None:
+    def __init__(
+        self, read_params: Callable[[Any], Any], progress: Callable[[str], None] | None, label: str
+    ) -> None:
         self.params: list[Any] = []
         self.seconds = 0.0
         self._read, self._progress, self._label = read_params, progress, label
@@ -79,17 +98,31 @@ class _EpochRecorder:
 def privacy_figures(user: Any) -> dict[str, Any]:
     """Seed 002 Theorem 1 per element for the encoded data and the encoded model, from the drawn keys."""
     report = user.report()
-    return {"epsilon_data": report.epsilon_input, "epsilon_model": report.epsilon_output,
-            "epsilon_data_proven": report.epsilon_input_proven, "epsilon_model_proven": report.epsilon_output_proven,
-            "sensitivity_data": report.sensitivity_input, "sensitivity_model": report.sensitivity_output,
-            "noise_scale": report.noise_scale, "decode_error_bound": report.decode_error_bound,
-            "guarantee": "per element of one encoded sample (epsilon_data) and of the encoded model (epsilon_model), "
-                         "against parties without the target; the service decodes both (THREAT_MODEL.md)"}
+    return {
+        "epsilon_data": report.epsilon_input,
+        "epsilon_model": report.epsilon_output,
+        "epsilon_data_proven": report.epsilon_input_proven,
+        "epsilon_model_proven": report.epsilon_output_proven,
+        "sensitivity_data": report.sensitivity_input,
+        "sensitivity_model": report.sensitivity_output,
+        "noise_scale": report.noise_scale,
+        "decode_error_bound": report.decode_error_bound,
+        "guarantee": "per element of one encoded sample (epsilon_data) and of the encoded model (epsilon_model), "
+        "against parties without the target; the service decodes both (THREAT_MODEL.md)",
+    }
 
 
-def run_siml(model_name: str, dataset: Any, plan: TrainingPlan, *, design: PrivacyDesign | None = None,
-             init_seed: int = 0, rng: Any = 0, compare_plain: bool = True,
-             progress: Callable[[str], None] | None = None) -> SimlResult:
+def run_siml(
+    model_name: str,
+    dataset: Any,
+    plan: TrainingPlan,
+    *,
+    design: PrivacyDesign | None = None,
+    init_seed: int = 0,
+    rng: Any = 0,
+    compare_plain: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> SimlResult:
     """Encode ``dataset`` (an ``immersion_fl.data.Dataset``), train with the target optimizer, decode.
 
     With ``compare_plain`` the plain optimizer runs on the same data, initial weights and batch
@@ -112,8 +145,16 @@ def run_siml(model_name: str, dataset: Any, plan: TrainingPlan, *, design: Priva
     y_test = torch.as_tensor(dataset.y_test)
 
     start = time.perf_counter()
-    user, job, x0 = prepare_job(model_name, x_train, y_train, plan, design=design, init_seed=init_seed, rng=rng,
-                                n_classes=dataset.n_classes)
+    user, job, x0 = prepare_job(
+        model_name,
+        x_train,
+        y_train,
+        plan,
+        design=design,
+        init_seed=init_seed,
+        rng=rng,
+        n_classes=dataset.n_classes,
+    )
     encode_seconds = time.perf_counter() - start
     target = user.target
     dynamics = target.dynamics
@@ -139,7 +180,14 @@ def run_siml(model_name: str, dataset: Any, plan: TrainingPlan, *, design: Priva
         images, targets = layout.split(layout.rows(x_train, y_train))
         plain_epochs = _EpochRecorder(dynamics.params, progress, "plain")
         start = time.perf_counter()
-        x_plain = run_plan(dynamics, x0, images, targets, dataclasses.replace(plan, sync="batch"), on_epoch=plain_epochs)
+        x_plain = run_plan(
+            dynamics,
+            x0,
+            images,
+            targets,
+            dataclasses.replace(plan, sync="batch"),
+            on_epoch=plain_epochs,
+        )
         train_seconds_plain = time.perf_counter() - start - plain_epochs.seconds
         plain_params = plain_epochs.params
         w_plain = dynamics.params(x_plain)
@@ -147,16 +195,34 @@ def run_siml(model_name: str, dataset: Any, plan: TrainingPlan, *, design: Priva
     def accuracy(w: Any) -> float:
         return model.evaluate(w, x_test, y_test)[0]
 
-    per_epoch = [float((a - b).abs().max()) for a, b in zip(siml_params, plain_params, strict=True)] if compare_plain else []
+    per_epoch = (
+        [float((a - b).abs().max()) for a, b in zip(siml_params, plain_params, strict=True)]
+        if compare_plain
+        else []
+    )
     sample = dataset.x_train[0].reshape(-1)
     return SimlResult(
-        model=model_name, dataset=dataset.name, plan=plan, n_params=dynamics.n_params,
-        n_params_encoded=target.n_output_encoded, n_sample=target.layout.n_sample,
-        n_sample_encoded=target.n_input_encoded, n_train=len(x_train),
-        max_abs_diff_vs_plain=float((w_decoded - w_plain).abs().max()) if compare_plain else float("nan"),
-        max_abs_diff_per_epoch=per_epoch, accuracy=accuracy(w_decoded),
+        model=model_name,
+        dataset=dataset.name,
+        plan=plan,
+        n_params=dynamics.n_params,
+        n_params_encoded=target.n_output_encoded,
+        n_sample=target.layout.n_sample,
+        n_sample_encoded=target.n_input_encoded,
+        n_train=len(x_train),
+        max_abs_diff_vs_plain=float((w_decoded - w_plain).abs().max())
+        if compare_plain
+        else float("nan"),
+        max_abs_diff_per_epoch=per_epoch,
+        accuracy=accuracy(w_decoded),
         accuracy_plain=accuracy(w_plain) if compare_plain else float("nan"),
-        accuracy_curve=[accuracy(w) for w in siml_params], accuracy_curve_plain=[accuracy(w) for w in plain_params],
-        train_seconds=train_seconds, train_seconds_plain=train_seconds_plain, encode_seconds=encode_seconds,
-        decode_seconds=decode_seconds, privacy=privacy_figures(user), sample_original=sample,
-        sample_encoded=job.encoded_dataset[0][:len(sample)].copy())
+        accuracy_curve=[accuracy(w) for w in siml_params],
+        accuracy_curve_plain=[accuracy(w) for w in plain_params],
+        train_seconds=train_seconds,
+        train_seconds_plain=train_seconds_plain,
+        encode_seconds=encode_seconds,
+        decode_seconds=decode_seconds,
+        privacy=privacy_figures(user),
+        sample_original=sample,
+        sample_encoded=job.encoded_dataset[0][: len(sample)].copy(),
+    )

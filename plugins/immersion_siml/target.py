@@ -13,6 +13,7 @@ them), so it sees the decoded data and every model iterate; the encoding protect
 file and the returned model against parties without the target (links, storage), element by
 element (Theorem 1). See THREAT_MODEL.md.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -48,7 +49,9 @@ class SampleLayout:
 
     def split(self, rows: Any) -> tuple[Any, Any]:
         """``(images, targets)`` from rows: the inverse of :meth:`rows` (targets stay probability rows)."""
-        return rows[:, :self.n_features].reshape((-1,) + self.image_shape), rows[:, self.n_features:]
+        return rows[:, : self.n_features].reshape((-1,) + self.image_shape), rows[
+            :, self.n_features :
+        ]
 
 
 class TargetOptimizer:
@@ -67,12 +70,20 @@ class TargetOptimizer:
         An ``immersion`` array backend (torch, float64 for exact decoding).
     """
 
-    def __init__(self, *, keys: Keys, dynamics: OptimizerDynamics, layout: SampleLayout, backend: Any) -> None:
+    def __init__(
+        self, *, keys: Keys, dynamics: OptimizerDynamics, layout: SampleLayout, backend: Any
+    ) -> None:
         dims = keys.dims
-        expected = {"n_input": layout.n_sample, "n_state": dynamics.n_state, "n_output": dynamics.n_params}
+        expected = {
+            "n_input": layout.n_sample,
+            "n_state": dynamics.n_state,
+            "n_output": dynamics.n_params,
+        }
         got = {k: dims[k] for k in expected}
         if got != expected:
-            raise InvalidArgumentError("keys", f"were drawn for {got}, but this model and dataset need {expected}")
+            raise InvalidArgumentError(
+                "keys", f"were drawn for {got}, but this model and dataset need {expected}"
+            )
         self.dynamics, self.layout, self.backend = dynamics, layout, backend
         self.n_state_encoded = keys.state_code.n_total
         self.n_input_encoded = keys.input_code.n_total
@@ -86,23 +97,33 @@ class TargetOptimizer:
     def decoded_dataset(self, encoded_dataset: Any) -> tuple[Any, Any]:
         """``D_bar``: images and label rows from ``Pi1_left y~_i`` (eq. 44)."""
         if tuple(encoded_dataset.shape[1:]) != (self.n_input_encoded,) or encoded_dataset.ndim != 2:
-            raise InvalidArgumentError("encoded_dataset", f"expected shape (N, {self.n_input_encoded}), "
-                                                          f"got {tuple(encoded_dataset.shape)}")
+            raise InvalidArgumentError(
+                "encoded_dataset",
+                f"expected shape (N, {self.n_input_encoded}), got {tuple(encoded_dataset.shape)}",
+            )
         return self.layout.split(self._input_in(encoded_dataset))
 
     def decoded_params(self, encoded_state: Any) -> Any:
         """``w_t``, the parameter block of ``Pi2_left x~_t`` (what the service evaluates, e.g. for curves)."""
         return self.dynamics.params(self._state_in(encoded_state))
 
-    def train(self, encoded_state: Any, encoded_dataset: Any, plan: TrainingPlan, *,
-              on_epoch: Callable[[int, Any], None] | None = None) -> tuple[Any, Any]:
+    def train(
+        self,
+        encoded_state: Any,
+        encoded_dataset: Any,
+        plan: TrainingPlan,
+        *,
+        on_epoch: Callable[[int, Any], None] | None = None,
+    ) -> tuple[Any, Any]:
         """Run eq. 44 for the whole plan; return ``(w~*, x~_T)``.
 
         ``on_epoch(e, x~)`` is called after every epoch with the encoded state.
         """
         if tuple(encoded_state.shape) != (self.n_state_encoded,):
-            raise InvalidArgumentError("encoded_state", f"expected shape ({self.n_state_encoded},), "
-                                                        f"got {tuple(encoded_state.shape)}")
+            raise InvalidArgumentError(
+                "encoded_state",
+                f"expected shape ({self.n_state_encoded},), got {tuple(encoded_state.shape)}",
+            )
         if encoded_dataset.ndim == 2 and encoded_dataset.shape[0] == 0:
             raise InvalidArgumentError("encoded_dataset", "has no samples")
         for name, value in (("encoded_state", encoded_state), ("encoded_dataset", encoded_dataset)):
@@ -110,23 +131,40 @@ class TargetOptimizer:
                 raise NonFiniteError(name, "contains NaN or inf")
         images, targets = self.decoded_dataset(encoded_dataset)
         if not (self.backend.all_finite(images) and self.backend.all_finite(targets)):
-            raise NonFiniteError("encoded_dataset", "is too large: decoding it overflows to inf or NaN")
+            raise NonFiniteError(
+                "encoded_dataset", "is too large: decoding it overflows to inf or NaN"
+            )
         state_out = self._state_out
 
         def checked_epoch(epoch: int, xt: Any) -> None:
             if not self.backend.all_finite(xt):
-                raise NonFiniteError("plan", f"training diverged to NaN or inf in epoch {epoch + 1} "
-                                             "(a learning rate or data too large)")
+                raise NonFiniteError(
+                    "plan",
+                    f"training diverged to NaN or inf in epoch {epoch + 1} "
+                    "(a learning rate or data too large)",
+                )
             if on_epoch is not None:
                 on_epoch(epoch, xt)
 
-        final = run_plan(self.dynamics, encoded_state, images, targets, plan, read_state=self._state_in,
-                         apply_change=lambda xt, dx: xt + state_out(dx), on_epoch=checked_epoch)
+        final = run_plan(
+            self.dynamics,
+            encoded_state,
+            images,
+            targets,
+            plan,
+            read_state=self._state_in,
+            apply_change=lambda xt, dx: xt + state_out(dx),
+            on_epoch=checked_epoch,
+        )
         out = self.output(final, encoded_dataset[0])
         if not (self.backend.all_finite(out) and self.backend.all_finite(final)):
-            raise NonFiniteError("plan", "training diverged to NaN or inf (a learning rate or data too large)")
+            raise NonFiniteError(
+                "plan", "training diverged to NaN or inf (a learning rate or data too large)"
+            )
         return out, final
 
     def output(self, encoded_state: Any, encoded_first_sample: Any) -> Any:
         """``w~* = Pi3 w_T + Pi4 y~_0`` (eq. 44, output map)."""
-        return self._output_out(self.decoded_params(encoded_state)) + self._mask(encoded_first_sample)
+        return self._output_out(self.decoded_params(encoded_state)) + self._mask(
+            encoded_first_sample
+        )

@@ -8,6 +8,7 @@ Examples
 >>> imm.report().epsilon_input <= 1e-3 * (1 + 1e-12)
 True
 """
+
 from .coding import Immersion, TargetAlgorithm, immerse
 from .errors import (
     ImmersionError,
@@ -24,7 +25,22 @@ from .privacy import PrivacyReport
 
 __version__ = "0.1.0"
 
-__all__ = ["immerse", "draw_keys", "Immersion", "TargetAlgorithm", "Keys", "NoiseLaw", "load_keys", "save_keys",
-           "PrivacyReport",
-           "ImmersionError", "InvalidArgumentError", "NonFiniteError", "PrecisionError", "KeyFileError",
-           "OptionalDependencyError", "PluginError", "__version__"]
+__all__ = [
+    "immerse",
+    "draw_keys",
+    "Immersion",
+    "TargetAlgorithm",
+    "Keys",
+    "NoiseLaw",
+    "load_keys",
+    "save_keys",
+    "PrivacyReport",
+    "ImmersionError",
+    "InvalidArgumentError",
+    "NonFiniteError",
+    "PrecisionError",
+    "KeyFileError",
+    "OptionalDependencyError",
+    "PluginError",
+    "__version__",
+]

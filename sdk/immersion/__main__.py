@@ -1,4 +1,5 @@
 """``python -m immersion`` runs the same CLI as the ``immersion`` console script."""
+
 from .cli import main
 
 if __name__ == "__main__":

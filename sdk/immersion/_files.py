@@ -1,4 +1,5 @@
 """Private files: atomic writes with owner-only permissions, and npz packing without pickle."""
+
 from __future__ import annotations
 
 import hashlib
@@ -16,8 +17,14 @@ def as_path(value: Any, name: str = "path") -> Path:
     """``value`` as a :class:`~pathlib.Path`, or an :class:`InvalidArgumentError` naming ``name``."""
     from .errors import InvalidArgumentError
 
-    if not isinstance(value, (str, os.PathLike)) or not isinstance(os.fspath(value), str) or "\0" in os.fspath(value):
-        raise InvalidArgumentError(name, f"expected a file path (str or os.PathLike without NUL bytes), got {value!r}")
+    if (
+        not isinstance(value, (str, os.PathLike))
+        or not isinstance(os.fspath(value), str)
+        or "\0" in os.fspath(value)
+    ):
+        raise InvalidArgumentError(
+            name, f"expected a file path (str or os.PathLike without NUL bytes), got {value!r}"
+        )
     return Path(value)
 
 
@@ -43,14 +50,21 @@ def npz_bytes(arrays: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def write_signed(path: Path, magic: bytes, meta: dict[str, Any], arrays: dict[str, Any], *, prefix: str) -> None:
+def write_signed(
+    path: Path, magic: bytes, meta: dict[str, Any], arrays: dict[str, Any], *, prefix: str
+) -> None:
     """One private file: ``magic``, the SHA-256 of the payload, then an ``.npz`` of ``arrays`` plus ``meta`` (JSON)."""
-    payload = npz_bytes({"__meta__": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays})
-    write_private(path, magic + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload, prefix=prefix)
+    payload = npz_bytes(
+        {"__meta__": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays}
+    )
+    write_private(
+        path, magic + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload, prefix=prefix
+    )
 
 
-def read_signed(source: Path, magic: bytes, *, what: str, error: type[Exception],
-                private: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def read_signed(
+    source: Path, magic: bytes, *, what: str, error: type[Exception], private: bool = True
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """``(meta, arrays)`` of a file written by :func:`write_signed`; ``error("path: ...")`` if it is not one.
 
     Refuses foreign, truncated or modified files and, if ``private``, files other users can read.
@@ -62,7 +76,7 @@ def read_signed(source: Path, magic: bytes, *, what: str, error: type[Exception]
     if not blob.startswith(magic):
         raise error(f"path: {source} is not an immersion {what} file")
     header_end = blob.find(b"\n", len(magic))
-    digest, payload = blob[len(magic):header_end].decode(errors="replace"), blob[header_end + 1:]
+    digest, payload = blob[len(magic) : header_end].decode(errors="replace"), blob[header_end + 1 :]
     if header_end < 0 or hashlib.sha256(payload).hexdigest() != digest:
         raise error(f"path: {source} failed its integrity check (truncated or modified)")
     if private and source.stat().st_mode & 0o077:
@@ -76,7 +90,9 @@ def read_signed(source: Path, magic: bytes, *, what: str, error: type[Exception]
     return meta, arrays
 
 
-def writable_path(path: Any, *, overwrite: bool, error: type[Exception], overwrite_hint: str = "overwrite=True") -> Path:
+def writable_path(
+    path: Any, *, overwrite: bool, error: type[Exception], overwrite_hint: str = "overwrite=True"
+) -> Path:
     """``path`` as a file we may write: not a folder, not existing unless ``overwrite``, in an existing folder."""
     target = as_path(path)
     if target.is_dir():

@@ -1,4 +1,5 @@
 """Small argument checks shared by the public API (one place, one wording)."""
+
 from __future__ import annotations
 
 import math
@@ -61,20 +62,27 @@ def probability(name: str, value: Any) -> float:
 _NUMERIC_KINDS = "biufO"
 
 
-def finite_array(name: str, value: Any, *, last_dim: int | None = None,
-                 ndim: int | None = None) -> np.ndarray:
+def finite_array(
+    name: str, value: Any, *, last_dim: int | None = None, ndim: int | None = None
+) -> np.ndarray:
     """Convert ``value`` to a float64 array, checking its trailing length and finiteness."""
     if type(value) is np.ndarray and value.dtype == np.float64:
-        arr = value                               # fast path: the common case on every step
+        arr = value  # fast path: the common case on every step
     else:
         if isinstance(value, np.ma.MaskedArray):  # masked entries are missing values
-            value = np.ma.filled(value.astype(np.float64), np.nan) if value.dtype.kind in "biuf" else value.data
+            value = (
+                np.ma.filled(value.astype(np.float64), np.nan)
+                if value.dtype.kind in "biuf"
+                else value.data
+            )
         try:
             raw = np.asarray(value)
             if raw.dtype.kind == "c":
                 raise InvalidArgumentError(name, "expected real numbers, got complex values")
             if raw.dtype.kind not in _NUMERIC_KINDS:
-                raise InvalidArgumentError(name, f"expected an array of numbers, got dtype {raw.dtype}")
+                raise InvalidArgumentError(
+                    name, f"expected an array of numbers, got dtype {raw.dtype}"
+                )
             arr = raw.astype(np.float64)
         except (TypeError, ValueError, OverflowError) as exc:
             if isinstance(exc, InvalidArgumentError):
@@ -83,14 +91,15 @@ def finite_array(name: str, value: Any, *, last_dim: int | None = None,
     if ndim is not None and arr.ndim != ndim:
         raise InvalidArgumentError(name, f"expected {ndim} dimension(s), got shape {arr.shape}")
     if last_dim is not None and (arr.ndim == 0 or arr.shape[-1] != last_dim):
-        raise InvalidArgumentError(
-            name, f"expected shape (..., {last_dim}), got shape {arr.shape}")
+        raise InvalidArgumentError(name, f"expected shape (..., {last_dim}), got shape {arr.shape}")
     if not all_finite(arr):
         raise NonFiniteError(name, "contains NaN or inf")
     return arr
 
 
-def backend_array(backend: Any, name: str, value: Any, *, last_dim: int, ndim: int | None = None) -> Any:
+def backend_array(
+    backend: Any, name: str, value: Any, *, last_dim: int, ndim: int | None = None
+) -> Any:
     """``value`` as an array of ``backend``, with trailing length ``last_dim`` and finite entries.
 
     Tensors of the backend are checked in place (no copy to numpy); anything else goes through
@@ -99,9 +108,17 @@ def backend_array(backend: Any, name: str, value: Any, *, last_dim: int, ndim: i
     if backend.is_array(value) and not isinstance(value, np.ndarray):
         if getattr(value, "is_complex", lambda: False)():
             raise InvalidArgumentError(name, "expected real numbers, got complex values")
-        if str(getattr(value, "layout", "torch.strided")) != "torch.strided" or getattr(value, "is_meta", False):
-            raise InvalidArgumentError(name, "expected a dense tensor holding values (not sparse, not meta)")
-        if value.ndim == 0 or value.shape[-1] != last_dim or (ndim is not None and value.ndim != ndim):
+        if str(getattr(value, "layout", "torch.strided")) != "torch.strided" or getattr(
+            value, "is_meta", False
+        ):
+            raise InvalidArgumentError(
+                name, "expected a dense tensor holding values (not sparse, not meta)"
+            )
+        if (
+            value.ndim == 0
+            or value.shape[-1] != last_dim
+            or (ndim is not None and value.ndim != ndim)
+        ):
             want = f"({last_dim},)" if ndim == 1 else f"(..., {last_dim})"
             raise InvalidArgumentError(name, f"expected shape {want}, got {tuple(value.shape)}")
         if not backend.all_finite(value):
@@ -113,7 +130,9 @@ def backend_array(backend: Any, name: str, value: Any, *, last_dim: int, ndim: i
 def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     """Return ``value`` if it is one of ``allowed`` or raise naming ``name``."""
     if not isinstance(value, str) or value not in allowed:
-        raise InvalidArgumentError(name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
+        raise InvalidArgumentError(
+            name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}"
+        )
     return str(value)
 
 
@@ -125,7 +144,9 @@ def finite_result(backend: Any, name: str, value: Any, what: str) -> Any:
     """
     if backend.all_finite(value):
         return value
-    raise NonFiniteError(name, f"is too large: {what} overflows to inf or NaN in {backend.dtype_name}")
+    raise NonFiniteError(
+        name, f"is too large: {what} overflows to inf or NaN in {backend.dtype_name}"
+    )
 
 
 def physical_memory() -> float:
@@ -140,5 +161,8 @@ def vector_fits(name: str, value: int, entries: int, what: str = "one encoded ve
     """Refuse sizes for which ``what`` (``entries`` float64 numbers) could not fit in memory, naming ``name``."""
     memory = physical_memory()
     if 8 * entries > memory:
-        raise InvalidArgumentError(name, f"{value} is too large: {what} needs {entries} float64 entries, more than "
-                                   f"this machine's {memory / 2**30:.0f} GiB of memory")
+        raise InvalidArgumentError(
+            name,
+            f"{value} is too large: {what} needs {entries} float64 entries, more than "
+            f"this machine's {memory / 2**30:.0f} GiB of memory",
+        )

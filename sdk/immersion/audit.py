@@ -6,6 +6,7 @@ Each attack is a plugin registration (:class:`immersion.hookspecs.AttackSpec`, h
 without the leak, e.g. on unrelated data), and the verdict. A mitigation is a separate row with
 ``mitigation`` set and its measured ``cost``.
 """
+
 from __future__ import annotations
 
 import time
@@ -40,14 +41,22 @@ class AttackResult:
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
-            raise InvalidArgumentError("verdict", f"expected one of {VERDICTS}, got {self.verdict!r}")
+            raise InvalidArgumentError(
+                "verdict", f"expected one of {VERDICTS}, got {self.verdict!r}"
+            )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def run_audit(*, scheme: str | None = None, attack: str | None = None, quick: bool = False, seed: int = 0,
-              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_audit(
+    *,
+    scheme: str | None = None,
+    attack: str | None = None,
+    quick: bool = False,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Run the registered attacks (optionally one ``attack`` or those targeting ``scheme``).
 
     Returns ``{"attacks": [row, ...], "seconds": {attack: s}}``; rows are filtered to ``scheme``.
@@ -56,14 +65,20 @@ def run_audit(*, scheme: str | None = None, attack: str | None = None, quick: bo
 
     specs = registry().attacks()
     if attack is not None and attack not in specs:
-        raise InvalidArgumentError("attack", f"unknown attack {attack!r}; registered: {sorted(specs)}")
+        raise InvalidArgumentError(
+            "attack", f"unknown attack {attack!r}; registered: {sorted(specs)}"
+        )
     known_schemes = sorted({s for spec in specs.values() for s in spec.schemes})
     if scheme is not None and scheme not in known_schemes:
-        raise InvalidArgumentError("scheme", f"no attack targets {scheme!r}; audited schemes: {known_schemes}")
+        raise InvalidArgumentError(
+            "scheme", f"no attack targets {scheme!r}; audited schemes: {known_schemes}"
+        )
     rows: list[dict[str, Any]] = []
     seconds: dict[str, float] = {}
     for name, spec in sorted(specs.items()):
-        if (attack is not None and name != attack) or (scheme is not None and scheme not in spec.schemes):
+        if (attack is not None and name != attack) or (
+            scheme is not None and scheme not in spec.schemes
+        ):
             continue
         if progress is not None:
             progress(f"{name} ({', '.join(spec.schemes)})")

@@ -1,4 +1,5 @@
 """Built-in plugin: the numpy and torch backends, and the audit's attacks on ``immerse`` (entry-point group)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,7 +12,9 @@ def _numpy(*, dtype: str | None = None, device: str | None = None) -> Any:
     from .errors import InvalidArgumentError
 
     if device not in (None, "cpu"):
-        raise InvalidArgumentError("device", f"the numpy backend runs on the CPU only, got {device!r}")
+        raise InvalidArgumentError(
+            "device", f"the numpy backend runs on the CPU only, got {device!r}"
+        )
     return NumpyBackend(dtype or "float64")
 
 
@@ -23,8 +26,12 @@ def _torch(*, dtype: str | None = None, device: str | None = None) -> Any:
 
 @hookimpl
 def immersion_register_backends() -> list[BackendSpec]:
-    return [BackendSpec("numpy", _numpy, "numpy float64 reference backend"),
-            BackendSpec("torch", _torch, "torch backend, CPU or CUDA, float32 or float64 (extra: torch)")]
+    return [
+        BackendSpec("numpy", _numpy, "numpy float64 reference backend"),
+        BackendSpec(
+            "torch", _torch, "torch backend, CPU or CUDA, float32 or float64 (extra: torch)"
+        ),
+    ]
 
 
 @hookimpl

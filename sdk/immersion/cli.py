@@ -2,6 +2,7 @@
 
 ``--json`` always prints exactly one JSON object on stdout; progress goes to stderr.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,22 +59,34 @@ def bench_core_cmd(steps: int, repeats: int, quick: bool, as_json: bool) -> None
     from .bench import DEFAULT_SIZES, bench_core
 
     sizes = DEFAULT_SIZES[:2] if quick else DEFAULT_SIZES
-    result = bench_core(sizes=sizes, steps=steps, repeats=repeats,
-                        progress=lambda msg: click.echo(f"[bench] {msg}", err=True))
+    result = bench_core(
+        sizes=sizes,
+        steps=steps,
+        repeats=repeats,
+        progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
+    )
     if as_json:
         click.echo(json.dumps(result))
         return
     header = ("n_state", "keys", "workload", "plain us", "immersed us", "ratio", "key MB")
     click.echo(" ".join(f"{h:>{w}}" for h, w in zip(header, (8, 6, 13, 10, 12, 8, 8), strict=True)))
     for r in result["results"]:
-        click.echo(f"{r['n_state']:>8} {r['keys']:>6} {r['workload']:>13} {r['plain_step_s'] * 1e6:>10.1f} "
-                   f"{r['immersed_step_s'] * 1e6:>12.1f} {r['step_time_ratio']:>8.2f} {r['key_bytes'] / 1e6:>8.2f}")
+        click.echo(
+            f"{r['n_state']:>8} {r['keys']:>6} {r['workload']:>13} {r['plain_step_s'] * 1e6:>10.1f} "
+            f"{r['immersed_step_s'] * 1e6:>12.1f} {r['step_time_ratio']:>8.2f} {r['key_bytes'] / 1e6:>8.2f}"
+        )
 
 
 @main.command("serve")
-@click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True,
-              help="ZeroMQ address to listen on; use tcp://0.0.0.0:PORT to accept other machines.")
-@click.option("--max-requests", type=click.IntRange(1), default=None, help="Stop after this many requests.")
+@click.option(
+    "--bind",
+    default="tcp://127.0.0.1:5555",
+    show_default=True,
+    help="ZeroMQ address to listen on; use tcp://0.0.0.0:PORT to accept other machines.",
+)
+@click.option(
+    "--max-requests", type=click.IntRange(1), default=None, help="Stop after this many requests."
+)
 def serve_cmd(bind: str, max_requests: int | None) -> None:
     """Run the cloud side: receive public target matrices, then encoded vectors (extra: remote)."""
     from .remote import serve
@@ -82,25 +95,36 @@ def serve_cmd(bind: str, max_requests: int | None) -> None:
 
 
 @main.command("audit")
-@click.option("--scheme", default=None, help="Only attacks on this scheme (e.g. immerse, sifl-m1, mpdp).")
+@click.option(
+    "--scheme", default=None, help="Only attacks on this scheme (e.g. immerse, sifl-m1, mpdp)."
+)
 @click.option("--attack", default=None, help="Only this attack (e.g. subspace).")
 @click.option("--quick", is_flag=True, help="Smaller settings (a smoke run).")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def audit_cmd(scheme: str | None, attack: str | None, quick: bool, seed: int, as_json: bool) -> None:
+def audit_cmd(
+    scheme: str | None, attack: str | None, quick: bool, seed: int, as_json: bool
+) -> None:
     """Run the known attacks against each scheme and report what they measure (THREAT_MODEL.md)."""
     from .audit import run_audit
 
-    result = run_audit(scheme=scheme, attack=attack, quick=quick, seed=seed,
-                       progress=lambda msg: click.echo(f"[audit] {msg}", err=True))
+    result = run_audit(
+        scheme=scheme,
+        attack=attack,
+        quick=quick,
+        seed=seed,
+        progress=lambda msg: click.echo(f"[audit] {msg}", err=True),
+    )
     if as_json:
         click.echo(json.dumps(result))
         return
     header = ("attack", "scheme", "mitigation", "metric", "value", "baseline", "verdict")
     click.echo(" | ".join(header))
     for r in result["attacks"]:
-        click.echo(f"{r['attack']} | {r['scheme']} | {r['mitigation'] or '-'} | {r['metric']} | {r['value']:.4g} | "
-                   f"{r['baseline']:.4g} | {r['verdict']}")
+        click.echo(
+            f"{r['attack']} | {r['scheme']} | {r['mitigation'] or '-'} | {r['metric']} | {r['value']:.4g} | "
+            f"{r['baseline']:.4g} | {r['verdict']}"
+        )
 
 
 @main.command("plugins")
@@ -110,18 +134,20 @@ def plugins_cmd(as_json: bool) -> None:
     from .plugin_manager import registry
 
     reg = registry()
-    info = {"plugins": reg.plugin_names(),
-            "backends": {k: s.description for k, s in sorted(reg.backends.items())},
-            "algorithms": {k: s.description for k, s in sorted(reg.algorithms.items())},
-            "fl_schemes": {k: s.description for k, s in sorted(reg.fl_schemes.items())},
-            "optimizers": {k: s.description for k, s in sorted(reg.optimizers.items())},
-            "commands": sorted(f"{c.parent} {c.name}".strip() for c in reg.commands())}
+    info = {
+        "plugins": reg.plugin_names(),
+        "backends": {k: s.description for k, s in sorted(reg.backends.items())},
+        "algorithms": {k: s.description for k, s in sorted(reg.algorithms.items())},
+        "fl_schemes": {k: s.description for k, s in sorted(reg.fl_schemes.items())},
+        "optimizers": {k: s.description for k, s in sorted(reg.optimizers.items())},
+        "commands": sorted(f"{c.parent} {c.name}".strip() for c in reg.commands()),
+    }
     if as_json:
         click.echo(json.dumps(info))
         return
     for section, items in info.items():
         click.echo(f"{section}:")
-        for item in (items.items() if isinstance(items, dict) else ((i, "") for i in items)):
+        for item in items.items() if isinstance(items, dict) else ((i, "") for i in items):
             click.echo(f"  {item[0]:24s} {item[1]}")
 
 
@@ -134,15 +160,43 @@ def _key_options(fn: Any) -> Any:
         click.option("--extra-state", type=click.IntRange(1), default=1, show_default=True),
         click.option("--extra-input", type=click.IntRange(1), default=2, show_default=True),
         click.option("--extra-output", type=click.IntRange(1), default=2, show_default=True),
-        click.option("--epsilon-input", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True),
-        click.option("--epsilon-output", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True),
-        click.option("--sensitivity-input", type=click.FloatRange(min=0, min_open=True), default=1.0,
-                     show_default=True),
-        click.option("--sensitivity-output", type=click.FloatRange(min=0, min_open=True), default=1.0,
-                     show_default=True),
-        click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace", show_default=True),
-        click.option("--keys", "key_kind", type=click.Choice(["auto", "dense", "block"]), default="auto",
-                     show_default=True),
+        click.option(
+            "--epsilon-input",
+            type=click.FloatRange(min=0, min_open=True),
+            default=1e-3,
+            show_default=True,
+        ),
+        click.option(
+            "--epsilon-output",
+            type=click.FloatRange(min=0, min_open=True),
+            default=1e-3,
+            show_default=True,
+        ),
+        click.option(
+            "--sensitivity-input",
+            type=click.FloatRange(min=0, min_open=True),
+            default=1.0,
+            show_default=True,
+        ),
+        click.option(
+            "--sensitivity-output",
+            type=click.FloatRange(min=0, min_open=True),
+            default=1.0,
+            show_default=True,
+        ),
+        click.option(
+            "--noise",
+            type=click.Choice(["laplace", "gaussian"]),
+            default="laplace",
+            show_default=True,
+        ),
+        click.option(
+            "--keys",
+            "key_kind",
+            type=click.Choice(["auto", "dense", "block"]),
+            default="auto",
+            show_default=True,
+        ),
         click.option("--block-size", type=click.IntRange(1), default=32, show_default=True),
     ]
     for option in reversed(options):
@@ -154,21 +208,49 @@ def _draw(params: dict[str, Any], rng: Any, secure: bool = False) -> Any:
     from .keygen import draw_keys
 
     names = ("n_state", "n_input", "n_output")
-    options = {k: params[k] for k in ("extra_state", "extra_input", "extra_output", "epsilon_input",
-                                      "epsilon_output", "sensitivity_input", "sensitivity_output", "noise",
-                                      "block_size")}
-    return draw_keys(*(params[k] for k in names), keys=params["key_kind"], rng=rng, secure=secure, **options)
+    options = {
+        k: params[k]
+        for k in (
+            "extra_state",
+            "extra_input",
+            "extra_output",
+            "epsilon_input",
+            "epsilon_output",
+            "sensitivity_input",
+            "sensitivity_output",
+            "noise",
+            "block_size",
+        )
+    }
+    return draw_keys(
+        *(params[k] for k in names), keys=params["key_kind"], rng=rng, secure=secure, **options
+    )
 
 
 @main.command("report")
 @_key_options
-@click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True)
-@click.option("--steps", type=click.IntRange(1), default=1, show_default=True, help="Compose over this many steps.")
-@click.option("--delta", type=FiniteFloatRange(0, 1, max_open=True), default=1e-6, show_default=True,
-              help="Delta for the composition (0 <= delta < 1).")
+@click.option(
+    "--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Compose over this many steps.",
+)
+@click.option(
+    "--delta",
+    type=FiniteFloatRange(0, 1, max_open=True),
+    default=1e-6,
+    show_default=True,
+    help="Delta for the composition (0 <= delta < 1).",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def report_cmd(dtype: str, steps: int, delta: float, seed: int, as_json: bool, **params: Any) -> None:
+def report_cmd(
+    dtype: str, steps: int, delta: float, seed: int, as_json: bool, **params: Any
+) -> None:
     """Privacy and precision report for a configuration (keys drawn, no algorithm run; unit-gain f, g)."""
     import numpy as np
 
@@ -180,7 +262,7 @@ def report_cmd(dtype: str, steps: int, delta: float, seed: int, as_json: bool, *
     if steps > 1:
         out["composed"] = {"steps": steps, **report.composed(steps, delta=delta)}
     out["keys"] = repr(keys)
-    if as_json:   # strict JSON: an infinite figure (e.g. no guarantee) is null
+    if as_json:  # strict JSON: an infinite figure (e.g. no guarantee) is null
         click.echo(json.dumps(json_safe(out)))
         return
     for key, value in out.items():
@@ -194,8 +276,13 @@ def keys_group() -> None:
 
 @keys_group.command("new")
 @_key_options
-@click.option("--out", "path", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Key file to write (mode 0600).")
+@click.option(
+    "--out",
+    "path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Key file to write (mode 0600).",
+)
 @click.option("--overwrite", is_flag=True, help="Replace an existing file.")
 @click.option("--seed", type=int, default=None, help="Reproducible keys (default: OS entropy).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -205,8 +292,15 @@ def keys_new(path: Path, overwrite: bool, seed: int | None, as_json: bool, **par
 
     keys = _draw(params, seed, secure=seed is None)
     save_keys(keys, path, overwrite=overwrite)
-    info = {"path": str(path), "fingerprint": keys.fingerprint, "kind": keys.kind, **keys.dims,
-            "noise": keys.noise_kind, "noise_scale": keys.noise_scale, "bytes": keys.nbytes}
+    info = {
+        "path": str(path),
+        "fingerprint": keys.fingerprint,
+        "kind": keys.kind,
+        **keys.dims,
+        "noise": keys.noise_kind,
+        "noise_scale": keys.noise_scale,
+        "bytes": keys.nbytes,
+    }
     click.echo(json.dumps(info) if as_json else "\n".join(f"{k:14s} {v}" for k, v in info.items()))
 
 
@@ -218,8 +312,14 @@ def keys_inspect(path: Path, as_json: bool) -> None:
     from .keys import load_keys
 
     keys = load_keys(path)
-    info = {"fingerprint": keys.fingerprint, "kind": keys.kind, **keys.dims, "noise": keys.noise_kind,
-            "noise_scale": keys.noise_scale, "bytes": keys.nbytes}
+    info = {
+        "fingerprint": keys.fingerprint,
+        "kind": keys.kind,
+        **keys.dims,
+        "noise": keys.noise_kind,
+        "noise_scale": keys.noise_scale,
+        "bytes": keys.nbytes,
+    }
     click.echo(json.dumps(info) if as_json else "\n".join(f"{k:14s} {v}" for k, v in info.items()))
 
 

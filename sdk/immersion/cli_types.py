@@ -1,4 +1,5 @@
 """Click parameter types shared by ``immersion`` and the plugins' commands (importing this has no side effects)."""
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@
 User side: :class:`Immersion` (keys, encoder, decoder, report). Cloud side:
 :class:`TargetAlgorithm`, which carries only what eq. 17 needs.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Literal
@@ -26,19 +27,30 @@ class Immersion:
     Created by :func:`immerse`; ``imm.target`` is what goes to the cloud.
     """
 
-    def __init__(self, *, keys: Keys, target: TargetAlgorithm, backend: ArrayBackend,
-                 noise_rng: np.random.Generator, input_gain: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        keys: Keys,
+        target: TargetAlgorithm,
+        backend: ArrayBackend,
+        noise_rng: np.random.Generator,
+        input_gain: float = 1.0,
+    ) -> None:
         self.keys, self.target, self.backend = keys, target, backend
-        self.n_state, self.n_input, self.n_output = (keys.state_code.n_signal, keys.input_code.n_signal,
-                                                     keys.output_code.n_signal)
+        self.n_state, self.n_input, self.n_output = (
+            keys.state_code.n_signal,
+            keys.input_code.n_signal,
+            keys.output_code.n_signal,
+        )
         self._noise = backend.noise_stream(noise_rng)
         self._input_enc = keys.input_code.noisy_encoder(backend)
         self._state_enc = keys.state_code.encoder(backend)
         self._state_dec = keys.state_code.decoder(backend)
         self._output_dec = keys.output_code.decoder(backend)
         self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
-        self._report_args = dict(unit_roundoff=backend.unit_roundoff, dtype=backend.dtype_name,
-                                 input_gain=input_gain)
+        self._report_args = dict(
+            unit_roundoff=backend.unit_roundoff, dtype=backend.dtype_name, input_gain=input_gain
+        )
         self._report: PrivacyReport | None = None
 
     def _array(self, name: str, value: Any, last_dim: int) -> Any:
@@ -46,8 +58,12 @@ class Immersion:
 
     def encode_state(self, state: Any) -> Any:
         """``x~0 = Pi2 x0`` (seed 002: the state starts on the manifold, without noise)."""
-        return v.finite_result(self.backend, "state", self._state_enc(self._array("state", state, self.n_state)),
-                               "encoding it")
+        return v.finite_result(
+            self.backend,
+            "state",
+            self._state_enc(self._array("state", state, self.n_state)),
+            "encoding it",
+        )
 
     def encode_input(self, y: Any) -> Any:
         """``y~ = Pi1 y + N1 s`` with fresh noise ``s`` on every call (eq. 16); ``y`` may be batched."""
@@ -56,17 +72,26 @@ class Immersion:
         law = self.keys.noise
         assert law is not None
         draw = self._noise.laplace if law.kind == "laplace" else self._noise.normal
-        return v.finite_result(self.backend, "y", self._input_enc(arr, draw(s_shape, law.mean, law.scale)), "encoding it")
+        return v.finite_result(
+            self.backend,
+            "y",
+            self._input_enc(arr, draw(s_shape, law.mean, law.scale)),
+            "encoding it",
+        )
 
     def decode_output(self, encoded_output: Any, encoded_input: Any) -> Any:
         """``u = Pi3_left (u~ - Pi4 y~)`` (eq. 18), with the ``y~`` the output was computed from."""
         ut = self._array("encoded_output", encoded_output, self.target.n_output_encoded)
         yt = self._array("encoded_input", encoded_input, self.target.n_input_encoded)
-        return v.finite_result(self.backend, "encoded_output", self._output_dec(ut - self._mask(yt)), "decoding it")
+        return v.finite_result(
+            self.backend, "encoded_output", self._output_dec(ut - self._mask(yt)), "decoding it"
+        )
 
     def decode_state(self, encoded_state: Any) -> Any:
         """``x = Pi2_left x~``."""
-        decoded = self._state_dec(self._array("encoded_state", encoded_state, self.target.n_state_encoded))
+        decoded = self._state_dec(
+            self._array("encoded_state", encoded_state, self.target.n_state_encoded)
+        )
         return v.finite_result(self.backend, "encoded_state", decoded, "decoding it")
 
     def report(self) -> PrivacyReport:
@@ -79,16 +104,35 @@ class Immersion:
         return f"Immersion({self.keys!r}, backend={self.backend.name}/{self.backend.dtype_name})"
 
 
-def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input: int, n_output: int, *,
-            extra_state: int = 1, extra_input: int = 2, extra_output: int = 2,
-            epsilon_input: float = 1e-3, epsilon_output: float = 1e-3,
-            sensitivity_input: float = 1.0, sensitivity_output: float = 1.0,
-            noise: Literal["laplace", "gaussian"] = "laplace", delta_input: float | None = None,
-            delta_output: float | None = None, noise_mean: float = 0.0,
-            keys: Literal["auto", "dense", "block"] | Keys = "auto", block_size: int = 32,
-            tolerance: float | None = 1e-6, backend: str = "numpy", device: str | None = None,
-            dtype: str | None = None, n_public: int | None = None, probe: tuple[Any, ...] | None = None,
-            rng: Any = None, secure: bool = False) -> Immersion:
+def immerse(
+    f: Callable[..., Any],
+    g: Callable[..., Any],
+    n_state: int,
+    n_input: int,
+    n_output: int,
+    *,
+    extra_state: int = 1,
+    extra_input: int = 2,
+    extra_output: int = 2,
+    epsilon_input: float = 1e-3,
+    epsilon_output: float = 1e-3,
+    sensitivity_input: float = 1.0,
+    sensitivity_output: float = 1.0,
+    noise: Literal["laplace", "gaussian"] = "laplace",
+    delta_input: float | None = None,
+    delta_output: float | None = None,
+    noise_mean: float = 0.0,
+    keys: Literal["auto", "dense", "block"] | Keys = "auto",
+    block_size: int = 32,
+    tolerance: float | None = 1e-6,
+    backend: str = "numpy",
+    device: str | None = None,
+    dtype: str | None = None,
+    n_public: int | None = None,
+    probe: tuple[Any, ...] | None = None,
+    rng: Any = None,
+    secure: bool = False,
+) -> Immersion:
     """Immerse ``x+ = f(x, y[, w])``, ``u = g(x, y[, w])`` into a randomly encoded target algorithm.
 
     Parameters
@@ -139,10 +183,21 @@ def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input:
     True
     """
     dims, targets = validated_design(
-        n_state=n_state, n_input=n_input, n_output=n_output, extra_state=extra_state, extra_input=extra_input,
-        extra_output=extra_output, noise=noise, epsilon_input=epsilon_input, epsilon_output=epsilon_output,
-        delta_input=delta_input, delta_output=delta_output, sensitivity_input=sensitivity_input,
-        sensitivity_output=sensitivity_output, noise_mean=noise_mean)
+        n_state=n_state,
+        n_input=n_input,
+        n_output=n_output,
+        extra_state=extra_state,
+        extra_input=extra_input,
+        extra_output=extra_output,
+        noise=noise,
+        epsilon_input=epsilon_input,
+        epsilon_output=epsilon_output,
+        delta_input=delta_input,
+        delta_output=delta_output,
+        sensitivity_input=sensitivity_input,
+        sensitivity_output=sensitivity_output,
+        noise_mean=noise_mean,
+    )
     block_size = v.positive_int("block_size", block_size)
     if tolerance is not None:
         tolerance = v.positive_float("tolerance", tolerance)
@@ -164,9 +219,13 @@ def immerse(f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input:
     if designed_here:
         drawn = targets.apply(drawn)
     if tolerance is not None:
-        refuse_infeasible_precision(drawn, be, tolerance, targets if designed_here else None, input_gain)
+        refuse_infeasible_precision(
+            drawn, be, tolerance, targets if designed_here else None, input_gain
+        )
     target = TargetAlgorithm(f=f_checked, g=g_checked, keys=drawn, backend=be)
-    return Immersion(keys=drawn, target=target, backend=be, noise_rng=noise_rng, input_gain=input_gain)
+    return Immersion(
+        keys=drawn, target=target, backend=be, noise_rng=noise_rng, input_gain=input_gain
+    )
 
 
 def _checked_user_keys(keys: Keys, dims: dict[str, int]) -> Keys:

@@ -3,6 +3,7 @@
 Every error that comes from bad input names the offending argument, so that a user
 reading the message knows what to change.
 """
+
 from __future__ import annotations
 
 
@@ -38,8 +39,13 @@ class PrecisionError(ImmersionError, ValueError):
         decode error meets the tolerance for the chosen dtype.
     """
 
-    def __init__(self, message: str, *, smallest_feasible_epsilon_input: float,
-                 smallest_feasible_epsilon_output: float) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        smallest_feasible_epsilon_input: float,
+        smallest_feasible_epsilon_output: float,
+    ) -> None:
         self.smallest_feasible_epsilon_input = smallest_feasible_epsilon_input
         self.smallest_feasible_epsilon_output = smallest_feasible_epsilon_output
         super().__init__(message)

@@ -4,6 +4,7 @@ Every hook is called once, when the registry is built (never inside per-step loo
 returns a list of registrations that the registry collects from all plugins; none stops at
 the first result. Plugins are found through the ``immersion`` entry-point group.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -51,7 +52,9 @@ class SchemeSpec:
     factory: Callable[..., Any]
     description: str = ""
     runner: Callable[..., Any] | None = None
-    flower_module: str = ""       # module with serve(grid, cfg, plan=, progress=) and client_train(msg, context)
+    flower_module: str = (
+        ""  # module with serve(grid, cfg, plan=, progress=) and client_train(msg, context)
+    )
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 Built-ins are registered the same way as third-party plugins (entry points in pyproject.toml),
 then ``check_pending()``; a duplicate name raises unless ``force=True``.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -13,7 +14,14 @@ import pluggy
 
 from . import hookspecs
 from .errors import InvalidArgumentError, PluginError
-from .hookspecs import AlgorithmSpec, AttackSpec, BackendSpec, CommandSpec, OptimizerSpec, SchemeSpec
+from .hookspecs import (
+    AlgorithmSpec,
+    AttackSpec,
+    BackendSpec,
+    CommandSpec,
+    OptimizerSpec,
+    SchemeSpec,
+)
 
 #: Modules registered when the package's entry points are not visible (e.g. PYTHONPATH use).
 BUILTIN_PLUGINS = ("immersion.builtin",)
@@ -24,13 +32,18 @@ class Registry:
 
     def __init__(self, manager: pluggy.PluginManager, *, force: bool = False) -> None:
         self.manager = manager
-        self.backends: dict[str, BackendSpec] = self._collect(manager.hook.immersion_register_backends(), "backend", force)
+        self.backends: dict[str, BackendSpec] = self._collect(
+            manager.hook.immersion_register_backends(), "backend", force
+        )
         self.algorithms: dict[str, AlgorithmSpec] = self._collect(
-            manager.hook.immersion_register_algorithms(), "algorithm", force)
-        self.fl_schemes: dict[str, SchemeSpec] = self._collect(manager.hook.immersion_register_fl_schemes(),
-                                                               "federated scheme", force)
-        self.optimizers: dict[str, OptimizerSpec] = self._collect(manager.hook.immersion_register_optimizers(),
-                                                                  "optimizer", force)
+            manager.hook.immersion_register_algorithms(), "algorithm", force
+        )
+        self.fl_schemes: dict[str, SchemeSpec] = self._collect(
+            manager.hook.immersion_register_fl_schemes(), "federated scheme", force
+        )
+        self.optimizers: dict[str, OptimizerSpec] = self._collect(
+            manager.hook.immersion_register_optimizers(), "optimizer", force
+        )
         self._force = force
 
     @staticmethod
@@ -39,7 +52,9 @@ class Registry:
         for batch in results:
             for spec in batch:
                 if spec.name in out and not force:
-                    raise PluginError(f"two plugins register the {kind} {spec.name!r}; rename one or pass force=True")
+                    raise PluginError(
+                        f"two plugins register the {kind} {spec.name!r}; rename one or pass force=True"
+                    )
                 out[spec.name] = spec
         return out
 
@@ -53,30 +68,39 @@ class Registry:
 
     def make_backend(self, name: str, *, dtype: str | None, device: str | None) -> Any:
         if name not in self.backends:
-            raise InvalidArgumentError("backend", f"unknown backend {name!r}; registered: {sorted(self.backends)}")
+            raise InvalidArgumentError(
+                "backend", f"unknown backend {name!r}; registered: {sorted(self.backends)}"
+            )
         return self.backends[name].factory(dtype=dtype, device=device)
 
     def algorithm(self, name: str) -> AlgorithmSpec:
         if name not in self.algorithms:
-            raise InvalidArgumentError("algorithm", f"unknown algorithm {name!r}; registered: {sorted(self.algorithms)}")
+            raise InvalidArgumentError(
+                "algorithm", f"unknown algorithm {name!r}; registered: {sorted(self.algorithms)}"
+            )
         return self.algorithms[name]
 
     def fl_scheme(self, name: str) -> SchemeSpec:
         if name not in self.fl_schemes:
-            raise InvalidArgumentError("scheme", f"unknown scheme {name!r}; registered: {sorted(self.fl_schemes)}")
+            raise InvalidArgumentError(
+                "scheme", f"unknown scheme {name!r}; registered: {sorted(self.fl_schemes)}"
+            )
         return self.fl_schemes[name]
 
     def optimizer(self, name: str) -> OptimizerSpec:
         if name not in self.optimizers:
-            raise InvalidArgumentError("optimizer", f"unknown optimizer {name!r}; registered: {sorted(self.optimizers)}")
+            raise InvalidArgumentError(
+                "optimizer", f"unknown optimizer {name!r}; registered: {sorted(self.optimizers)}"
+            )
         return self.optimizers[name]
 
     def plugin_names(self) -> list[str]:
         return sorted(name for name, _ in self.manager.list_name_plugin())
 
 
-def build_registry(*, extra_plugins: tuple[Any, ...] = (), force: bool = False,
-                   entry_points: bool = True) -> Registry:
+def build_registry(
+    *, extra_plugins: tuple[Any, ...] = (), force: bool = False, entry_points: bool = True
+) -> Registry:
     """A fresh registry: entry-point plugins (and built-ins), plus ``extra_plugins``."""
     manager = pluggy.PluginManager(hookspecs.PROJECT)
     manager.add_hookspecs(hookspecs)

@@ -2,6 +2,7 @@
 
 stdout stays free for ``--json``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -22,7 +23,9 @@ class Progress:
     True
     """
 
-    def __init__(self, total: int, label: str, *, stream: TextIO | None = None, width: int = 24) -> None:
+    def __init__(
+        self, total: int, label: str, *, stream: TextIO | None = None, width: int = 24
+    ) -> None:
         self.total, self.label, self.width = max(total, 1), label, width
         self.stream = stream if stream is not None else sys.stderr
         self.done = 0
@@ -36,9 +39,13 @@ class Progress:
         if self.tty:
             filled = int(self.width * self.done / self.total)
             bar = "#" * filled + "-" * (self.width - filled)
-            self.stream.write(f"\r[{bar}] {self.done}/{self.total} {self.label} {message} (eta {eta:.0f} s)\033[K")
+            self.stream.write(
+                f"\r[{bar}] {self.done}/{self.total} {self.label} {message} (eta {eta:.0f} s)\033[K"
+            )
         else:
-            self.stream.write(f"[{self.label}] {self.done}/{self.total} {message} ({elapsed:.1f} s)\n")
+            self.stream.write(
+                f"[{self.label}] {self.done}/{self.total} {message} ({elapsed:.1f} s)\n"
+            )
         self.stream.flush()
 
     def close(self) -> None:

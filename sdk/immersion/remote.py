@@ -14,6 +14,7 @@ Protocol (multipart messages, JSON headers, float64 payloads; nothing is unpickl
 
 The server never receives ``N1``, ``Pi3_left``, the noise or any decoded value.
 """
+
 from __future__ import annotations
 
 import io
@@ -44,7 +45,9 @@ def _zmq() -> Any:
 def public_target_matrices(keys: Any) -> dict[str, np.ndarray]:
     """The matrices the cloud needs for eq. 17 (dense keys only: remote mode ships them once)."""
     if keys.kind != "dense":
-        raise InvalidArgumentError("keys", "remote mode ships dense target matrices; use keys='dense'")
+        raise InvalidArgumentError(
+            "keys", "remote mode ships dense target matrices; use keys='dense'"
+        )
     return {name: np.ascontiguousarray(getattr(keys, name)) for name in PUBLIC_MATRICES}
 
 
@@ -62,8 +65,15 @@ class RemoteTarget:
     then ``u_enc, x_enc = cloud.advance(x_enc, y_enc)`` in the control loop.
     """
 
-    def __init__(self, address: str, imm: Any, *, algorithm: str, params: dict[str, Any] | None = None,
-                 timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        imm: Any,
+        *,
+        algorithm: str,
+        params: dict[str, Any] | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
         zmq = _zmq()
         self._zmq = zmq
         self._ctx = zmq.Context.instance()
@@ -75,20 +85,26 @@ class RemoteTarget:
             self._sock.connect(address)
         except (zmq.ZMQError, TypeError) as exc:
             self._sock.close()
-            raise InvalidArgumentError("address", f"{address!r} is not a ZeroMQ address such as tcp://HOST:PORT "
-                                       f"({exc})") from None
+            raise InvalidArgumentError(
+                "address", f"{address!r} is not a ZeroMQ address such as tcp://HOST:PORT ({exc})"
+            ) from None
         self.address = address
         header = json.dumps({"algorithm": algorithm, "params": params or {}}).encode()
         reply = self._request([b"setup", header, npz_bytes(public_target_matrices(imm.keys))])
         info = json.loads(reply[0])
-        self.n_state_encoded, self.n_input_encoded = info["n_state_encoded"], info["n_input_encoded"]
+        self.n_state_encoded, self.n_input_encoded = (
+            info["n_state_encoded"],
+            info["n_input_encoded"],
+        )
 
     def _request(self, frames: list[bytes]) -> list[bytes]:
         try:
             self._sock.send_multipart(frames)
             status, *rest = self._sock.recv_multipart()
         except self._zmq.Again:
-            raise RemoteError(f"remote: no answer from {self.address} in time (is `immersion serve` running?)") from None
+            raise RemoteError(
+                f"remote: no answer from {self.address} in time (is `immersion serve` running?)"
+            ) from None
         if status != b"ok":
             raise RemoteError(f"remote: {rest[0].decode(errors='replace') if rest else 'refused'}")
         return rest
@@ -98,7 +114,9 @@ class RemoteTarget:
         xt = np.ascontiguousarray(encoded_state, dtype=np.float64)
         yt = np.ascontiguousarray(encoded_input, dtype=np.float64)
         ut, xt_next = self._request([b"advance", xt.tobytes(), yt.tobytes()])
-        return np.frombuffer(ut, dtype=np.float64).copy(), np.frombuffer(xt_next, dtype=np.float64).copy()
+        return np.frombuffer(ut, dtype=np.float64).copy(), np.frombuffer(
+            xt_next, dtype=np.float64
+        ).copy()
 
     def close(self) -> None:
         self._sock.close()
@@ -130,7 +148,9 @@ def _build_target(header: dict[str, Any], matrices: dict[str, np.ndarray]) -> An
     return TargetAlgorithm.from_matrices(f=f, g=g, backend=be, **matrices)
 
 
-def serve(bind: str = "tcp://127.0.0.1:5555", *, max_requests: int | None = None, log: Any = None) -> int:
+def serve(
+    bind: str = "tcp://127.0.0.1:5555", *, max_requests: int | None = None, log: Any = None
+) -> int:
     """Run the cloud side until ``max_requests`` requests (or forever); return the count served."""
     zmq = _zmq()
     sock = zmq.Context.instance().socket(zmq.REP)
@@ -148,16 +168,32 @@ def serve(bind: str = "tcp://127.0.0.1:5555", *, max_requests: int | None = None
                 if kind == b"setup":
                     target = _build_target(json.loads(frames[1]), _unpack(frames[2]))
                     log(f"immersion serve: target {json.loads(frames[1])['algorithm']!r} installed")
-                    sock.send_multipart([b"ok", json.dumps({"n_state_encoded": target.n_state_encoded,
-                                                            "n_input_encoded": target.n_input_encoded}).encode()])
+                    sock.send_multipart(
+                        [
+                            b"ok",
+                            json.dumps(
+                                {
+                                    "n_state_encoded": target.n_state_encoded,
+                                    "n_input_encoded": target.n_input_encoded,
+                                }
+                            ).encode(),
+                        ]
+                    )
                 elif kind == b"advance":
                     if target is None:
-                        raise InvalidArgumentError("advance", "no target installed: send setup first")
+                        raise InvalidArgumentError(
+                            "advance", "no target installed: send setup first"
+                        )
                     xt = np.frombuffer(frames[1], dtype=np.float64)
                     yt = np.frombuffer(frames[2], dtype=np.float64)
                     ut, xt_next = target.advance(xt, yt)
-                    sock.send_multipart([b"ok", np.ascontiguousarray(ut).tobytes(),
-                                         np.ascontiguousarray(xt_next).tobytes()])
+                    sock.send_multipart(
+                        [
+                            b"ok",
+                            np.ascontiguousarray(ut).tobytes(),
+                            np.ascontiguousarray(xt_next).tobytes(),
+                        ]
+                    )
                 elif kind == b"stop":
                     sock.send_multipart([b"ok"])
                     break

@@ -29,6 +29,7 @@ key period the eavesdropper still runs the same attacks on ``k`` samples: the su
 needs more samples than ``extra_input`` per key, the known-plaintext attack
 ``n_input + extra_input`` pairs per key (measured in the audit).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,7 +52,9 @@ def public_target_bytes(keys: Keys) -> int:
     """
     if keys.kind != "dense":
         return int(keys.nbytes)
-    return int(sum(getattr(keys, name).size for name in ("Pi1_left", "Pi2", "Pi2_left", "Pi3", "Pi4")) * 8)
+    return int(
+        sum(getattr(keys, name).size for name in ("Pi1_left", "Pi2", "Pi2_left", "Pi3", "Pi4")) * 8
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,10 +99,15 @@ class RotatingTarget:
         Uses only the state codes the two targets hold (any backend, dense or block keys).
         """
         if not isinstance(rotation, KeyRotation):
-            raise InvalidArgumentError("rotation", f"expected a KeyRotation, got {type(rotation).__name__}")
+            raise InvalidArgumentError(
+                "rotation", f"expected a KeyRotation, got {type(rotation).__name__}"
+            )
         if rotation.period != self.period + 1:
-            raise InvalidArgumentError("rotation", f"is for key period {rotation.period}, but the cloud is in period "
-                                       f"{self.period}: apply every rotation once, in order")
+            raise InvalidArgumentError(
+                "rotation",
+                f"is for key period {rotation.period}, but the cloud is in period "
+                f"{self.period}: apply every rotation once, in order",
+            )
         old, new = self.target, rotation.target
         moved = old.reencode_state(encoded_state, new)
         self.target, self.period = new, rotation.period
@@ -167,12 +175,26 @@ class RotatingImmersion:
     True
     """
 
-    def __init__(self, f: Callable[..., Any], g: Callable[..., Any], n_state: int, n_input: int, n_output: int, *,
-                 rotate_keys_every: int, rng: Any = None, secure: bool = False, **options: Any) -> None:
+    def __init__(
+        self,
+        f: Callable[..., Any],
+        g: Callable[..., Any],
+        n_state: int,
+        n_input: int,
+        n_output: int,
+        *,
+        rotate_keys_every: int,
+        rng: Any = None,
+        secure: bool = False,
+        **options: Any,
+    ) -> None:
         self.rotate_keys_every = v.positive_int("rotate_keys_every", rotate_keys_every)
         if isinstance(options.get("keys"), Keys):
-            raise InvalidArgumentError("keys", "key rotation draws fresh keys every period; pass 'auto', 'dense' or "
-                                       "'block', not a Keys object")
+            raise InvalidArgumentError(
+                "keys",
+                "key rotation draws fresh keys every period; pass 'auto', 'dense' or "
+                "'block', not a Keys object",
+            )
         for name in ("rng", "secure"):
             options.pop(name, None)
         self._args: tuple[Any, ...] = (f, g, n_state, n_input, n_output)

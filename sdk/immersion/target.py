@@ -1,4 +1,5 @@
 """The cloud side of seed 002 eq. 17: the target algorithm and the checked user functions."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -15,8 +16,21 @@ from .keys.codes import DenseDecoder, DenseEncoder, DenseMaskOp
 class CheckedFunction:
     """Calls a user function and checks its result's shape and finiteness (names the function)."""
 
-    def __init__(self, fn: Callable[..., Any], name: str, n_out: int, uses_public: bool, backend: ArrayBackend) -> None:
-        self.fn, self.name, self.n_out, self.uses_public, self._backend = fn, name, n_out, uses_public, backend
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        n_out: int,
+        uses_public: bool,
+        backend: ArrayBackend,
+    ) -> None:
+        self.fn, self.name, self.n_out, self.uses_public, self._backend = (
+            fn,
+            name,
+            n_out,
+            uses_public,
+            backend,
+        )
 
     def __call__(self, x: Any, y: Any, w: Any) -> Any:
         out = self.fn(x, y, w) if self.uses_public else self.fn(x, y)
@@ -24,17 +38,22 @@ class CheckedFunction:
             try:
                 out = self._backend.asarray(np.asarray(out, dtype=np.float64))
             except (TypeError, ValueError, OverflowError) as exc:
-                raise InvalidArgumentError(self.name, f"returned {type(out).__name__}, not an array of numbers "
-                                           f"({exc})") from None
+                raise InvalidArgumentError(
+                    self.name, f"returned {type(out).__name__}, not an array of numbers ({exc})"
+                ) from None
         dtype = out.dtype
         if getattr(dtype, "is_complex", False) or getattr(dtype, "kind", "f") not in "biuf":
-            raise InvalidArgumentError(self.name, f"returned values of dtype {dtype}, expected real numbers")
+            raise InvalidArgumentError(
+                self.name, f"returned values of dtype {dtype}, expected real numbers"
+            )
         shape = tuple(out.shape)
         if shape != (self.n_out,):
             if self.n_out == 1 and shape in ((), (1, 1)):
                 out = out.reshape((1,))
             else:
-                raise InvalidArgumentError(self.name, f"returned shape {shape}, expected ({self.n_out},)")
+                raise InvalidArgumentError(
+                    self.name, f"returned shape {shape}, expected ({self.n_out},)"
+                )
         if not self._backend.all_finite(out):
             raise NonFiniteError(self.name, "returned NaN or inf")
         return out
@@ -61,7 +80,9 @@ class TargetAlgorithm:
     Holds no ``N1``, no ``Pi3_left`` and no noise generator (it pickles without them).
     """
 
-    def __init__(self, *, f: CheckedFunction, g: CheckedFunction, keys: Keys, backend: ArrayBackend) -> None:
+    def __init__(
+        self, *, f: CheckedFunction, g: CheckedFunction, keys: Keys, backend: ArrayBackend
+    ) -> None:
         self._f, self._g, self.backend = f, g, backend
         self.n_state_encoded = keys.state_code.n_total
         self.n_input_encoded = keys.input_code.n_total
@@ -73,21 +94,51 @@ class TargetAlgorithm:
         self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
 
     @classmethod
-    def from_matrices(cls, *, f: CheckedFunction, g: CheckedFunction, backend: ArrayBackend, Pi1_left: np.ndarray,
-                      Pi2: np.ndarray, Pi2_left: np.ndarray, Pi3: np.ndarray, Pi4: np.ndarray) -> "TargetAlgorithm":
+    def from_matrices(
+        cls,
+        *,
+        f: CheckedFunction,
+        g: CheckedFunction,
+        backend: ArrayBackend,
+        Pi1_left: np.ndarray,
+        Pi2: np.ndarray,
+        Pi2_left: np.ndarray,
+        Pi3: np.ndarray,
+        Pi4: np.ndarray,
+    ) -> "TargetAlgorithm":
         """A target from the five public dense matrices of eq. 17 (what a remote cloud receives)."""
-        shapes = {"Pi2": (Pi2_left.shape[1], f.n_out), "Pi2_left": (f.n_out, Pi2.shape[0]),
-                  "Pi3": (Pi4.shape[0], g.n_out), "Pi1_left": (Pi1_left.shape[0], Pi4.shape[1])}
-        for name, arr in (("Pi1_left", Pi1_left), ("Pi2", Pi2), ("Pi2_left", Pi2_left), ("Pi3", Pi3), ("Pi4", Pi4)):
+        shapes = {
+            "Pi2": (Pi2_left.shape[1], f.n_out),
+            "Pi2_left": (f.n_out, Pi2.shape[0]),
+            "Pi3": (Pi4.shape[0], g.n_out),
+            "Pi1_left": (Pi1_left.shape[0], Pi4.shape[1]),
+        }
+        for name, arr in (
+            ("Pi1_left", Pi1_left),
+            ("Pi2", Pi2),
+            ("Pi2_left", Pi2_left),
+            ("Pi3", Pi3),
+            ("Pi4", Pi4),
+        ):
             if arr.ndim != 2 or not np.isfinite(arr).all():
                 raise InvalidArgumentError(name, "expected a finite 2-D matrix")
             if name in shapes and arr.shape != shapes[name]:
                 raise InvalidArgumentError(name, f"expected shape {shapes[name]}, got {arr.shape}")
         self = cls.__new__(cls)
         self._f, self._g, self.backend = f, g, backend
-        self.n_state_encoded, self.n_input_encoded, self.n_output_encoded = Pi2.shape[0], Pi4.shape[1], Pi4.shape[0]
-        self._state_in, self._state_out = DenseDecoder(Pi2_left, backend), DenseEncoder(Pi2, backend)
-        self._input_in, self._output_out = DenseDecoder(Pi1_left, backend), DenseEncoder(Pi3, backend)
+        self.n_state_encoded, self.n_input_encoded, self.n_output_encoded = (
+            Pi2.shape[0],
+            Pi4.shape[1],
+            Pi4.shape[0],
+        )
+        self._state_in, self._state_out = (
+            DenseDecoder(Pi2_left, backend),
+            DenseEncoder(Pi2, backend),
+        )
+        self._input_in, self._output_out = (
+            DenseDecoder(Pi1_left, backend),
+            DenseEncoder(Pi3, backend),
+        )
         self._mask = DenseMaskOp(Pi4, backend)
         return self
 
@@ -101,9 +152,13 @@ class TargetAlgorithm:
 
     def _check_public(self, w: Any) -> None:
         if w is None and self.uses_public:
-            raise InvalidArgumentError("w", "f or g takes a public signal w; pass it as the third argument")
+            raise InvalidArgumentError(
+                "w", "f or g takes a public signal w; pass it as the third argument"
+            )
         if w is not None and not self.uses_public:
-            raise InvalidArgumentError("w", "neither f nor g takes a public signal w; drop the third argument")
+            raise InvalidArgumentError(
+                "w", "neither f nor g takes a public signal w; drop the third argument"
+            )
 
     def step(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
         """One step of the target dynamics; call it T times on one ``encoded_input`` for two time scales."""
@@ -123,7 +178,9 @@ class TargetAlgorithm:
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
         x, y = self._state_in(xt), self._input_in(yt)
-        return self._encoded_output(self._call(self._g, x, y, w), yt), self._encoded_state(self._call(self._f, x, y, w))
+        return self._encoded_output(self._call(self._g, x, y, w), yt), self._encoded_state(
+            self._call(self._f, x, y, w)
+        )
 
     def reencode_state(self, encoded_state: Any, new_target: "TargetAlgorithm") -> Any:
         """``x~_new = Pi2_new Pi2_left x~`` for a key rotation: the same state under ``new_target``'s keys.
@@ -138,7 +195,9 @@ class TargetAlgorithm:
         self._check_public(w)
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
-        return self._encoded_output(self._call(self._g, self._state_in(xt), self._input_in(yt), w), yt)
+        return self._encoded_output(
+            self._call(self._g, self._state_in(xt), self._input_in(yt), w), yt
+        )
 
     # Huge but finite encoded vectors or results can overflow once multiplied by the keys: name the culprit
     # (checked only on the way out, or when f/g already failed, so the common path costs one finiteness test).

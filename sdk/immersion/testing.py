@@ -1,4 +1,5 @@
 """Helpers for users' and plugins' tests: side-by-side runs and conformance checks."""
+
 from __future__ import annotations
 
 import pickle
@@ -28,8 +29,15 @@ class SideBySide:
         return float(np.abs(self.states_plain - self.states_decoded).max())
 
 
-def run_side_by_side(imm: Immersion, f: Callable[..., Any], g: Callable[..., Any], *, x0: Any,
-                     inputs: np.ndarray, public: np.ndarray | None = None) -> SideBySide:
+def run_side_by_side(
+    imm: Immersion,
+    f: Callable[..., Any],
+    g: Callable[..., Any],
+    *,
+    x0: Any,
+    inputs: np.ndarray,
+    public: np.ndarray | None = None,
+) -> SideBySide:
     """Run the plain algorithm and the immersed one on the same inputs, step by step.
 
     Examples
@@ -59,20 +67,28 @@ def run_side_by_side(imm: Immersion, f: Callable[..., Any], g: Callable[..., Any
 
 def assert_close_to_plain(run: SideBySide, *, rtol: float = 1e-9) -> None:
     """Decoded outputs and states equal the plain run within ``rtol`` relative to each signal's scale."""
-    for name, plain, decoded in (("output", run.outputs_plain, run.outputs_decoded),
-                                 ("state", run.states_plain, run.states_decoded)):
+    for name, plain, decoded in (
+        ("output", run.outputs_plain, run.outputs_decoded),
+        ("state", run.states_plain, run.states_decoded),
+    ):
         scale = max(1.0, float(np.abs(plain).max()))
         err = float(np.abs(plain - decoded).max())
-        assert err <= rtol * scale, f"decoded {name} differs from plain by {err:.3g} (> {rtol:g} x {scale:.3g})"
+        assert err <= rtol * scale, (
+            f"decoded {name} differs from plain by {err:.3g} (> {rtol:g} x {scale:.3g})"
+        )
 
 
-def random_contractive_system(n_state: int, n_input: int, n_output: int, *,
-                              seed: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def random_contractive_system(
+    n_state: int, n_input: int, n_output: int, *, seed: int
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """A random nonlinear system whose state stays bounded (tanh of a contraction)."""
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((n_state, n_state))
     a *= 0.8 / max(float(np.linalg.norm(a, 2)), 1e-12)
-    b, c, d = (rng.standard_normal(s) for s in ((n_state, n_input), (n_output, n_state), (n_output, n_input)))
+    b, c, d = (
+        rng.standard_normal(s)
+        for s in ((n_state, n_input), (n_output, n_state), (n_output, n_input))
+    )
     bias = rng.standard_normal(n_state) * 0.1
 
     def f(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -98,6 +114,7 @@ def assert_target_has_no_secrets(imm: Immersion) -> bytes:
     """
     try:
         import cloudpickle
+
         blob = cloudpickle.dumps(imm.target)
     except ImportError:
         blob = pickle.dumps(imm.target)

@@ -5,6 +5,7 @@
 ``known-plaintext`` attack (least squares on a few pairs), each measured without and with key
 rotation (:mod:`immersion.rotation`).
 """
+
 from .eavesdropper import (
     aligned_recovery,
     attack_specs,
@@ -15,5 +16,12 @@ from .eavesdropper import (
     subspace_attack,
 )
 
-__all__ = ["subspace_attack", "known_plaintext_attack", "aligned_recovery", "relative_error", "run_subspace",
-           "run_known_plaintext", "attack_specs"]
+__all__ = [
+    "subspace_attack",
+    "known_plaintext_attack",
+    "aligned_recovery",
+    "relative_error",
+    "run_subspace",
+    "run_known_plaintext",
+    "attack_specs",
+]

@@ -26,6 +26,7 @@ Each ``run_*`` returns :class:`immersion.audit.AttackResult` rows for a scalar-i
 vector-input controller, without and with rotation; mitigation rows carry the measured cost
 (time per closed-loop step with rotation over without, same process; bytes sent per rotation).
 """
+
 from __future__ import annotations
 
 import math
@@ -59,7 +60,9 @@ def _matrix(name: str, value: Any) -> np.ndarray:
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2 or arr.shape[0] == 0 or not np.isfinite(arr).all():
-        raise InvalidArgumentError(name, f"expected a finite (samples, dims) array, got shape {arr.shape}")
+        raise InvalidArgumentError(
+            name, f"expected a finite (samples, dims) array, got shape {arr.shape}"
+        )
     return arr
 
 
@@ -78,7 +81,9 @@ def noise_dimension(encoded: Any) -> tuple[int, float]:
     return i + 1, float(ratios[i])
 
 
-def subspace_attack(encoded: Any, *, n_noise: int | None = None, period: int | None = None) -> np.ndarray:
+def subspace_attack(
+    encoded: Any, *, n_noise: int | None = None, period: int | None = None
+) -> np.ndarray:
     """PCA on encoded inputs; project out the ``n_noise`` noisiest directions; return what remains.
 
     Parameters
@@ -113,10 +118,14 @@ def subspace_attack(encoded: Any, *, n_noise: int | None = None, period: int | N
     n_samples, n_total = enc.shape
     period = n_samples if period is None else int(period)
     if period < 1 or n_samples % period:
-        raise InvalidArgumentError("period", f"expected a divisor of the {n_samples} samples, got {period}")
+        raise InvalidArgumentError(
+            "period", f"expected a divisor of the {n_samples} samples, got {period}"
+        )
     if n_noise is None:
         if period != n_samples:
-            raise InvalidArgumentError("n_noise", "give the noise dimension (extra_input) when keys rotate")
+            raise InvalidArgumentError(
+                "n_noise", "give the noise dimension (extra_input) when keys rotate"
+            )
         n_noise = noise_dimension(enc)[0]
     if not 0 <= n_noise < n_total:
         raise InvalidArgumentError("n_noise", f"expected 0 <= n_noise < {n_total}, got {n_noise}")
@@ -142,14 +151,18 @@ def aligned_recovery(estimate: Any, y: Any, *, period: int | None = None) -> flo
     n_samples = target.shape[0]
     period = n_samples if period is None else int(period)
     if est.shape[0] != n_samples or n_samples % period:
-        raise InvalidArgumentError("period", f"estimate and y need the same length, a multiple of {period}")
+        raise InvalidArgumentError(
+            "period", f"estimate and y need the same length, a multiple of {period}"
+        )
     e = est.reshape(n_samples // period, period, est.shape[1])
     t = target.reshape(n_samples // period, period, target.shape[1])
     aligned = (e @ (np.linalg.pinv(e) @ t)).reshape(target.shape)
     if target.shape[1] == 1:
         a, b = aligned[:, 0] - aligned[:, 0].mean(), target[:, 0] - target[:, 0].mean()
         denom = float(np.linalg.norm(a) * np.linalg.norm(b))
-        return 0.0 if denom <= 1e-300 * max(1.0, float(np.abs(b).max())) else float(abs(a @ b) / denom)
+        return (
+            0.0 if denom <= 1e-300 * max(1.0, float(np.abs(b).max())) else float(abs(a @ b) / denom)
+        )
     spread = float(((target - target.mean(axis=0)) ** 2).sum())
     return float(np.clip(1.0 - float(((target - aligned) ** 2).sum()) / spread, 0.0, 1.0))
 
@@ -210,7 +223,7 @@ class _Case:
         return {"n_state": self.n_state, "n_input": self.n_input, "n_output": self.n_output}
 
 
-_A1 = np.array([[0.99, 0.0], [0.1, 0.8]])          # leaky integrator and a filter of it
+_A1 = np.array([[0.99, 0.0], [0.1, 0.8]])  # leaky integrator and a filter of it
 _B1 = np.array([0.1, 0.0])
 
 
@@ -241,15 +254,35 @@ def _g_vector(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def _signal_vector(n: int, rng: np.random.Generator) -> np.ndarray:
     k = np.arange(n)
-    clean = np.stack([np.sin(2 * np.pi * k / 50), np.cos(2 * np.pi * k / 37),
-                      0.5 * np.sign(np.sin(2 * np.pi * k / 90 + 0.1))], axis=1)
+    clean = np.stack(
+        [
+            np.sin(2 * np.pi * k / 50),
+            np.cos(2 * np.pi * k / 37),
+            0.5 * np.sign(np.sin(2 * np.pi * k / 90 + 0.1)),
+        ],
+        axis=1,
+    )
     return clean + 0.1 * rng.standard_normal((n, 3))
 
 
-SCALAR = _Case("scalar y (n_input=1): PI-like controller, y = sinusoid + noise", _f_scalar, _g_scalar,
-               2, 1, 1, _signal_scalar)
-VECTOR = _Case("vector y (n_input=3): nonlinear controller, y = two sinusoids and a square wave + noise",
-               _f_vector, _g_vector, 2, 3, 2, _signal_vector)
+SCALAR = _Case(
+    "scalar y (n_input=1): PI-like controller, y = sinusoid + noise",
+    _f_scalar,
+    _g_scalar,
+    2,
+    1,
+    1,
+    _signal_scalar,
+)
+VECTOR = _Case(
+    "vector y (n_input=3): nonlinear controller, y = two sinusoids and a square wave + noise",
+    _f_vector,
+    _g_vector,
+    2,
+    3,
+    2,
+    _signal_vector,
+)
 
 
 @dataclass
@@ -262,8 +295,13 @@ class _Stream:
     max_decode_error: float
 
 
-def _closed_loop(case: _Case, ys: np.ndarray, rotate_keys_every: int | None, rng: np.random.Generator,
-                 fresh: np.ndarray | None = None) -> _Stream:
+def _closed_loop(
+    case: _Case,
+    ys: np.ndarray,
+    rotate_keys_every: int | None,
+    rng: np.random.Generator,
+    fresh: np.ndarray | None = None,
+) -> _Stream:
     """Run the immersed loop next to the plain one; record every ``y~`` sent.
 
     ``fresh``: inputs encoded under each key just before it is retired (not sent: they measure
@@ -318,16 +356,23 @@ def rotation_cost(case: _Case, k: int, *, steps: int, repeats: int, seed: int) -
 
     t_plain = min(plain_loop() for _ in range(repeats)) / steps
     t_rot = min(rotating_loop() for _ in range(repeats)) / steps
-    return {"rotate_keys_every": k, "step_us_plain": t_plain * 1e6, "step_us_rotating": t_rot * 1e6,
-            "step_time_ratio": t_rot / t_plain, "bytes_per_rotation": public_target_bytes(plain.keys),
-            "rotation_ms": max(t_rot - t_plain, 0.0) * k * 1e3}
+    return {
+        "rotate_keys_every": k,
+        "step_us_plain": t_plain * 1e6,
+        "step_us_rotating": t_rot * 1e6,
+        "step_time_ratio": t_rot / t_plain,
+        "bytes_per_rotation": public_target_bytes(plain.keys),
+        "rotation_ms": max(t_rot - t_plain, 0.0) * k * 1e3,
+    }
 
 
 def _cost_text(cost: dict[str, Any]) -> str:
-    return (f"step time x{cost['step_time_ratio']:.1f} ({cost['step_us_rotating']:.0f} us vs "
-            f"{cost['step_us_plain']:.0f} us per closed-loop step; one key draw, {cost['rotation_ms']:.2f} ms, "
-            f"every {cost['rotate_keys_every']} steps), {cost['bytes_per_rotation']} bytes per rotation "
-            "(public target matrices, over the trusted set-up channel)")
+    return (
+        f"step time x{cost['step_time_ratio']:.1f} ({cost['step_us_rotating']:.0f} us vs "
+        f"{cost['step_us_plain']:.0f} us per closed-loop step; one key draw, {cost['rotation_ms']:.2f} ms, "
+        f"every {cost['rotate_keys_every']} steps), {cost['bytes_per_rotation']} bytes per rotation "
+        "(public target matrices, over the trusted set-up channel)"
+    )
 
 
 def _budget(quick: bool) -> dict[str, int]:
@@ -339,7 +384,7 @@ def _budget(quick: bool) -> dict[str, int]:
 
 # ---------------------------------------------------------------- subspace
 def _subspace_verdict(value: float, baseline: float, n_samples: int, scalar: bool) -> str:
-    margin = 3.0 / math.sqrt(n_samples)                 # ~3 standard errors of a null correlation
+    margin = 3.0 / math.sqrt(n_samples)  # ~3 standard errors of a null correlation
     if value <= baseline + margin:
         return "resists"
     return "leaks" if value >= (math.sqrt(LEAK_R2) if scalar else LEAK_R2) else "partial"
@@ -348,20 +393,27 @@ def _subspace_verdict(value: float, baseline: float, n_samples: int, scalar: boo
 def _best_raw(encoded: np.ndarray, y: np.ndarray, period: int) -> float:
     """The metric for the best set of ``n_input`` raw encoded coordinates (no attack)."""
     p = y.shape[1]
-    return max(aligned_recovery(encoded[:, list(cols)], y, period=period)
-               for cols in combinations(range(encoded.shape[1]), p))
+    return max(
+        aligned_recovery(encoded[:, list(cols)], y, period=period)
+        for cols in combinations(range(encoded.shape[1]), p)
+    )
 
 
 def run_subspace(quick: bool = False, seed: int = 0) -> list[AttackResult]:
     """``subspace`` rows: one key, rotation every ``extra_input`` steps, and (scalar y) every 25 steps."""
     b = _budget(quick)
-    n_samples = b["samples"]                          # a multiple of 2 and 25
+    n_samples = b["samples"]  # a multiple of 2 and 25
     seeds = np.random.SeedSequence(seed).spawn(8)
     rows = []
-    for c_i, (case, periods) in enumerate(((SCALAR, (None, EXTRA_INPUT, 25)), (VECTOR, (None, EXTRA_INPUT)))):
+    for c_i, (case, periods) in enumerate(
+        ((SCALAR, (None, EXTRA_INPUT, 25)), (VECTOR, (None, EXTRA_INPUT)))
+    ):
         scalar = case.n_input == 1
-        metric = ("|corr| of PCA estimate with y (scale per key fitted by oracle) [scalar y]" if scalar
-                  else "R^2 of y from PCA estimate (linear map per key fitted by oracle) [vector y]")
+        metric = (
+            "|corr| of PCA estimate with y (scale per key fitted by oracle) [scalar y]"
+            if scalar
+            else "R^2 of y from PCA estimate (linear map per key fitted by oracle) [vector y]"
+        )
         ys = case.signal(n_samples, np.random.default_rng(seeds[c_i]))
         for k in periods:
             stream = _closed_loop(case, ys, k, np.random.default_rng(seeds[2 + c_i]))
@@ -370,26 +422,53 @@ def run_subspace(quick: bool = False, seed: int = 0) -> list[AttackResult]:
             value = aligned_recovery(estimate, ys, period=period)
             baseline = _best_raw(stream.encoded, ys, period)
             detail: dict[str, Any] = {
-                "case": case.label, "samples": n_samples, "samples_per_key": period,
-                "n_encoded_input": case.n_encoded, "extra_input": EXTRA_INPUT,
+                "case": case.label,
+                "samples": n_samples,
+                "samples_per_key": period,
+                "n_encoded_input": case.n_encoded,
+                "extra_input": EXTRA_INPUT,
                 "decode_max_abs_error": stream.max_decode_error,
-                "baseline_is": "same metric for the best raw encoded coordinate(s), same alignment"}
+                "baseline_is": "same metric for the best raw encoded coordinate(s), same alignment",
+            }
             if k is None:
                 found, gap = noise_dimension(stream.encoded)
                 detail.update(noise_dimension_from_gap=found, eigenvalue_gap=gap)
-                rows.append(AttackResult("subspace", SCHEME, metric, value, baseline,
-                                         _subspace_verdict(value, baseline, n_samples, scalar), detail=detail))
+                rows.append(
+                    AttackResult(
+                        "subspace",
+                        SCHEME,
+                        metric,
+                        value,
+                        baseline,
+                        _subspace_verdict(value, baseline, n_samples, scalar),
+                        detail=detail,
+                    )
+                )
                 continue
             cost = rotation_cost(case, k, steps=b["steps"], repeats=b["repeats"], seed=seed)
-            detail.update(cost=cost, note=(
-                f"{k} samples per key <= extra_input: PCA attributes everything to noise, nothing is left (the "
-                "attack's estimate is exactly zero; the baseline's per-key oracle fit is generous at so few samples)"
-                if k <= EXTRA_INPUT else
-                f"{k} samples per key > extra_input: within each key period PCA still finds the noise subspace; "
-                "the attacker gets y up to a per-period scale (the value assumes the scales known)"))
-            rows.append(AttackResult("subspace", SCHEME, metric, value, baseline,
-                                     _subspace_verdict(value, baseline, n_samples, scalar),
-                                     mitigation=f"rotate_keys_every={k}", cost=_cost_text(cost), detail=detail))
+            detail.update(
+                cost=cost,
+                note=(
+                    f"{k} samples per key <= extra_input: PCA attributes everything to noise, nothing is left (the "
+                    "attack's estimate is exactly zero; the baseline's per-key oracle fit is generous at so few samples)"
+                    if k <= EXTRA_INPUT
+                    else f"{k} samples per key > extra_input: within each key period PCA still finds the noise subspace; "
+                    "the attacker gets y up to a per-period scale (the value assumes the scales known)"
+                ),
+            )
+            rows.append(
+                AttackResult(
+                    "subspace",
+                    SCHEME,
+                    metric,
+                    value,
+                    baseline,
+                    _subspace_verdict(value, baseline, n_samples, scalar),
+                    mitigation=f"rotate_keys_every={k}",
+                    cost=_cost_text(cost),
+                    detail=detail,
+                )
+            )
     return rows
 
 
@@ -406,64 +485,117 @@ def run_known_plaintext(quick: bool = False, seed: int = 0) -> list[AttackResult
     rows = []
     for c_i, case in enumerate((SCALAR, VECTOR)):
         n_tot = case.n_encoded
-        metric = (f"relative decode error on fresh encodings (1 = predicting the mean) "
-                  f"[{'scalar' if case.n_input == 1 else 'vector'} y]")
+        metric = (
+            f"relative decode error on fresh encodings (1 = predicting the mean) "
+            f"[{'scalar' if case.n_input == 1 else 'vector'} y]"
+        )
         sig_rng = np.random.default_rng(seeds[c_i])
         # one key: pairs first, then fresh encodings under the same key
         n_pairs = n_tot + 2
         ys = case.signal(n_pairs + b["fresh"], sig_rng)
         stream = _closed_loop(case, ys, None, np.random.default_rng(seeds[2 + c_i]))
         fresh_y, fresh_enc = ys[n_pairs:], stream.encoded[n_pairs:]
-        by_pairs = {str(j): relative_error(fresh_enc @ known_plaintext_attack(ys[:j], stream.encoded[:j]).T, fresh_y)
-                    for j in range(1, n_pairs + 1)}
+        by_pairs = {
+            str(j): relative_error(
+                fresh_enc @ known_plaintext_attack(ys[:j], stream.encoded[:j]).T, fresh_y
+            )
+            for j in range(1, n_pairs + 1)
+        }
         value = by_pairs[str(n_tot)]
         baseline = relative_error(np.broadcast_to(ys[:n_tot].mean(axis=0), fresh_y.shape), fresh_y)
-        rows.append(AttackResult("known-plaintext", SCHEME, metric, value, baseline, _kpa_verdict(value), detail={
-            "case": case.label, "pairs": n_tot, "n_encoded_input": n_tot, "fresh_encodings": len(fresh_y),
-            "error_by_number_of_pairs": by_pairs,
-            "baseline_is": "relative error of predicting the mean of the known y's",
-            "note": "n~ pairs give L = Pi1_left (exact); with fewer, L is not unique and the minimum-norm one "
-                    "has L N1 != 0, though between extra_input and n~ pairs it can still recover part of y"}))
+        rows.append(
+            AttackResult(
+                "known-plaintext",
+                SCHEME,
+                metric,
+                value,
+                baseline,
+                _kpa_verdict(value),
+                detail={
+                    "case": case.label,
+                    "pairs": n_tot,
+                    "n_encoded_input": n_tot,
+                    "fresh_encodings": len(fresh_y),
+                    "error_by_number_of_pairs": by_pairs,
+                    "baseline_is": "relative error of predicting the mean of the known y's",
+                    "note": "n~ pairs give L = Pi1_left (exact); with fewer, L is not unique and the minimum-norm one "
+                    "has L N1 != 0, though between extra_input and n~ pairs it can still recover part of y",
+                },
+            )
+        )
         # rotation: every key encodes k samples, all of them known to the attacker
-        for k in ((n_tot - 1, 2 * n_tot) if case.n_input == 1 else (EXTRA_INPUT, n_tot - 1)):
+        for k in (n_tot - 1, 2 * n_tot) if case.n_input == 1 else (EXTRA_INPUT, n_tot - 1):
             known = min(k, n_tot)
             fresh_y = case.signal(b["fresh"] // 2, sig_rng)
             ys = case.signal(k * b["periods"], sig_rng)
             stream = _closed_loop(case, ys, k, np.random.default_rng(seeds[4 + c_i]), fresh=fresh_y)
             errors, base = [], []
             for p in range(b["periods"]):
-                py, penc = ys[p * k:(p + 1) * k], stream.encoded[p * k:(p + 1) * k]
+                py, penc = ys[p * k : (p + 1) * k], stream.encoded[p * k : (p + 1) * k]
                 L = known_plaintext_attack(py[:known], penc[:known])
                 # k < n~: decode fresh encodings under that key (the best case for the attacker);
                 # k > n~: decode the rest of the period, which the link really carries
-                ty, tenc = (fresh_y, stream.fresh_encoded[p]) if k <= n_tot else (py[known:], penc[known:])
+                ty, tenc = (
+                    (fresh_y, stream.fresh_encoded[p]) if k <= n_tot else (py[known:], penc[known:])
+                )
                 errors.append(relative_error(tenc @ L.T, ty))
                 base.append(relative_error(np.broadcast_to(py[:known].mean(axis=0), ty.shape), ty))
             value, baseline = float(np.median(errors)), float(np.median(base))
             cost = rotation_cost(case, k, steps=b["steps"], repeats=b["repeats"], seed=seed)
             if k <= EXTRA_INPUT:
-                note = (f"{k} pairs per key <= extra_input: least squares is underdetermined and its L has "
-                        "L N1 != 0: it decodes mostly noise")
+                note = (
+                    f"{k} pairs per key <= extra_input: least squares is underdetermined and its L has "
+                    "L N1 != 0: it decodes mostly noise"
+                )
             elif k < n_tot:
-                note = (f"{k} pairs per key: fewer than n~ = {n_tot} but more than extra_input = {EXTRA_INPUT}: L is "
-                        "not exact, yet it recovers part of y (a partial decode, not a failure)")
+                note = (
+                    f"{k} pairs per key: fewer than n~ = {n_tot} but more than extra_input = {EXTRA_INPUT}: L is "
+                    "not exact, yet it recovers part of y (a partial decode, not a failure)"
+                )
             else:
-                note = (f"{k} samples per key > n~ = {n_tot}: {n_tot} known pairs decode the other {k - n_tot} "
-                        "samples of their key period exactly")
-            rows.append(AttackResult("known-plaintext", SCHEME, metric, value, baseline, _kpa_verdict(value),
-                                     mitigation=f"rotate_keys_every={k}", cost=_cost_text(cost), detail={
-                                         "case": case.label, "pairs_per_key": known, "key_periods": b["periods"],
-                                         "n_encoded_input": n_tot, "value_is": "median over key periods",
-                                         "max_error_over_periods": float(np.max(errors)),
-                                         "decode_max_abs_error": stream.max_decode_error, "cost": cost, "note": note}))
+                note = (
+                    f"{k} samples per key > n~ = {n_tot}: {n_tot} known pairs decode the other {k - n_tot} "
+                    "samples of their key period exactly"
+                )
+            rows.append(
+                AttackResult(
+                    "known-plaintext",
+                    SCHEME,
+                    metric,
+                    value,
+                    baseline,
+                    _kpa_verdict(value),
+                    mitigation=f"rotate_keys_every={k}",
+                    cost=_cost_text(cost),
+                    detail={
+                        "case": case.label,
+                        "pairs_per_key": known,
+                        "key_periods": b["periods"],
+                        "n_encoded_input": n_tot,
+                        "value_is": "median over key periods",
+                        "max_error_over_periods": float(np.max(errors)),
+                        "decode_max_abs_error": stream.max_decode_error,
+                        "cost": cost,
+                        "note": note,
+                    },
+                )
+            )
     return rows
 
 
 def attack_specs() -> list[AttackSpec]:
     """The two attacks, as registered by :mod:`immersion.builtin`."""
     return [
-        AttackSpec("subspace", (SCHEME,), run_subspace,
-                   "eavesdropper: PCA on many y~ under one key removes the noise subspace range(N1)"),
-        AttackSpec("known-plaintext", (SCHEME,), run_known_plaintext,
-                   "eavesdropper: least squares on n_input + extra_input known (y, y~) pairs gives Pi1_left"),
+        AttackSpec(
+            "subspace",
+            (SCHEME,),
+            run_subspace,
+            "eavesdropper: PCA on many y~ under one key removes the noise subspace range(N1)",
+        ),
+        AttackSpec(
+            "known-plaintext",
+            (SCHEME,),
+            run_known_plaintext,
+            "eavesdropper: least squares on n_input + extra_input known (y, y~) pairs gives Pi1_left",
+        ),
     ]

@@ -3,6 +3,7 @@
 Everything else (``@``, indexing, ``x[..., idx]``, arithmetic) is written once with syntax
 that numpy arrays and torch tensors share, so the key algebra is not duplicated per backend.
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol

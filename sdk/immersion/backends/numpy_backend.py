@@ -1,4 +1,5 @@
 """numpy float64 backend: the reference implementation."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,7 +18,9 @@ class NumpyBackend:
 
     def __init__(self, dtype: str = "float64") -> None:
         if dtype not in ("float64", "float32"):
-            raise InvalidArgumentError("dtype", f"numpy backend supports 'float64' or 'float32', got {dtype!r}")
+            raise InvalidArgumentError(
+                "dtype", f"numpy backend supports 'float64' or 'float32', got {dtype!r}"
+            )
         self.dtype_name = dtype
         self._dtype = np.dtype(dtype)
 

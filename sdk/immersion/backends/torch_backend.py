@@ -2,6 +2,7 @@
 
 Imported lazily: the numpy core works without torch installed.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,7 +28,9 @@ class TorchBackend:
     def __init__(self, dtype: str = "float64", device: str | None = None) -> None:
         torch = _import_torch()
         if dtype not in ("float64", "float32"):
-            raise InvalidArgumentError("dtype", f"torch backend supports 'float64' or 'float32', got {dtype!r}")
+            raise InvalidArgumentError(
+                "dtype", f"torch backend supports 'float64' or 'float32', got {dtype!r}"
+            )
         self._torch = torch
         self.dtype_name = dtype
         self._dtype = getattr(torch, dtype)
@@ -35,7 +38,9 @@ class TorchBackend:
             self._device = torch.device(device or "cpu")
             torch.zeros(1, device=self._device)
         except (RuntimeError, AssertionError) as exc:
-            raise InvalidArgumentError("device", f"torch cannot use device {device!r} ({exc})") from None
+            raise InvalidArgumentError(
+                "device", f"torch cannot use device {device!r} ({exc})"
+            ) from None
         self.device = str(self._device)
 
     @property
@@ -63,7 +68,9 @@ class TorchBackend:
         return self._torch.zeros(shape, dtype=self._dtype, device=self._device)
 
     def segment_sum(self, values: Any, group_ids: Any, n_groups: int) -> Any:
-        out = self._torch.zeros(values.shape[:-1] + (n_groups,), dtype=values.dtype, device=values.device)
+        out = self._torch.zeros(
+            values.shape[:-1] + (n_groups,), dtype=values.dtype, device=values.device
+        )
         return out.index_add_(-1, group_ids, values)
 
     def all_finite(self, value: Any) -> bool:
@@ -109,7 +116,9 @@ class TorchNoise:
         # inverse CDF: loc - b sign(u) log(1 - 2|u|), u ~ U(-1/2, 1/2)
         u = self._uniform(shape) - 0.5
         tiny = self._torch.finfo(self._dtype).tiny
-        return loc - scale * self._torch.sign(u) * self._torch.log((1 - 2 * u.abs()).clamp_min(tiny))
+        return loc - scale * self._torch.sign(u) * self._torch.log(
+            (1 - 2 * u.abs()).clamp_min(tiny)
+        )
 
     def normal(self, shape: tuple[int, ...], loc: float, scale: float) -> Any:
         z = self._torch.randn(shape, generator=self._gen, dtype=self._dtype, device=self._device)

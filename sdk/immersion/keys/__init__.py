@@ -1,8 +1,20 @@
 """Secret keys: dense and block-structured codes, validation, save/load."""
+
 from .codes import DenseCode, DenseMask, StructuredCode, StructuredMask
 from .keys import Keys, NoiseLaw, draw_code
 from .stats import RowStats
 from .store import code_arrays, load_keys, save_keys
 
-__all__ = ["Keys", "NoiseLaw", "draw_code", "DenseCode", "StructuredCode", "DenseMask", "StructuredMask", "RowStats",
-           "load_keys", "save_keys", "code_arrays"]
+__all__ = [
+    "Keys",
+    "NoiseLaw",
+    "draw_code",
+    "DenseCode",
+    "StructuredCode",
+    "DenseMask",
+    "StructuredMask",
+    "RowStats",
+    "load_keys",
+    "save_keys",
+    "code_arrays",
+]

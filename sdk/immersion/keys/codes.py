@@ -8,6 +8,7 @@ Two implementations share one interface:
 The runtime pieces (``Encoder``, ``Decoder``) are what the target algorithm receives: they
 carry exactly the matrices one direction needs, on one backend, and nothing else.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,8 +53,13 @@ class DenseDecoder(DenseEncoder):
 class StructuredEncoder:
     """``y -> Q[:, positions] y`` for a structured code."""
 
-    def __init__(self, transform: OrthogonalTransform, positions: np.ndarray, backend: Any,
-                 scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        transform: OrthogonalTransform,
+        positions: np.ndarray,
+        backend: Any,
+        scale: float = 1.0,
+    ) -> None:
         self._transform = transform
         self._pos = backend.asarray(positions)
         self._backend = backend
@@ -68,8 +74,14 @@ class StructuredEncoder:
 class StructuredNoisyEncoder:
     """``(y, s) -> Q [y at signal_pos; s at noise_pos]`` in one transform (seed 002 eq. 16)."""
 
-    def __init__(self, transform: OrthogonalTransform, signal_pos: np.ndarray, noise_pos: np.ndarray,
-                 backend: Any, scale: float) -> None:
+    def __init__(
+        self,
+        transform: OrthogonalTransform,
+        signal_pos: np.ndarray,
+        noise_pos: np.ndarray,
+        backend: Any,
+        scale: float,
+    ) -> None:
         self._transform = transform
         self._sig = backend.asarray(signal_pos)
         self._noise = backend.asarray(noise_pos)
@@ -86,8 +98,13 @@ class StructuredNoisyEncoder:
 class StructuredDecoder:
     """``x -> (Q^T x)[positions]``: the left inverse of a structured code (exact: Q is orthogonal)."""
 
-    def __init__(self, transform: OrthogonalTransform, positions: np.ndarray, backend: Any,
-                 scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        transform: OrthogonalTransform,
+        positions: np.ndarray,
+        backend: Any,
+        scale: float = 1.0,
+    ) -> None:
         self._transform = transform
         self._pos = backend.asarray(positions)
         self._backend = backend
@@ -144,7 +161,10 @@ class DenseCode:
         1 for drawn keys (orthonormal columns scaled by ``a`` and ``1/a``); large for a user's
         ill-conditioned ``Pi`` or a left inverse with huge entries.
         """
-        return max(1.0, float(row_norms(self.pi_left).max(initial=0.0) * row_norms(self.pi.T).max(initial=0.0)))
+        return max(
+            1.0,
+            float(row_norms(self.pi_left).max(initial=0.0) * row_norms(self.pi.T).max(initial=0.0)),
+        )
 
     def row_stats(self) -> RowStats:
         return self._stats
@@ -189,14 +209,18 @@ class StructuredCode:
 
     @property
     def nbytes(self) -> int:
-        return self.mix.nbytes + self.signal_pos.nbytes + self.noise_pos.nbytes + self.flat_pos.nbytes
+        return (
+            self.mix.nbytes + self.signal_pos.nbytes + self.noise_pos.nbytes + self.flat_pos.nbytes
+        )
 
     def _columns(self, positions: np.ndarray, name: str) -> np.ndarray:
         entries = self.n_total * positions.shape[0]
         if entries > MAX_DENSE_ENTRIES:
             raise InvalidArgumentError(
-                name, f"a dense view would have {entries:,} entries; block keys are meant to stay "
-                "structured (use encode/decode, or keys.row_stats())")
+                name,
+                f"a dense view would have {entries:,} entries; block keys are meant to stay "
+                "structured (use encode/decode, or keys.row_stats())",
+            )
         from ..backends.numpy_backend import NumpyBackend
 
         eye = np.zeros((positions.shape[0], self.n_total))
@@ -216,7 +240,9 @@ class StructuredCode:
     def _stats(self) -> tuple[RowStats, np.ndarray]:
         stats, flat = structured_row_stats(self.mix, self.noise_pos, self.flat_pos)
         a = self.signal_scale
-        return RowStats(stats.l1_signal * a, stats.l2_signal * a, stats.l2_noise, stats.linf_noise), flat
+        return RowStats(
+            stats.l1_signal * a, stats.l2_signal * a, stats.l2_noise, stats.linf_noise
+        ), flat
 
     def row_stats(self) -> RowStats:
         return self._stats[0]
@@ -231,15 +257,30 @@ class StructuredCode:
     def transform(self, backend: Any) -> OrthogonalTransform:
         return OrthogonalTransform(self.mix, backend)
 
-    def encoder(self, backend: Any, transform: OrthogonalTransform | None = None) -> StructuredEncoder:
-        return StructuredEncoder(transform or self.transform(backend), self.signal_pos, backend, self.signal_scale)
+    def encoder(
+        self, backend: Any, transform: OrthogonalTransform | None = None
+    ) -> StructuredEncoder:
+        return StructuredEncoder(
+            transform or self.transform(backend), self.signal_pos, backend, self.signal_scale
+        )
 
-    def decoder(self, backend: Any, transform: OrthogonalTransform | None = None) -> StructuredDecoder:
-        return StructuredDecoder(transform or self.transform(backend), self.signal_pos, backend, self.signal_scale)
+    def decoder(
+        self, backend: Any, transform: OrthogonalTransform | None = None
+    ) -> StructuredDecoder:
+        return StructuredDecoder(
+            transform or self.transform(backend), self.signal_pos, backend, self.signal_scale
+        )
 
-    def noisy_encoder(self, backend: Any, transform: OrthogonalTransform | None = None) -> StructuredNoisyEncoder:
-        return StructuredNoisyEncoder(transform or self.transform(backend), self.signal_pos, self.noise_pos, backend,
-                                      self.signal_scale)
+    def noisy_encoder(
+        self, backend: Any, transform: OrthogonalTransform | None = None
+    ) -> StructuredNoisyEncoder:
+        return StructuredNoisyEncoder(
+            transform or self.transform(backend),
+            self.signal_pos,
+            self.noise_pos,
+            backend,
+            self.signal_scale,
+        )
 
 
 Code = DenseCode | StructuredCode
@@ -294,10 +335,19 @@ class DenseMask:
 class StructuredMaskOp:
     """``y~ -> beta * Q_u scatter(flat_u, signs * (N1^T y~)[source])``."""
 
-    def __init__(self, mask: "StructuredMask", input_code: StructuredCode,
-                 output_code: StructuredCode, backend: Any) -> None:
-        self._pick = StructuredDecoder(input_code.transform(backend), input_code.noise_pos[mask.source], backend)
-        self._place = StructuredEncoder(output_code.transform(backend), output_code.flat_pos, backend)
+    def __init__(
+        self,
+        mask: "StructuredMask",
+        input_code: StructuredCode,
+        output_code: StructuredCode,
+        backend: Any,
+    ) -> None:
+        self._pick = StructuredDecoder(
+            input_code.transform(backend), input_code.noise_pos[mask.source], backend
+        )
+        self._place = StructuredEncoder(
+            output_code.transform(backend), output_code.flat_pos, backend
+        )
         self._weights = backend.asarray(mask.beta * mask.signs)
 
     def __call__(self, y_enc: Any) -> Any:
@@ -313,15 +363,17 @@ class StructuredMask:
     """
 
     beta: float
-    signs: np.ndarray    # (groups of the output code,)
-    source: np.ndarray   # input noise coordinate feeding each output group
+    signs: np.ndarray  # (groups of the output code,)
+    source: np.ndarray  # input noise coordinate feeding each output group
 
     def dense(self, input_code: StructuredCode, output_code: StructuredCode) -> np.ndarray:
         n_in = input_code.dense_noise_basis()[:, self.source] * (self.beta * self.signs)
         q_flat = output_code._columns(output_code.flat_pos, "Pi4")
         return q_flat @ n_in.T
 
-    def noise_row_norms(self, input_code: StructuredCode, output_code: StructuredCode) -> np.ndarray:
+    def noise_row_norms(
+        self, input_code: StructuredCode, output_code: StructuredCode
+    ) -> np.ndarray:
         return self.beta * output_code.flat_entries()
 
     def noise_row_linf(self, input_code: StructuredCode, output_code: StructuredCode) -> np.ndarray:
@@ -332,7 +384,9 @@ class StructuredMask:
         """Zero by construction: ``Pi4 Pi1 = N_u (...) N1^T Pi1 = 0``."""
         return np.zeros(output_code.n_total)
 
-    def operator(self, input_code: StructuredCode, output_code: StructuredCode, backend: Any) -> StructuredMaskOp:
+    def operator(
+        self, input_code: StructuredCode, output_code: StructuredCode, backend: Any
+    ) -> StructuredMaskOp:
         return StructuredMaskOp(self, input_code, output_code, backend)
 
     @property

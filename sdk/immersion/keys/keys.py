@@ -1,4 +1,5 @@
 """The user's secret keys (seed 002, Proposition 1): ``Pi1..Pi4``, ``N1``, left inverses, noise law."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,21 +43,33 @@ class NoiseLaw:
         from .._validation import as_float
 
         if not isinstance(self.kind, str) or self.kind not in ("laplace", "gaussian"):
-            raise InvalidArgumentError("noise", f"expected 'laplace' or 'gaussian', got {self.kind!r}")
-        for name, value, low in (("noise_scale", self.scale, "positive"), ("noise_mean", self.mean, None),
-                                 ("sensitivity_input", self.sensitivity_input, "positive"),
-                                 ("sensitivity_output", self.sensitivity_output, "positive"),
-                                 ("delta_input", self.delta_input, "probability"),
-                                 ("delta_output", self.delta_output, "probability")):
+            raise InvalidArgumentError(
+                "noise", f"expected 'laplace' or 'gaussian', got {self.kind!r}"
+            )
+        for name, value, low in (
+            ("noise_scale", self.scale, "positive"),
+            ("noise_mean", self.mean, None),
+            ("sensitivity_input", self.sensitivity_input, "positive"),
+            ("sensitivity_output", self.sensitivity_output, "positive"),
+            ("delta_input", self.delta_input, "probability"),
+            ("delta_output", self.delta_output, "probability"),
+        ):
             number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-            if not number or not math.isfinite(as_float(value)) or (low == "positive" and not value > 0) or (
-                    low == "probability" and not 0 <= value < 1):
+            if (
+                not number
+                or not math.isfinite(as_float(value))
+                or (low == "positive" and not value > 0)
+                or (low == "probability" and not 0 <= value < 1)
+            ):
                 want = {"positive": "a finite number > 0", "probability": "a number in [0, 1)"}.get(
-                    low or "", "a finite number")
+                    low or "", "a finite number"
+                )
                 raise InvalidArgumentError(name, f"expected {want}, got {value!r}")
 
 
-def draw_structured_code(n: int, extra: int, *, block_size: int, rng: np.random.Generator) -> StructuredCode:
+def draw_structured_code(
+    n: int, extra: int, *, block_size: int, rng: np.random.Generator
+) -> StructuredCode:
     """One code ``y -> Pi y + N s`` (n -> n + extra) with block size ``block_size``.
 
     ``block_size >= n + extra`` gives a single dense block (densify it with :func:`densified`).
@@ -73,8 +86,14 @@ def densified(code: Code) -> DenseCode:
     return DenseCode(code.dense_pi(), code.dense_pi_left(), code.dense_noise_basis())
 
 
-def draw_code(n: int, extra: int, *, kind: Literal["dense", "block"] = "block", block_size: int = 32,
-              rng: Any = None) -> Code:
+def draw_code(
+    n: int,
+    extra: int,
+    *,
+    kind: Literal["dense", "block"] = "block",
+    block_size: int = 32,
+    rng: Any = None,
+) -> Code:
     """A single code, e.g. for a model vector in federated learning (seed 000: ``Pi1, Pi1_left, N1``).
 
     Examples
@@ -85,13 +104,23 @@ def draw_code(n: int, extra: int, *, kind: Literal["dense", "block"] = "block", 
     """
     from .._validation import one_of, positive_int, vector_fits
 
-    n, extra, block_size = positive_int("n", n), positive_int("extra", extra), positive_int("block_size", block_size)
+    n, extra, block_size = (
+        positive_int("n", n),
+        positive_int("extra", extra),
+        positive_int("block_size", block_size),
+    )
     kind = one_of("kind", kind, ("dense", "block"))  # type: ignore[assignment]
     size = n + extra
-    vector_fits("extra" if extra >= n else "n", max(n, extra), size * (size if kind == "dense" else min(block_size, size)),
-                "the code's key matrices")
+    vector_fits(
+        "extra" if extra >= n else "n",
+        max(n, extra),
+        size * (size if kind == "dense" else min(block_size, size)),
+        "the code's key matrices",
+    )
     gen = np.random.default_rng(rng)
-    code = draw_structured_code(n, extra, block_size=n + extra if kind == "dense" else block_size, rng=gen)
+    code = draw_structured_code(
+        n, extra, block_size=n + extra if kind == "dense" else block_size, rng=gen
+    )
     return densified(code) if kind == "dense" else code
 
 
@@ -121,37 +150,75 @@ class Keys:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def draw(cls, *, n_state: int, n_input: int, n_output: int, extra_state: int = 1,
-             extra_input: int = 2, extra_output: int = 2, kind: Literal["dense", "block"] = "dense",
-             block_size: int = 32, rng: Any = None) -> "Keys":
+    def draw(
+        cls,
+        *,
+        n_state: int,
+        n_input: int,
+        n_output: int,
+        extra_state: int = 1,
+        extra_input: int = 2,
+        extra_output: int = 2,
+        kind: Literal["dense", "block"] = "dense",
+        block_size: int = 32,
+        rng: Any = None,
+    ) -> "Keys":
         """Draw random keys (noise law not yet designed: ``noise_scale`` is None, mask scale 1).
 
         ``kind="dense"`` uses one Haar-random orthogonal matrix per code (O(n^2) memory);
         ``kind="block"`` the structured factors of :mod:`.structured` (O(n b)).
         """
         gen = np.random.default_rng(rng)
-        size_of = {"input": (n_input, extra_input), "state": (n_state, extra_state),
-                   "output": (n_output, extra_output)}
-        structured = {name: draw_structured_code(n, m, block_size=n + m if kind == "dense" else block_size, rng=gen)
-                      for name, (n, m) in size_of.items()}
+        size_of = {
+            "input": (n_input, extra_input),
+            "state": (n_state, extra_state),
+            "output": (n_output, extra_output),
+        }
+        structured = {
+            name: draw_structured_code(
+                n, m, block_size=n + m if kind == "dense" else block_size, rng=gen
+            )
+            for name, (n, m) in size_of.items()
+        }
         out_groups = structured["output"].flat_pos.shape[0]
-        mask = StructuredMask(beta=1.0, signs=gen.choice([-1.0, 1.0], size=out_groups),
-                              source=np.arange(out_groups) % extra_input)
+        mask = StructuredMask(
+            beta=1.0,
+            signs=gen.choice([-1.0, 1.0], size=out_groups),
+            source=np.arange(out_groups) % extra_input,
+        )
         keys = cls(structured["input"], structured["state"], structured["output"], mask)
         return keys.densified() if kind == "dense" else keys
 
     def densified(self) -> "Keys":
         """The same keys with every code materialised as explicit matrices (fast for small sizes)."""
         return dataclasses.replace(
-            self, input_code=densified(self.input_code), state_code=densified(self.state_code),
-            output_code=densified(self.output_code), mask=DenseMask(self.Pi4))
+            self,
+            input_code=densified(self.input_code),
+            state_code=densified(self.state_code),
+            output_code=densified(self.output_code),
+            mask=DenseMask(self.Pi4),
+        )
 
     @classmethod
-    def from_matrices(cls, *, Pi1: Any, Pi2: Any, Pi3: Any, Pi4: Any, N1: Any = None,
-                      Pi1_left: Any = None, Pi2_left: Any = None, Pi3_left: Any = None,
-                      noise: NoiseKind = "laplace", noise_scale: float | None = None,
-                      noise_mean: float = 0.0, sensitivity_input: float = 1.0, sensitivity_output: float = 1.0,
-                      delta_input: float = 0.0, delta_output: float = 0.0) -> "Keys":
+    def from_matrices(
+        cls,
+        *,
+        Pi1: Any,
+        Pi2: Any,
+        Pi3: Any,
+        Pi4: Any,
+        N1: Any = None,
+        Pi1_left: Any = None,
+        Pi2_left: Any = None,
+        Pi3_left: Any = None,
+        noise: NoiseKind = "laplace",
+        noise_scale: float | None = None,
+        noise_mean: float = 0.0,
+        sensitivity_input: float = 1.0,
+        sensitivity_output: float = 1.0,
+        delta_input: float = 0.0,
+        delta_output: float = 0.0,
+    ) -> "Keys":
         """Keys from user matrices, validated (full column rank, left inverses, kernel basis).
 
         Missing left inverses default to the pseudo-inverse; a missing ``N1`` to an orthonormal
@@ -161,17 +228,29 @@ class Keys:
         """
         from scipy.linalg import null_space
 
-        def code(pi_name: str, pi: Any, left_name: str, left: Any, n_name: str | None, n: Any) -> DenseCode:
+        def code(
+            pi_name: str, pi: Any, left_name: str, left: Any, n_name: str | None, n: Any
+        ) -> DenseCode:
             p = _matrix(pi_name, pi)
             if p.shape[0] <= p.shape[1]:
-                raise InvalidArgumentError(pi_name, f"must be tall (more rows than columns), got shape {p.shape}")
+                raise InvalidArgumentError(
+                    pi_name, f"must be tall (more rows than columns), got shape {p.shape}"
+                )
             if np.linalg.matrix_rank(p) < p.shape[1]:
-                raise InvalidArgumentError(pi_name, f"must have full column rank {p.shape[1]}, "
-                                           f"got rank {np.linalg.matrix_rank(p)}")
-            pl = np.linalg.pinv(p) if left is None else _matrix(left_name, left, shape=(p.shape[1], p.shape[0]))
+                raise InvalidArgumentError(
+                    pi_name,
+                    f"must have full column rank {p.shape[1]}, got rank {np.linalg.matrix_rank(p)}",
+                )
+            pl = (
+                np.linalg.pinv(p)
+                if left is None
+                else _matrix(left_name, left, shape=(p.shape[1], p.shape[0]))
+            )
             scale = max(1.0, np.abs(pl).max() * np.abs(p).max())
             if not np.allclose(pl @ p, np.eye(p.shape[1]), rtol=0.0, atol=1e-9 * scale):
-                raise InvalidArgumentError(left_name, f"is not a left inverse of {pi_name} ({left_name} @ {pi_name} != I)")
+                raise InvalidArgumentError(
+                    left_name, f"is not a left inverse of {pi_name} ({left_name} @ {pi_name} != I)"
+                )
             if n is None:
                 basis = null_space(pl)
             else:
@@ -182,8 +261,19 @@ class Keys:
         state_code = code("Pi2", Pi2, "Pi2_left", Pi2_left, None, None)
         output_code = code("Pi3", Pi3, "Pi3_left", Pi3_left, None, None)
         pi4 = _matrix("Pi4", Pi4, shape=(output_code.n_total, input_code.n_total))
-        law = None if noise_scale is None else NoiseLaw(noise, noise_scale, noise_mean, sensitivity_input,
-                                                         sensitivity_output, delta_input, delta_output)
+        law = (
+            None
+            if noise_scale is None
+            else NoiseLaw(
+                noise,
+                noise_scale,
+                noise_mean,
+                sensitivity_input,
+                sensitivity_output,
+                delta_input,
+                delta_output,
+            )
+        )
         keys = cls(input_code, state_code, output_code, DenseMask(pi4), law, False)
         keys.validate()
         return keys
@@ -192,8 +282,11 @@ class Keys:
         """These keys with a designed noise law (and the generated mask rescaled by ``mask_scale``)."""
         mask = self.mask
         if mask_scale != 1.0:
-            mask = (DenseMask(mask.pi4 * mask_scale) if isinstance(mask, DenseMask)
-                    else dataclasses.replace(mask, beta=mask.beta * mask_scale))
+            mask = (
+                DenseMask(mask.pi4 * mask_scale)
+                if isinstance(mask, DenseMask)
+                else dataclasses.replace(mask, beta=mask.beta * mask_scale)
+            )
         return dataclasses.replace(self, mask=mask, noise=law)
 
     # ------------------------------------------------------------------ checks
@@ -206,14 +299,18 @@ class Keys:
         """
         stats = self.input_stats
         if np.any(stats.l2_noise <= rtol * max(stats.l2_noise.max(), 1e-300)):
-            raise InvalidArgumentError("N1", "has a zero row: that element of y~ would carry no noise")
+            raise InvalidArgumentError(
+                "N1", "has a zero row: that element of y~ would carry no noise"
+            )
         if isinstance(self.input_code, DenseCode):
             n1, pl = self.input_code.noise_basis, self.input_code.pi_left
             if n1.shape[1] and np.linalg.matrix_rank(n1) < n1.shape[1]:
                 raise InvalidArgumentError("N1", "must have full column rank")
             scale = np.abs(pl).max() * np.abs(n1).max() * pl.shape[1]
             if np.abs(pl @ n1).max() > rtol * max(scale, 1e-300):
-                raise InvalidArgumentError("N1", "columns must lie in ker(Pi1_left): Pi1_left @ N1 != 0")
+                raise InvalidArgumentError(
+                    "N1", "columns must lie in ker(Pi1_left): Pi1_left @ N1 != 0"
+                )
 
     # ------------------------------------------------------------------ noise law
     @property
@@ -305,14 +402,24 @@ class Keys:
 
     @property
     def dims(self) -> dict[str, int]:
-        return {"n_state": self.state_code.n_signal, "n_input": self.input_code.n_signal,
-                "n_output": self.output_code.n_signal, "extra_state": self.state_code.n_noise,
-                "extra_input": self.input_code.n_noise, "extra_output": self.output_code.n_noise}
+        return {
+            "n_state": self.state_code.n_signal,
+            "n_input": self.input_code.n_signal,
+            "n_output": self.output_code.n_signal,
+            "extra_state": self.state_code.n_noise,
+            "extra_input": self.input_code.n_noise,
+            "extra_output": self.output_code.n_noise,
+        }
 
     @property
     def nbytes(self) -> int:
         """Memory held by the keys."""
-        return self.input_code.nbytes + self.state_code.nbytes + self.output_code.nbytes + self.mask.nbytes
+        return (
+            self.input_code.nbytes
+            + self.state_code.nbytes
+            + self.output_code.nbytes
+            + self.mask.nbytes
+        )
 
     @cached_property
     def fingerprint(self) -> str:
@@ -328,10 +435,12 @@ class Keys:
 
     def __repr__(self) -> str:
         d = self.dims
-        return (f"Keys(kind={self.kind!r}, y: {d['n_input']}->{d['n_input'] + d['extra_input']}, "
-                f"x: {d['n_state']}->{d['n_state'] + d['extra_state']}, "
-                f"u: {d['n_output']}->{d['n_output'] + d['extra_output']}, noise={self.noise_kind}, "
-                f"fingerprint={self.fingerprint})")
+        return (
+            f"Keys(kind={self.kind!r}, y: {d['n_input']}->{d['n_input'] + d['extra_input']}, "
+            f"x: {d['n_state']}->{d['n_state'] + d['extra_state']}, "
+            f"u: {d['n_output']}->{d['n_output'] + d['extra_output']}, noise={self.noise_kind}, "
+            f"fingerprint={self.fingerprint})"
+        )
 
     __str__ = __repr__
 

@@ -1,4 +1,5 @@
 """Per-row norms of the key matrices, the inputs of the DP theorems."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,6 +31,10 @@ def dense_row_stats(pi: np.ndarray, noise_basis: np.ndarray) -> RowStats:
     return RowStats(
         l1_signal=np.abs(pi).sum(axis=1),
         l2_signal=np.linalg.norm(pi, axis=1),
-        l2_noise=np.linalg.norm(noise_basis, axis=1) if noise_basis.shape[1] else np.zeros(pi.shape[0]),
-        linf_noise=np.abs(noise_basis).max(axis=1) if noise_basis.shape[1] else np.zeros(pi.shape[0]),
+        l2_noise=np.linalg.norm(noise_basis, axis=1)
+        if noise_basis.shape[1]
+        else np.zeros(pi.shape[0]),
+        linf_noise=np.abs(noise_basis).max(axis=1)
+        if noise_basis.shape[1]
+        else np.zeros(pi.shape[0]),
     )

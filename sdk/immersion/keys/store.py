@@ -1,4 +1,5 @@
 """Saving and loading keys: one file, SHA-256 integrity check, owner-only permissions, atomic write."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,19 +26,36 @@ def code_arrays(code: Any) -> dict[str, np.ndarray]:
     if isinstance(code, DenseCode):
         return {"pi": code.pi, "pi_left": code.pi_left, "noise_basis": code.noise_basis}
     m = code.mix
-    return {"blocks": m.blocks, "tail": m.tail, "householder": m.householder, "group_ids": m.group_ids,
-            "row_perm": m.row_perm, "signal_pos": code.signal_pos, "noise_pos": code.noise_pos,
-            "flat_pos": code.flat_pos, "signal_scale": np.array([code.signal_scale])}
+    return {
+        "blocks": m.blocks,
+        "tail": m.tail,
+        "householder": m.householder,
+        "group_ids": m.group_ids,
+        "row_perm": m.row_perm,
+        "signal_pos": code.signal_pos,
+        "noise_pos": code.noise_pos,
+        "flat_pos": code.flat_pos,
+        "signal_scale": np.array([code.signal_scale]),
+    }
 
 
 def key_arrays(keys: "Keys") -> dict[str, np.ndarray]:
     """Every array that defines ``keys``, by a stable name (used for saving and the fingerprint)."""
-    out = {f"{name}.{k}": v for name in _CODES for k, v in code_arrays(getattr(keys, f"{name}_code")).items()}
+    out = {
+        f"{name}.{k}": v
+        for name in _CODES
+        for k, v in code_arrays(getattr(keys, f"{name}_code")).items()
+    }
     if isinstance(keys.mask, DenseMask):
         out["mask.pi4"] = keys.mask.pi4
     else:
-        out.update({"mask.beta": np.array([keys.mask.beta]), "mask.signs": keys.mask.signs,
-                    "mask.source": keys.mask.source})
+        out.update(
+            {
+                "mask.beta": np.array([keys.mask.beta]),
+                "mask.signs": keys.mask.signs,
+                "mask.source": keys.mask.source,
+            }
+        )
     return out
 
 
@@ -71,28 +89,45 @@ def load_keys(path: str | os.PathLike[str]) -> "Keys":
 
 def keys_meta(keys: "Keys") -> dict[str, Any]:
     """The non-array part of ``keys`` (noise law, code kinds), JSON-ready."""
-    return {"noise": None if keys.noise is None else dataclasses.asdict(keys.noise),
-            "codes": {name: getattr(keys, f"{name}_code").kind for name in _CODES},
-            "mask": "dense" if isinstance(keys.mask, DenseMask) else "structured",
-            "mask_is_generated": keys.mask_is_generated}
+    return {
+        "noise": None if keys.noise is None else dataclasses.asdict(keys.noise),
+        "codes": {name: getattr(keys, f"{name}_code").kind for name in _CODES},
+        "mask": "dense" if isinstance(keys.mask, DenseMask) else "structured",
+        "mask_is_generated": keys.mask_is_generated,
+    }
 
 
-def keys_from_arrays(meta: dict[str, Any], arrays: dict[str, np.ndarray], *, source: Path) -> "Keys":
+def keys_from_arrays(
+    meta: dict[str, Any], arrays: dict[str, np.ndarray], *, source: Path
+) -> "Keys":
     """Rebuild keys from :func:`keys_meta` and :func:`key_arrays` (extra arrays are ignored)."""
     from .keys import Keys, NoiseLaw
 
     try:
         codes = {name: _code(arrays, name, meta["codes"][name]) for name in _CODES}
-        mask: Any = (DenseMask(_real(arrays["mask.pi4"], 2)) if meta["mask"] == "dense" else
-                     StructuredMask(_scalar(arrays["mask.beta"]), _real(arrays["mask.signs"], 1),
-                                    _index(arrays["mask.source"], codes["input"].n_noise)))
+        mask: Any = (
+            DenseMask(_real(arrays["mask.pi4"], 2))
+            if meta["mask"] == "dense"
+            else StructuredMask(
+                _scalar(arrays["mask.beta"]),
+                _real(arrays["mask.signs"], 1),
+                _index(arrays["mask.source"], codes["input"].n_noise),
+            )
+        )
         law = None if meta["noise"] is None else NoiseLaw(**meta["noise"])
         generated = meta["mask_is_generated"]
         if not isinstance(generated, bool):
             raise ValueError("mask_is_generated is not a boolean")
         keys = Keys(codes["input"], codes["state"], codes["output"], mask, law, generated)
         _check_working(keys)
-    except (KeyError, ValueError, TypeError, AttributeError, IndexError, np.linalg.LinAlgError) as exc:
+    except (
+        KeyError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        np.linalg.LinAlgError,
+    ) as exc:
         raise KeyFileError(f"path: {source} is malformed ({exc})") from None
     return keys
 
@@ -101,13 +136,21 @@ def keys_from_arrays(meta: dict[str, Any], arrays: dict[str, np.ndarray], *, sou
 # one, a job file from an untrusted party): check what the coding layer relies on before anything runs.
 def _real(arr: np.ndarray, ndim: int) -> np.ndarray:
     if arr.dtype.kind not in "fiu" or arr.ndim != ndim or not np.isfinite(arr).all():
-        raise ValueError(f"expected a finite real {ndim}-D array, got {arr.dtype} of shape {arr.shape}")
+        raise ValueError(
+            f"expected a finite real {ndim}-D array, got {arr.dtype} of shape {arr.shape}"
+        )
     return arr.astype(np.float64)
 
 
 def _index(arr: np.ndarray, size: int) -> np.ndarray:
-    if arr.dtype.kind not in "iu" or arr.ndim != 1 or (arr.size and (arr.min() < 0 or arr.max() >= size)):
-        raise ValueError(f"expected integer indices below {size}, got {arr.dtype} of shape {arr.shape}")
+    if (
+        arr.dtype.kind not in "iu"
+        or arr.ndim != 1
+        or (arr.size and (arr.min() < 0 or arr.max() >= size))
+    ):
+        raise ValueError(
+            f"expected integer indices below {size}, got {arr.dtype} of shape {arr.shape}"
+        )
     return arr.astype(np.int64)
 
 
@@ -126,21 +169,28 @@ def _check_working(keys: "Keys") -> None:
     for name in _CODES:
         code = getattr(keys, f"{name}_code")
         if not 1 <= code.n_signal < code.n_total or code.n_noise != code.n_total - code.n_signal:
-            raise ValueError(f"{name} code: {code.n_signal} signal and {code.n_noise} noise entries in {code.n_total}")
+            raise ValueError(
+                f"{name} code: {code.n_signal} signal and {code.n_noise} noise entries in {code.n_total}"
+            )
         y, s = rng.standard_normal(code.n_signal), rng.standard_normal(code.n_noise)
         with np.errstate(all="ignore"):
             yt = code.noisy_encoder(be)(y, s)
             back, dec = code.decoder(be)(yt), code.decoder(be)(code.encoder(be)(y))
         scale = 1.0 + float(np.abs(yt).max())
-        if not (np.abs(back - y).max() <= 1e-8 * scale and np.abs(dec - y).max() <= 1e-8 * scale):   # NaN fails too
+        if not (
+            np.abs(back - y).max() <= 1e-8 * scale and np.abs(dec - y).max() <= 1e-8 * scale
+        ):  # NaN fails too
             raise ValueError(f"{name} code does not decode what it encodes")
     if isinstance(keys.mask, DenseMask):
         want = (keys.output_code.n_total, keys.input_code.n_total)
         if keys.mask.pi4.shape != want:
             raise ValueError(f"mask has shape {keys.mask.pi4.shape}, expected {want}")
-    elif (keys.mask.signs.shape != keys.mask.source.shape or not isinstance(keys.output_code, StructuredCode)
-          or keys.mask.signs.shape[0] != keys.output_code.flat_pos.shape[0]
-          or not np.isin(keys.mask.signs, (-1.0, 1.0)).all()):
+    elif (
+        keys.mask.signs.shape != keys.mask.source.shape
+        or not isinstance(keys.output_code, StructuredCode)
+        or keys.mask.signs.shape[0] != keys.output_code.flat_pos.shape[0]
+        or not np.isin(keys.mask.signs, (-1.0, 1.0)).all()
+    ):
         raise ValueError("mask signs (+-1) and sources do not match the output code's groups")
     keys.validate()
 
@@ -151,23 +201,43 @@ def _code(arrays: dict[str, np.ndarray], name: str, kind: str) -> Any:
         pi = _real(a["pi"], 2)
         n_total, n_signal = pi.shape
         pi_left, noise_basis = _real(a["pi_left"], 2), _real(a["noise_basis"], 2)
-        if pi_left.shape != (n_signal, n_total) or noise_basis.shape != (n_total, n_total - n_signal):
-            raise ValueError(f"{name} code: shapes {pi.shape}, {pi_left.shape}, {noise_basis.shape} do not fit")
+        if pi_left.shape != (n_signal, n_total) or noise_basis.shape != (
+            n_total,
+            n_total - n_signal,
+        ):
+            raise ValueError(
+                f"{name} code: shapes {pi.shape}, {pi_left.shape}, {noise_basis.shape} do not fit"
+            )
         return DenseCode(pi, pi_left, noise_basis)
     if kind != "block":
         raise ValueError(f"{name} code: unknown kind {kind!r}")
     size = a["householder"].shape[0] if a["householder"].ndim == 1 else -1
     blocks, tail = _real(a["blocks"], 3), _real(a["tail"], 2)
-    if (blocks.shape[1:2] != blocks.shape[2:3] or tail.shape[0] != tail.shape[1]
-            or blocks.shape[0] * blocks.shape[-1] + tail.shape[0] != size or size < 2):
-        raise ValueError(f"{name} code: blocks {blocks.shape} and tail {tail.shape} do not make {size} rows")
+    if (
+        blocks.shape[1:2] != blocks.shape[2:3]
+        or tail.shape[0] != tail.shape[1]
+        or blocks.shape[0] * blocks.shape[-1] + tail.shape[0] != size
+        or size < 2
+    ):
+        raise ValueError(
+            f"{name} code: blocks {blocks.shape} and tail {tail.shape} do not make {size} rows"
+        )
     group_ids = _index(a["group_ids"], size)
-    if group_ids.shape != (size,) or group_ids[0] != 0 or not np.isin(np.diff(group_ids), (0, 1)).all():
+    if (
+        group_ids.shape != (size,)
+        or group_ids[0] != 0
+        or not np.isin(np.diff(group_ids), (0, 1)).all()
+    ):
         raise ValueError(f"{name} code: group ids are not contiguous groups 0, 1, ...")
-    row_perm, signal_pos, noise_pos = (_index(a[k], size) for k in ("row_perm", "signal_pos", "noise_pos"))
+    row_perm, signal_pos, noise_pos = (
+        _index(a[k], size) for k in ("row_perm", "signal_pos", "noise_pos")
+    )
     if not np.array_equal(np.sort(row_perm), np.arange(size)) or not np.array_equal(
-            np.sort(np.concatenate([signal_pos, noise_pos])), np.arange(size)):
-        raise ValueError(f"{name} code: row permutation or signal/noise positions are not a permutation")
+        np.sort(np.concatenate([signal_pos, noise_pos])), np.arange(size)
+    ):
+        raise ValueError(
+            f"{name} code: row permutation or signal/noise positions are not a permutation"
+        )
     flat_pos = _index(a["flat_pos"], size)
     if flat_pos.shape != (int(group_ids[-1]) + 1,):
         raise ValueError(f"{name} code: expected one flat position per group")

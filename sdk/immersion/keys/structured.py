@@ -13,6 +13,7 @@ One code is an orthogonal matrix ``Q = P^T H B`` of size ``n~ x n~`` (``n~ = n +
 full column rank, a left inverse and a kernel basis). Applying ``Q`` or ``Q^T`` costs
 ``O(n~ b)``; the row norms the DP theorems need are computed exactly from the factors.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,11 +28,11 @@ from .stats import RowStats
 class MixParams:
     """The factors of ``Q = P^T H B`` (internal coordinates are B's columns)."""
 
-    blocks: np.ndarray        # (n_full_blocks, b, b)
-    tail: np.ndarray          # (t, t), t = n~ - n_full_blocks * b (may be 0)
-    householder: np.ndarray   # (n~,), unit norm within each group
-    group_ids: np.ndarray     # (n~,), sorted: groups are contiguous in internal rows
-    row_perm: np.ndarray      # (n~,), output row i is internal row row_perm[i]
+    blocks: np.ndarray  # (n_full_blocks, b, b)
+    tail: np.ndarray  # (t, t), t = n~ - n_full_blocks * b (may be 0)
+    householder: np.ndarray  # (n~,), unit norm within each group
+    group_ids: np.ndarray  # (n~,), sorted: groups are contiguous in internal rows
+    row_perm: np.ndarray  # (n~,), output row i is internal row row_perm[i]
 
     @property
     def size(self) -> int:
@@ -43,7 +44,10 @@ class MixParams:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.blocks, self.tail, self.householder, self.group_ids, self.row_perm))
+        return sum(
+            a.nbytes
+            for a in (self.blocks, self.tail, self.householder, self.group_ids, self.row_perm)
+        )
 
 
 #: Entries per chunk when drawing blocks or computing row statistics (bounds temporary memory).
@@ -55,7 +59,7 @@ def _haar_orthogonal(rng: np.random.Generator, count: int, size: int) -> np.ndar
     out = np.empty((count, size, size))
     if count == 0 or size == 0:
         return out
-    chunk = max(1, _CHUNK_ENTRIES // (size * size))       # bounded temporaries: peak memory ~ the keys
+    chunk = max(1, _CHUNK_ENTRIES // (size * size))  # bounded temporaries: peak memory ~ the keys
     for lo in range(0, count, chunk):
         hi = min(count, lo + chunk)
         q, r = np.linalg.qr(rng.standard_normal((hi - lo, size, size)))
@@ -96,7 +100,9 @@ def block_matvec(blocks: np.ndarray, tail: np.ndarray, v: Any, out: Any, matmul:
     if n_full:
         lead = tuple(v.shape[:-1])
         vb = v[..., :full].reshape(lead + (n_full, b, 1))
-        out[..., :full] = (blocks @ vb if matmul is None else matmul(blocks, vb)).reshape(lead + (full,))
+        out[..., :full] = (blocks @ vb if matmul is None else matmul(blocks, vb)).reshape(
+            lead + (full,)
+        )
     if tail.shape[0]:
         out[..., full:] = v[..., full:] @ tail.T
     return out
@@ -131,11 +137,14 @@ class OrthogonalTransform:
     def adjoint(self, x: Any) -> Any:
         be = self._backend
         w = self._reflect(be.take(x, self._inv_perm))
-        return block_matvec(self._blocks_t, self._tail_t, w, be.zeros(tuple(w.shape)), be.block_matmul)
+        return block_matvec(
+            self._blocks_t, self._tail_t, w, be.zeros(tuple(w.shape)), be.block_matmul
+        )
 
 
-def draw_structured_layout(rng: np.random.Generator, n_signal: int, n_noise: int,
-                           block_size: int) -> tuple[MixParams, np.ndarray, np.ndarray, np.ndarray]:
+def draw_structured_layout(
+    rng: np.random.Generator, n_signal: int, n_noise: int, block_size: int
+) -> tuple[MixParams, np.ndarray, np.ndarray, np.ndarray]:
     """Draw one block-structured code.
 
     Returns ``(params, signal_pos, noise_pos, flat_pos)``: internal positions of the signal
@@ -179,37 +188,50 @@ def draw_structured_layout(rng: np.random.Generator, n_signal: int, n_noise: int
         x = np.zeros(hi - lo)
         k = int(np.searchsorted(block_starts, flat_pos[g], side="right") - 1)
         blk = blocks[k] if k < n_full else tail
-        x[block_starts[k] - lo:block_starts[k + 1] - lo] = blk[:, flat_pos[g] - block_starts[k]]
+        x[block_starts[k] - lo : block_starts[k + 1] - lo] = blk[:, flat_pos[g] - block_starts[k]]
         flat = rng.choice([-1.0, 1.0], size=hi - lo) / np.sqrt(hi - lo)
         diff = x - flat
         norm = np.linalg.norm(diff)
         householder[lo:hi] = diff / norm if norm > 1e-12 else 0.0  # x is already flat: H = I
-    params = MixParams(blocks=blocks, tail=tail, householder=householder,
-                       group_ids=group_ids, row_perm=rng.permutation(size).astype(np.int64))
+    params = MixParams(
+        blocks=blocks,
+        tail=tail,
+        householder=householder,
+        group_ids=group_ids,
+        row_perm=rng.permutation(size).astype(np.int64),
+    )
     return params, signal_pos, noise_pos, flat_pos
 
 
-def _within_block_stats(blocks: np.ndarray, h: np.ndarray, z: np.ndarray,
-                        is_noise: np.ndarray, is_flat: np.ndarray) -> tuple[np.ndarray, ...]:
+def _within_block_stats(
+    blocks: np.ndarray, h: np.ndarray, z: np.ndarray, is_noise: np.ndarray, is_flat: np.ndarray
+) -> tuple[np.ndarray, ...]:
     """Per-row in-block sums for a stack of equal blocks (shapes ``(k, b, b)`` and ``(k, b)``)."""
-    entries = blocks - 2.0 * h[:, :, None] * z[:, None, :]          # Q restricted to the block
+    entries = blocks - 2.0 * h[:, :, None] * z[:, None, :]  # Q restricted to the block
     sig = (~is_noise)[:, None, :]
     noi = is_noise[:, None, :]
-    abs_e, sq_e = np.abs(entries), entries ** 2
+    abs_e, sq_e = np.abs(entries), entries**2
 
-    def per_block(values: np.ndarray, mask: np.ndarray) -> np.ndarray:  # same for every row of a block
+    def per_block(
+        values: np.ndarray, mask: np.ndarray
+    ) -> np.ndarray:  # same for every row of a block
         return np.broadcast_to((values * mask).sum(-1, keepdims=True), h.shape)
 
     return (
-        (abs_e * sig).sum(-1), per_block(np.abs(z), ~is_noise),
-        (sq_e * sig).sum(-1), per_block(z ** 2, ~is_noise),
-        (sq_e * noi).sum(-1), per_block(z ** 2, is_noise),
-        (abs_e * noi).max(-1, initial=0.0), (abs_e * is_flat[:, None, :]).sum(-1),
+        (abs_e * sig).sum(-1),
+        per_block(np.abs(z), ~is_noise),
+        (sq_e * sig).sum(-1),
+        per_block(z**2, ~is_noise),
+        (sq_e * noi).sum(-1),
+        per_block(z**2, is_noise),
+        (abs_e * noi).max(-1, initial=0.0),
+        (abs_e * is_flat[:, None, :]).sum(-1),
     )
 
 
-def structured_row_stats(params: MixParams, noise_pos: np.ndarray,
-                         flat_pos: np.ndarray) -> tuple[RowStats, np.ndarray]:
+def structured_row_stats(
+    params: MixParams, noise_pos: np.ndarray, flat_pos: np.ndarray
+) -> tuple[RowStats, np.ndarray]:
     """Exact row norms of ``Pi`` and ``N`` from the factors, plus ``|Q[i, flat column of i's group]|``.
 
     Entry ``(r, c)`` of ``H B`` (internal rows) is ``B[r, c] - 2 h_r z_c`` inside r's block and
@@ -236,16 +258,25 @@ def structured_row_stats(params: MixParams, noise_pos: np.ndarray,
             hi = min(n_full, lo + chunk)
             parts.append(_within_block_stats(params.blocks[lo:hi], *(a[lo:hi] for a in shaped)))
     if params.tail.shape[0]:
-        parts.append(_within_block_stats(params.tail[None], h[None, full:], z[None, full:],
-                                         is_noise[None, full:], is_flat[None, full:]))
-    a1, a1z, s2, s2z, n2, n2z, nmax, flat_in = (np.concatenate([p[i].ravel() for p in parts]) for i in range(8))
+        parts.append(
+            _within_block_stats(
+                params.tail[None],
+                h[None, full:],
+                z[None, full:],
+                is_noise[None, full:],
+                is_flat[None, full:],
+            )
+        )
+    a1, a1z, s2, s2z, n2, n2z, nmax, flat_in = (
+        np.concatenate([p[i].ravel() for p in parts]) for i in range(8)
+    )
 
     def group_total(values: np.ndarray) -> np.ndarray:
         return np.bincount(gid, weights=values, minlength=n_groups)[gid]
 
     zabs_sig = group_total(np.abs(z) * ~is_noise)
-    z2_sig = group_total(z ** 2 * ~is_noise)
-    z2_noise = group_total(z ** 2 * is_noise)
+    z2_sig = group_total(z**2 * ~is_noise)
+    z2_noise = group_total(z**2 * is_noise)
     flat_of_group = np.empty(n_groups, dtype=np.int64)
     flat_of_group[gid[flat_pos]] = flat_pos
     flat_col = flat_of_group[gid]
@@ -255,10 +286,14 @@ def structured_row_stats(params: MixParams, noise_pos: np.ndarray,
 
     two_h = 2.0 * np.abs(h)
     l1_signal = a1 + two_h * np.maximum(zabs_sig - a1z, 0.0)
-    l2_signal = np.sqrt(s2 + 4.0 * h ** 2 * np.maximum(z2_sig - s2z, 0.0))
-    l2_noise = np.sqrt(n2 + 4.0 * h ** 2 * np.maximum(z2_noise - n2z, 0.0))
+    l2_signal = np.sqrt(s2 + 4.0 * h**2 * np.maximum(z2_sig - s2z, 0.0))
+    l2_noise = np.sqrt(n2 + 4.0 * h**2 * np.maximum(z2_noise - n2z, 0.0))
     linf = np.maximum(nmax, flat_entry)
     perm = params.row_perm
-    stats = RowStats(l1_signal=l1_signal[perm], l2_signal=l2_signal[perm],
-                     l2_noise=l2_noise[perm], linf_noise=linf[perm])
+    stats = RowStats(
+        l1_signal=l1_signal[perm],
+        l2_signal=l2_signal[perm],
+        l2_noise=l2_noise[perm],
+        linf_noise=linf[perm],
+    )
     return stats, flat_entry[perm]

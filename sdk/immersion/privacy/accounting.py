@@ -4,6 +4,7 @@ Meaningful for one element of the encoded input (or output) observed at several 
 fresh noise each step and the same sensitivity: the steps compose. It does NOT turn the
 element-wise guarantee into a guarantee for the whole vector (elements share noise).
 """
+
 from __future__ import annotations
 
 import math
@@ -26,12 +27,18 @@ def compose_laplace(epsilon_step: float, steps: int, delta: float) -> float:
     """
     if steps == 1 and delta == 0:
         return epsilon_step
-    k = float(steps) if steps < 2 ** 1000 else math.inf
-    basic = k * epsilon_step              # pure-DP composition: always valid
-    if delta == 0 or epsilon_step > 10.0 or epsilon_step <= 0.0:  # the PLD grid cannot represent huge per-step epsilons
+    k = float(steps) if steps < 2**1000 else math.inf
+    basic = k * epsilon_step  # pure-DP composition: always valid
+    if (
+        delta == 0 or epsilon_step > 10.0 or epsilon_step <= 0.0
+    ):  # the PLD grid cannot represent huge per-step epsilons
         return basic
-    if steps > PLD_MAX_STEPS:   # the PLD grows with steps (1e5: ~5 s; 1e7 would take hours): advanced composition
-        advanced = epsilon_step * math.sqrt(2.0 * k * math.log(1.0 / delta)) + k * epsilon_step * math.expm1(epsilon_step)
+    if (
+        steps > PLD_MAX_STEPS
+    ):  # the PLD grows with steps (1e5: ~5 s; 1e7 would take hours): advanced composition
+        advanced = epsilon_step * math.sqrt(
+            2.0 * k * math.log(1.0 / delta)
+        ) + k * epsilon_step * math.expm1(epsilon_step)
         return float(min(advanced, basic))
     event = dpa.SelfComposedDpEvent(dpa.LaplaceDpEvent(noise_multiplier=1.0 / epsilon_step), steps)
     accountant = pld.PLDAccountant(value_discretization_interval=min(1e-4, epsilon_step / 100.0))
@@ -41,8 +48,10 @@ def compose_laplace(epsilon_step: float, steps: int, delta: float) -> float:
 
 def compose_gaussian(noise_multiplier: float, steps: int, delta: float) -> float:
     """Epsilon after ``steps`` Gaussian steps of std/sensitivity ``noise_multiplier`` (RDP accountant)."""
-    if steps >= 2 ** 1000:                # beyond float64: no guarantee left
+    if steps >= 2**1000:  # beyond float64: no guarantee left
         return math.inf
     accountant = rdp.RdpAccountant()
-    accountant.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(noise_multiplier=noise_multiplier), steps))
+    accountant.compose(
+        dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(noise_multiplier=noise_multiplier), steps)
+    )
     return float(accountant.get_epsilon(delta))

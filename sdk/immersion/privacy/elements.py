@@ -1,4 +1,5 @@
 """Per-element sensitivity and noise of y~ and u~, read off the keys (seed 002, eqs. 27-37)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

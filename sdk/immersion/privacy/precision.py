@@ -7,6 +7,7 @@ through ``f`` and ``g``; ``input_gain`` (estimated by :func:`immerse` from rando
 ``f`` and ``g`` around the probe point) scales it. The model is calibrated on random keys and
 systems (tests/test_privacy.py checks measured errors stay below it).
 """
+
 from __future__ import annotations
 
 import math
@@ -35,12 +36,16 @@ class PrecisionPrediction:
     decode_error_bound: float
 
 
-def _largest_entry(noise_l2: np.ndarray, *, sigma: float, mean: float, n_noise: int, noise: str) -> float:
+def _largest_entry(
+    noise_l2: np.ndarray, *, sigma: float, mean: float, n_noise: int, noise: str
+) -> float:
     std = (math.sqrt(2.0) if noise == "laplace" else 1.0) * sigma
     return float(np.max(noise_l2 * (abs(mean) * math.sqrt(n_noise) + TAIL * std))) + 1.0
 
 
-def predict_decode_error(keys: Keys, unit_roundoff: float, *, input_gain: float = 1.0) -> PrecisionPrediction:
+def predict_decode_error(
+    keys: Keys, unit_roundoff: float, *, input_gain: float = 1.0
+) -> PrecisionPrediction:
     """Predicted max abs error of one decoded output (and one state step) for keys with a noise law.
 
     ``input_gain``: how much ``f`` and ``g`` amplify a small random error in their input ``y``
@@ -57,15 +62,32 @@ def predict_decode_error(keys: Keys, unit_roundoff: float, *, input_gain: float 
     law = keys.noise
     assert law is not None, "keys need a designed noise law"
     common = dict(sigma=law.scale, mean=law.mean, n_noise=keys.input_code.n_noise, noise=law.kind)
-    m_in = _largest_entry(keys.input_stats.l2_noise, **common)     # type: ignore[arg-type]
-    m_out = _largest_entry(keys.mask_noise_row_norms, **common)    # type: ignore[arg-type]
+    m_in = _largest_entry(keys.input_stats.l2_noise, **common)  # type: ignore[arg-type]
+    m_out = _largest_entry(keys.mask_noise_row_norms, **common)  # type: ignore[arg-type]
     # Pi4 y~ keeps the rounding error of y~ (about unit_roundoff * m_in per entry) times the mask: negligible
     # unless the mask is huge (epsilon_input >> epsilon_output), where it swamps u~ (measured, see tests).
-    y_entry = m_in + float(np.max(keys.input_stats.l1_signal))      # noise and data parts of an entry of y~
-    mask_rounding = float(np.max(keys.mask_row_norms)) * unit_roundoff * math.sqrt(keys.input_code.n_total) * y_entry
-    bound = ROUNDING_CONSTANT * unit_roundoff * (
-        math.sqrt(keys.input_code.n_total) * m_in * max(1.0, input_gain) * keys.input_code.inverse_gain
-        + math.sqrt(keys.output_code.n_total) * (m_out + mask_rounding) * keys.output_code.inverse_gain)
+    y_entry = m_in + float(
+        np.max(keys.input_stats.l1_signal)
+    )  # noise and data parts of an entry of y~
+    mask_rounding = (
+        float(np.max(keys.mask_row_norms))
+        * unit_roundoff
+        * math.sqrt(keys.input_code.n_total)
+        * y_entry
+    )
+    bound = (
+        ROUNDING_CONSTANT
+        * unit_roundoff
+        * (
+            math.sqrt(keys.input_code.n_total)
+            * m_in
+            * max(1.0, input_gain)
+            * keys.input_code.inverse_gain
+            + math.sqrt(keys.output_code.n_total)
+            * (m_out + mask_rounding)
+            * keys.output_code.inverse_gain
+        )
+    )
     return PrecisionPrediction(m_in, m_out, bound)
 
 
@@ -75,8 +97,9 @@ def predict_decode_error(keys: Keys, unit_roundoff: float, *, input_gain: float 
 SUGGESTION_MARGIN = 2.0
 
 
-def refuse_infeasible_precision(keys: Keys, be: ArrayBackend, tolerance: float, targets: Any,
-                                input_gain: float) -> None:
+def refuse_infeasible_precision(
+    keys: Keys, be: ArrayBackend, tolerance: float, targets: Any, input_gain: float
+) -> None:
     """Refuse settings whose predicted decode error exceeds ``tolerance`` (seed002 notes section 5).
 
     ``targets`` (a :class:`immersion.keygen.NoiseTargets`, or None for keys that came with their
@@ -86,8 +109,9 @@ def refuse_infeasible_precision(keys: Keys, be: ArrayBackend, tolerance: float, 
     unit_roundoff, dtype = be.unit_roundoff, be.dtype_name
 
     def predicted_at(factor: float) -> float:
-        return predict_decode_error(targets.apply(keys, scale=factor), unit_roundoff,
-                                    input_gain=input_gain).decode_error_bound
+        return predict_decode_error(
+            targets.apply(keys, scale=factor), unit_roundoff, input_gain=input_gain
+        ).decode_error_bound
 
     predicted = predict_decode_error(keys, unit_roundoff, input_gain=input_gain).decode_error_bound
     if predicted <= tolerance:
@@ -95,19 +119,23 @@ def refuse_infeasible_precision(keys: Keys, be: ArrayBackend, tolerance: float, 
     if targets is None:
         raise PrecisionError(
             f"tolerance: these keys' noise gives a predicted decode error {predicted:.3g} in {dtype}, above "
-            f"tolerance {tolerance:.3g}", smallest_feasible_epsilon_input=math.nan,
-            smallest_feasible_epsilon_output=math.nan)
+            f"tolerance {tolerance:.3g}",
+            smallest_feasible_epsilon_input=math.nan,
+            smallest_feasible_epsilon_output=math.nan,
+        )
     goal = tolerance / SUGGESTION_MARGIN
-    floor = predicted_at(1e15)          # noise negligible: what rounding alone costs
+    floor = predicted_at(1e15)  # noise negligible: what rounding alone costs
     if floor >= goal:
         raise PrecisionError(
             f"tolerance: no epsilon at this epsilon_input/epsilon_output ratio can meet tolerance {tolerance:.3g} "
             f"in {dtype}: even negligible noise leaves a "
             f"predicted rounding error of {floor:.3g}. Raise tolerance"
             f"{' or use float64' if dtype != 'float64' else ''}.",
-            smallest_feasible_epsilon_input=math.nan, smallest_feasible_epsilon_output=math.nan)
+            smallest_feasible_epsilon_input=math.nan,
+            smallest_feasible_epsilon_output=math.nan,
+        )
     factor = predicted / goal
-    for _ in range(60):   # the error is (noise term)/factor + floor: converges geometrically
+    for _ in range(60):  # the error is (noise term)/factor + floor: converges geometrically
         error = predicted_at(factor)
         if error <= goal:
             break
@@ -119,4 +147,6 @@ def refuse_infeasible_precision(keys: Keys, be: ArrayBackend, tolerance: float, 
         f"feasible epsilons at this ratio are about epsilon_input={eps_in * factor:.3g}, "
         f"epsilon_output={eps_out * factor:.3g} (with a {SUGGESTION_MARGIN:g}x margin for a fresh key draw), "
         f"or raise tolerance{', or use float64' if dtype != 'float64' else ''}.",
-        smallest_feasible_epsilon_input=eps_in * factor, smallest_feasible_epsilon_output=eps_out * factor)
+        smallest_feasible_epsilon_input=eps_in * factor,
+        smallest_feasible_epsilon_output=eps_out * factor,
+    )

@@ -1,4 +1,5 @@
 """The privacy and precision report of one immersion, recomputed from the keys actually drawn."""
+
 from __future__ import annotations
 
 import math
@@ -79,22 +80,36 @@ class PrivacyReport:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise InvalidArgumentError("steps", f"expected an integer >= 1, got {steps!r}")
         if not 0 <= delta < 1 or (self.noise == "gaussian" and delta == 0):
-            raise InvalidArgumentError("delta", f"expected 0 <= delta < 1 (> 0 for Gaussian noise), got {delta!r}")
+            raise InvalidArgumentError(
+                "delta", f"expected 0 <= delta < 1 (> 0 for Gaussian noise), got {delta!r}"
+            )
         if self.noise == "laplace":
-            return {"epsilon_input": compose_laplace(self.epsilon_input, steps, delta),
-                    "epsilon_output": compose_laplace(self.epsilon_output, steps, delta), "delta": delta}
-        return {"epsilon_input": compose_gaussian(self._multiplier_in, steps, delta),
-                "epsilon_output": compose_gaussian(self._multiplier_out, steps, delta), "delta": delta}
+            return {
+                "epsilon_input": compose_laplace(self.epsilon_input, steps, delta),
+                "epsilon_output": compose_laplace(self.epsilon_output, steps, delta),
+                "delta": delta,
+            }
+        return {
+            "epsilon_input": compose_gaussian(self._multiplier_in, steps, delta),
+            "epsilon_output": compose_gaussian(self._multiplier_out, steps, delta),
+            "delta": delta,
+        }
 
     _multiplier_in: float = field(default=math.inf, repr=False)
     _multiplier_out: float = field(default=math.inf, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready summary (scalars only)."""
-        return {k: v for k, v in self.__dict__.items() if not k.startswith("_") and not isinstance(v, np.ndarray)}
+        return {
+            k: v
+            for k, v in self.__dict__.items()
+            if not k.startswith("_") and not isinstance(v, np.ndarray)
+        }
 
 
-def _epsilons(el: ElementNoise, *, noise: str, sigma: float, delta: float) -> tuple[np.ndarray, np.ndarray, float]:
+def _epsilons(
+    el: ElementNoise, *, noise: str, sigma: float, delta: float
+) -> tuple[np.ndarray, np.ndarray, float]:
     if noise == "laplace":
         theorem = laplace_epsilon(el.sensitivity, el.noise_l2, sigma)
         proven = laplace_epsilon(el.sensitivity, el.noise_linf, sigma)
@@ -105,7 +120,9 @@ def _epsilons(el: ElementNoise, *, noise: str, sigma: float, delta: float) -> tu
     return eps, eps, float(np.min(ratio))
 
 
-def privacy_report(keys: Keys, *, unit_roundoff: float, dtype: str, input_gain: float = 1.0) -> PrivacyReport:
+def privacy_report(
+    keys: Keys, *, unit_roundoff: float, dtype: str, input_gain: float = 1.0
+) -> PrivacyReport:
     """Build the report for ``keys`` from their noise law (kind, scale, sensitivities, deltas)."""
     law = keys.noise
     assert law is not None, "keys need a designed noise law"
@@ -115,13 +132,24 @@ def privacy_report(keys: Keys, *, unit_roundoff: float, dtype: str, input_gain: 
     e_out, p_out, m_out = _epsilons(el_out, noise=noise, sigma=sigma, delta=law.delta_output)
     precision = predict_decode_error(keys, unit_roundoff, input_gain=input_gain)
     return PrivacyReport(
-        noise=noise, noise_scale=sigma, noise_mean=law.mean,
-        epsilon_input=float(e_in.max()), epsilon_output=float(e_out.max()),
-        epsilon_input_proven=float(p_in.max()), epsilon_output_proven=float(p_out.max()),
-        delta_input=law.delta_input, delta_output=law.delta_output,
-        sensitivity_input=law.sensitivity_input, sensitivity_output=law.sensitivity_output, dtype=dtype,
+        noise=noise,
+        noise_scale=sigma,
+        noise_mean=law.mean,
+        epsilon_input=float(e_in.max()),
+        epsilon_output=float(e_out.max()),
+        epsilon_input_proven=float(p_in.max()),
+        epsilon_output_proven=float(p_out.max()),
+        delta_input=law.delta_input,
+        delta_output=law.delta_output,
+        sensitivity_input=law.sensitivity_input,
+        sensitivity_output=law.sensitivity_output,
+        dtype=dtype,
         decode_error_bound=precision.decode_error_bound,
-        max_encoded_input_entry=precision.max_input_entry, max_encoded_output_entry=precision.max_output_entry,
+        max_encoded_input_entry=precision.max_input_entry,
+        max_encoded_output_entry=precision.max_output_entry,
         input_gain=input_gain,
-        epsilon_input_elements=e_in, epsilon_output_elements=e_out,
-        _multiplier_in=m_in, _multiplier_out=m_out)
+        epsilon_input_elements=e_in,
+        epsilon_output_elements=e_out,
+        _multiplier_in=m_in,
+        _multiplier_out=m_out,
+    )

@@ -11,13 +11,16 @@
   ``sigma_bar >= s/(2 eps) (Q^-1(delta) + sqrt(Q^-1(delta)^2 + 2 eps))``; exact, because a
   linear mix of Gaussians is Gaussian.
 """
+
 from __future__ import annotations
 
 import numpy as np
 from scipy.stats import norm
 
 
-def laplace_epsilon(signal_sensitivity: np.ndarray, noise_norm: np.ndarray, scale: float) -> np.ndarray:
+def laplace_epsilon(
+    signal_sensitivity: np.ndarray, noise_norm: np.ndarray, scale: float
+) -> np.ndarray:
     """Per-element epsilon ``sens_i / (noise_norm_i * scale)`` (seed 002 Theorem 1).
 
     Examples
@@ -28,12 +31,16 @@ def laplace_epsilon(signal_sensitivity: np.ndarray, noise_norm: np.ndarray, scal
     return signal_sensitivity / (noise_norm * scale)
 
 
-def laplace_scale_for(signal_sensitivity: np.ndarray, noise_norm: np.ndarray, epsilon: float) -> float:
+def laplace_scale_for(
+    signal_sensitivity: np.ndarray, noise_norm: np.ndarray, epsilon: float
+) -> float:
     """Smallest Laplace scale meeting ``epsilon`` at every element (Theorem 1 solved for sigma)."""
     return float(np.max(signal_sensitivity / (noise_norm * epsilon)))
 
 
-def gaussian_min_sigma_bar(signal_sensitivity: np.ndarray, epsilon: float, delta: float) -> np.ndarray:
+def gaussian_min_sigma_bar(
+    signal_sensitivity: np.ndarray, epsilon: float, delta: float
+) -> np.ndarray:
     """Smallest element noise std meeting (epsilon, delta), seed 000 eq. 44 in closed form.
 
     Examples
@@ -45,7 +52,9 @@ def gaussian_min_sigma_bar(signal_sensitivity: np.ndarray, epsilon: float, delta
     return signal_sensitivity / (2.0 * epsilon) * (q + np.sqrt(q * q + 2.0 * epsilon))
 
 
-def gaussian_epsilon(signal_sensitivity: np.ndarray, sigma_bar: np.ndarray, delta: float) -> np.ndarray:
+def gaussian_epsilon(
+    signal_sensitivity: np.ndarray, sigma_bar: np.ndarray, delta: float
+) -> np.ndarray:
     """Smallest epsilon satisfying eq. 44 for element noise std ``sigma_bar`` (inverse of the above)."""
     q = norm.isf(delta)
-    return signal_sensitivity * q / sigma_bar + signal_sensitivity ** 2 / (2.0 * sigma_bar ** 2)
+    return signal_sensitivity * q / sigma_bar + signal_sensitivity**2 / (2.0 * sigma_bar**2)
