@@ -36,17 +36,19 @@ def run_demo(
     rows = []
     for scheme in SCHEMES:
         for eps in epsilons:
-            cfg = RunConfig(
-                scheme=scheme,
-                model="linear",
-                clients=users,
-                rounds=rounds,
-                batch_size=batch,
-                lr=lr,
-                epsilon=eps,
-                delta=1e-4,
-                grad_clip=10.0,
-                seed=seed,
+            cfg = RunConfig.from_flat(
+                dict(
+                    scheme=scheme,
+                    model="linear",
+                    clients=users,
+                    rounds=rounds,
+                    batch_size=batch,
+                    lr=lr,
+                    epsilon=eps,
+                    delta=1e-4,
+                    grad_clip=10.0,
+                    seed=seed,
+                )
             )
             start = time.perf_counter()
             out = run_federated(cfg).summary()

@@ -239,7 +239,7 @@ def _cfg(**kw):
         scheme="mpdp", noise="off", clients=4, rounds=3, hidden=(16, 8), batch_size=8, lr=0.1
     )
     base.update(kw)
-    return RunConfig(**base)
+    return RunConfig.from_flat(base)
 
 
 @pytest.mark.parametrize("mask_corrections", [True, False])

@@ -18,8 +18,10 @@ from immersion_fl.engine import RunConfig  # noqa: E402
 from immersion_fl.faults import FaultPlan  # noqa: E402
 from immersion_mpdp import engine  # noqa: E402
 
-NOISE_OFF = RunConfig(
-    scheme="mpdp", noise="off", mask_corrections=True, hidden=(16,), clients=3, rounds=3, seed=3
+NOISE_OFF = RunConfig.from_flat(
+    dict(
+        scheme="mpdp", noise="off", mask_corrections=True, hidden=(16,), clients=3, rounds=3, seed=3
+    )
 )
 FAULTS = FaultPlan({(1, 1): "raise", (2, 2): "raise", (0, 2): "no-recovery"})
 
@@ -80,8 +82,8 @@ def test_flower_mpdp_recovers_dropped_clients_and_retries_aborted_rounds(noise_o
 
 @pytest.mark.slow
 def test_flower_mpdp_with_noise_reports_its_privacy():
-    cfg = RunConfig(
-        scheme="mpdp", noise="on", epsilon=1.0, hidden=(8,), clients=3, rounds=1, seed=1
+    cfg = RunConfig.from_flat(
+        dict(scheme="mpdp", noise="on", epsilon=1.0, hidden=(8,), clients=3, rounds=1, seed=1)
     )
     result = engine.run_mpdp(cfg, engine="flower")
     summary = result.summary()

@@ -191,7 +191,7 @@ def _cfg(**kw):
         delta=1e-4,
     )
     base.update(kw)
-    return RunConfig(**base)
+    return RunConfig.from_flat(base)
 
 
 @pytest.mark.parametrize("scheme", ["sgd-dp", "gsgd-dp", "gd-dp"])

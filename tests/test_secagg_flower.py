@@ -85,8 +85,8 @@ def test_gd_dp_on_flower_with_secagg_trains_like_the_local_engine_up_to_quantisa
     """noise off: the only difference between the engines is SecAgg+'s fixed-point sum."""
     from immersion_fl.engine import RunConfig, run_federated
 
-    cfg = RunConfig(
-        scheme="gd-dp", noise="off", model="linear", clients=3, rounds=2, batch_size=8, lr=0.5
+    cfg = RunConfig.from_flat(
+        dict(scheme="gd-dp", noise="off", model="linear", clients=3, rounds=2, batch_size=8, lr=0.5)
     )
     local, flower = run_federated(cfg), run_federated(cfg, engine="flower")
     assert flower.accuracy == local.accuracy

@@ -199,10 +199,10 @@ def fl_run(
     **options: Any,
 ) -> None:
     """Train a model federatedly with a SIFL scheme beside plain FedAvg, or with mpdp beside plain FedSGD."""
-    from .engine import RunConfig, progress_bar, run_federated
+    from .engine import EveryClientFailedError, RunConfig, progress_bar, run_federated
     from .faults import FaultPlan
 
-    cfg = RunConfig(hidden=_hidden(hidden), **options)
+    cfg = RunConfig.from_flat({"hidden": _hidden(hidden), **options})
     if engine == "flower" and (checkpoint or resume):
         raise click.UsageError("--checkpoint/--resume work with --engine local")
     try:
@@ -214,11 +214,7 @@ def fl_run(
             checkpoint=checkpoint,
             resume=resume,
         )
-    except (
-        RuntimeError
-    ) as exc:  # the engine's "every client failed" (e.g. an --lr so large that training diverges)
-        if "every client failed" not in str(exc):
-            raise
+    except EveryClientFailedError as exc:  # e.g. an --lr so large that training diverges
         raise click.ClickException(
             f"{exc} (see the reasons above; check --lr, --clip, --epsilon-local, --client-timeout)"
         ) from None
@@ -289,15 +285,17 @@ def bench_sifl(rounds: int, scheme: str, dataset: str, local_epochs: int, as_jso
     """The paper's 199,210-parameter MLP with 10 clients, scheme beside plain FedAvg in one run."""
     from .engine import RunConfig, progress_bar, run_federated
 
-    cfg = RunConfig(
-        scheme=scheme,
-        model="mlp",
-        hidden=(200, 200),
-        clients=10,
-        rounds=rounds,
-        dataset=dataset,
-        keys="block",
-        local_epochs=local_epochs,
+    cfg = RunConfig.from_flat(
+        {
+            "scheme": scheme,
+            "model": "mlp",
+            "hidden": (200, 200),
+            "clients": 10,
+            "rounds": rounds,
+            "dataset": dataset,
+            "keys": "block",
+            "local_epochs": local_epochs,
+        }
     )
     result = run_federated(cfg, progress=progress_bar(cfg.rounds))
     out = result.summary()

@@ -12,22 +12,37 @@ Registers the federated scheme ``mpdp`` (``immersion fl run --scheme mpdp``) and
 
 from __future__ import annotations
 
-from immersion.hookspecs import AttackSpec, SchemeSpec, hookimpl
+from typing import Any
+
+from immersion.hookspecs import AttackSpec, FlowerHooks, SchemeSpec, hookimpl
 
 
 @hookimpl
 def immersion_register_fl_schemes() -> list[SchemeSpec]:
-    from .engine import run_mpdp, unsupported_factory
+    from .engine import run_mpdp
+    from .options import MpdpOptions
 
     return [
         SchemeSpec(
-            "mpdp",
-            unsupported_factory,
-            "MP-DP: perturbed MLP + distributed DP noise (seed 004 Algorithms 1-4)",
+            name="mpdp",
+            description="MP-DP: perturbed MLP + distributed DP noise (seed 004 Algorithms 1-4)",
+            options=MpdpOptions,
             runner=run_mpdp,
-            flower_module="immersion_mpdp.flower_engine",
+            flower=FlowerHooks(server=_flower_server, client=_flower_client),
         )
     ]
+
+
+def _flower_server(grid: Any, cfg: Any, **kwargs: Any) -> Any:
+    from .flower_engine import serve
+
+    return serve(grid, cfg, **kwargs)
+
+
+def _flower_client(msg: Any, context: Any) -> Any:
+    from .flower_engine import client_train
+
+    return client_train(msg, context)
 
 
 @hookimpl

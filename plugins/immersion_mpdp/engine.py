@@ -16,10 +16,9 @@ from typing import Any, Callable
 import numpy as np
 from immersion import InvalidArgumentError
 from immersion_fl.data import load_dataset, split_clients
-from immersion_fl.engine import RunConfig, RunResult
+from immersion_fl.engine import EveryClientFailedError, RunConfig, RunResult
 from immersion_fl.faults import FaultPlan
 
-from .agreement import parse_graph
 from .calibration import Calibration, calibrate
 from .ddp import Layout, NoiseSettings, Upload
 from .mlp import (
@@ -31,6 +30,7 @@ from .mlp import (
     per_sample_gradient_norms,
     torch_module,
 )
+from .options import MpdpOptions
 from .protocol import MpdpClient, MpdpServer
 
 LOG = logging.getLogger("immersion.fl")
@@ -39,15 +39,6 @@ MAX_ATTEMPTS = 3
 
 class TrainingDivergedError(RuntimeError):
     """The model's test loss became non-finite (too much noise for the learning rate)."""
-
-
-def unsupported_factory(options: Any) -> Any:
-    """``make_scheme("mpdp")``: MP-DP has its own round protocol, run it with ``run_federated``."""
-    raise InvalidArgumentError(
-        "scheme",
-        "mpdp does not fit the weight-averaging scheme interface; use "
-        "immersion_fl.engine.run_federated(RunConfig(scheme='mpdp', ...)) or immersion fl run",
-    )
 
 
 @dataclass
@@ -74,8 +65,8 @@ class MpdpResult(RunResult):
         out.update(
             {
                 "noise": "on" if cal is not None else "off",
-                "graph": cfg.graph,
-                "mask_corrections": cfg.mask_corrections,
+                "graph": options_of(cfg).graph,
+                "mask_corrections": options_of(cfg).mask_corrections,
                 "upload_bytes_per_client": float(np.mean(self.upload_bytes))
                 if self.upload_bytes
                 else None,
@@ -95,7 +86,7 @@ class MpdpResult(RunResult):
                 "theta_reading": cal.reading if cal else None,
                 "sigma_eta": cal.sigma_eta if cal else None,
                 "sigma_delta": cal.sigma_delta if cal else None,
-                "sensitivity_assumed": cfg.sensitivity if cal else None,
+                "sensitivity_assumed": options_of(cfg).sensitivity if cal else None,
                 "sensitivity_observed_max": max(self.sensitivity_observed)
                 if self.sensitivity_observed
                 else None,
@@ -126,18 +117,22 @@ def validate(cfg: RunConfig) -> None:
             "mpdp takes one gradient per client per round (Theorem 4 holds "
             f"only at the received model); got {cfg.local_epochs}",
         )
-    if cfg.noise not in ("auto", "on", "off"):
-        raise InvalidArgumentError("noise", f"mpdp expects on or off, got {cfg.noise!r}")
     if cfg.clients < 2:
         raise InvalidArgumentError("clients", f"mpdp needs >= 2 clients, got {cfg.clients}")
-    parse_graph(cfg.graph)
+
+
+def options_of(cfg: RunConfig) -> MpdpOptions:
+    """``cfg.options``, typed (RunConfig has checked it is MP-DP's)."""
+    assert isinstance(cfg.options, MpdpOptions)
+    return cfg.options
 
 
 def noise_settings(cfg: RunConfig) -> tuple[NoiseSettings, Calibration | None]:
-    if cfg.noise == "off":
-        return NoiseSettings(mask_corrections=cfg.mask_corrections), None
-    cal = calibrate(cfg.epsilon, cfg.delta, cfg.clients, cfg.graph, sensitivity=cfg.sensitivity)
-    return NoiseSettings(cal.sigma_eta, cal.sigma_delta, cfg.mask_corrections), cal
+    opt = options_of(cfg)
+    if opt.noise == "off":
+        return NoiseSettings(mask_corrections=opt.mask_corrections), None
+    cal = calibrate(opt.epsilon, opt.delta, cfg.clients, opt.graph, sensitivity=opt.sensitivity)
+    return NoiseSettings(cal.sigma_eta, cal.sigma_delta, opt.mask_corrections), cal
 
 
 @dataclass
@@ -285,7 +280,7 @@ def mpdp_round(
             for phase, seconds in clients[k].timings.items():
                 phase_s[phase] = phase_s.get(phase, 0.0) + seconds
         if not uploads:
-            raise RuntimeError(f"round {t}: every client failed; nothing to aggregate")
+            raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
         gone = [k for k in members if k not in uploads]
         asked = reveal_requests(gone, graph, uploads)
         silent = {v: "injected fault" for v in asked if plan.faults.get((v, t)) == "no-recovery"}
@@ -326,7 +321,11 @@ def start(cfg: RunConfig) -> Run:
     noise, cal = noise_settings(cfg)
     w0 = init_weights(setup.sizes, cfg.seed)
     server = MpdpServer(
-        [w.clone() for w in w0], cfg.lr, noise, cfg.graph, rng=np.random.default_rng([cfg.seed, 1])
+        [w.clone() for w in w0],
+        cfg.lr,
+        noise,
+        options_of(cfg).graph,
+        rng=np.random.default_rng([cfg.seed, 1]),
     )
     return Run(setup, server, new_result(cfg, setup, cal), [w.clone() for w in w0])
 
@@ -367,8 +366,13 @@ def run_mpdp(
     engine: str = "local",
     progress: Callable[[str], None] | None = None,
     faults: FaultPlan | None = None,
+    task: Any = None,
 ) -> MpdpResult:
     """Train ``cfg`` with MP-DP beside plain FedSGD (same batches, same survivors every round)."""
+    if task is not None:
+        raise InvalidArgumentError(
+            "task", "user models and data are not supported by this scheme yet"
+        )
     validate(cfg)
     if engine == "flower":
         from .flower_engine import run_flower

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict
 from functools import partial
 from typing import Any, Callable
 
@@ -39,7 +38,8 @@ import numpy as np
 from immersion_fl import flower_engine as fl_flower
 from immersion_fl.engine import RunConfig
 from immersion_fl.faults import FaultPlan
-from immersion_fl.flower_engine import _arrays, _config_from_json, _flwr_types
+from immersion_fl.flower_engine import arrays_record as _arrays
+from immersion_fl.flower_engine import flwr_types as _flwr_types
 
 from . import engine
 from .ddp import PURPOSES, NoiseSettings, Upload
@@ -55,7 +55,7 @@ def _client_for(cfg_json: str, index: int) -> MpdpClient:
     """The node's MpdpClient (its data share), built once per worker process."""
     key = (cfg_json, index)
     if key not in _CLIENT_CACHE:
-        for client in engine.make_setup(_config_from_json(cfg_json)).clients:
+        for client in engine.make_setup(RunConfig.from_json(cfg_json)).clients:
             client.deterministic_keys = False  # private keys and DP noise from OS entropy
             _CLIENT_CACHE[(cfg_json, client.index)] = client
     return _CLIENT_CACHE[key]
@@ -276,7 +276,7 @@ def serve(
 ) -> engine.MpdpResult:
     """The ServerApp's work for ``cfg``: the server side of :func:`~immersion_mpdp.engine.run_mpdp`."""
     messages = {
-        "cfg": json.dumps(asdict(cfg)),
+        "cfg": cfg.to_json(),
         "faults": json.dumps([[c, t, k] for (c, t), k in plan.faults.items()]),
     }
     run = engine.start(cfg)

@@ -18,25 +18,26 @@ def immersion_register_commands() -> list[CommandSpec]:
 
 @hookimpl
 def immersion_register_fl_schemes() -> list[SchemeSpec]:
-    from .engine import run_secagg, unsupported_factory
+    from .engine import run_secagg
+    from .options import DpSgdOptions
 
     return [
         SchemeSpec(
-            "sgd-dp",
-            unsupported_factory,
-            "SGD + IID sampling + isotropic noise (seed 001)",
+            name="sgd-dp",
+            description="SGD + IID sampling + isotropic noise (seed 001)",
+            options=DpSgdOptions,
             runner=run_secagg,
         ),
         SchemeSpec(
-            "gsgd-dp",
-            unsupported_factory,
-            "Gaussian sampling + WF-NA noise (seed 001 Theorem 4)",
+            name="gsgd-dp",
+            description="Gaussian sampling + WF-NA noise (seed 001 Theorem 4)",
+            options=DpSgdOptions,
             runner=run_secagg,
         ),
         SchemeSpec(
-            "gd-dp",
-            unsupported_factory,
-            "full gradient + isotropic noise (seed 001)",
+            name="gd-dp",
+            description="full gradient + isotropic noise (seed 001)",
+            options=DpSgdOptions,
             runner=run_secagg,
         ),
     ]

@@ -31,10 +31,20 @@ from typing import Any, Callable
 import numpy as np
 from immersion import InvalidArgumentError
 from immersion_fl.data import load_dataset, split_clients
-from immersion_fl.engine import RunConfig, RunResult, build_model_for
+from immersion_fl.engine import RunConfig, RunResult
 from immersion_fl.faults import FaultPlan
+from immersion_fl.models import FlatModel, build_model
+from immersion_fl.optimizers import (
+    EmptyState,
+    GradientTransformation,
+    chain,
+    clip_by_norm,
+    dp_aggregate,
+    sgd,
+)
 
 from .accountant import Guarantee, Setting, gd_guarantee, guarantee, sgd_guarantee
+from .options import DpSgdOptions
 from .updates import (
     clip_rows,
     full_gradient_update,
@@ -69,19 +79,12 @@ class SecaggResult(RunResult):
                 "users": self.config.clients,
                 "samples_per_user": self.n_encoded,
                 "batch": self.config.batch_size,
-                "grad_clip": self.config.grad_clip,
+                "grad_clip": options_of(self.config).grad_clip,
                 "update_s_median": float(np.median(self.update_s)),
             }
         )
         out["n_encoded"] = self.n_params
         return out
-
-
-def unsupported_factory(options: Any) -> Any:
-    """These schemes have their own rounds: run them with ``run_federated`` or ``immersion fl run``."""
-    raise InvalidArgumentError(
-        "scheme", "sgd-dp, gsgd-dp and gd-dp run through run_federated / immersion fl run"
-    )
 
 
 def account(scheme: str, s: Setting, sigma2: float, delta: float, rounds: int) -> Guarantee:
@@ -116,39 +119,69 @@ def calibrate(scheme: str, s: Setting, epsilon: float, delta: float, rounds: int
 
 @dataclass
 class User:
-    """A user's data (exactly D records) and its per-example clipped gradients at a model."""
+    """A user's data (exactly D records) and its per-example gradients at a model."""
 
     index: int
     x: Any
     y: Any
 
-    def gradients(self, model: Any, w: Any, clip: float) -> np.ndarray:
-        """The paper's ``G`` (K x D): per-example cross-entropy gradients, clipped to ``clip``."""
+    def example_gradients(self, model: Any, w: Any) -> np.ndarray:
+        """Per-example cross-entropy gradients at ``w``, one example per row, ``(D, K)``."""
         import torch
 
         def loss(wv: Any, xi: Any, yi: Any) -> Any:
             return torch.nn.functional.cross_entropy(model.logits(wv, xi[None]), yi[None])
 
-        rows = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(w, self.x, self.y)
-        return clip_rows(rows.numpy(), clip).T
+        return torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(
+            w, self.x, self.y
+        ).numpy()
+
+    def gradients(self, model: Any, w: Any, clip: float) -> np.ndarray:
+        """The paper's ``G`` (K x D): per-example gradients clipped to ``clip``, as columns."""
+        return clip_rows(self.example_gradients(model, w), clip).T
 
     def update(
         self, cfg: RunConfig, model: Any, w: Any, sigma2: float, t: int, *, secret: bool = False
     ) -> np.ndarray:
         """This user's upload in round ``t``. Its sampling and noise come from the run seed (the
         in-process simulation: reproducible, and the same batches as the reference run) or, with
-        ``secret``, from OS entropy (Flower nodes: nobody else can recompute the noise)."""
+        ``secret``, from OS entropy (Flower nodes: nobody else can recompute the noise).
+
+        ``sgd-dp`` and ``gd-dp`` run the DP-SGD client transformation
+        ``chain(clip_by_norm(C), dp_aggregate(sqrt(sigma2)))`` (:func:`dp_sgd_client`) on the
+        per-example gradients of the IID batch or of all D records; ``gsgd-dp`` samples with
+        Assumption 2 and adds WF-NA noise (:func:`user_update`)."""
+        opt = options_of(cfg)
         rng = (
             np.random.default_rng() if secret else np.random.default_rng([cfg.seed, t, self.index])
         )
+        if cfg.scheme == "gsgd-dp":
+            return user_update(
+                cfg.scheme, self.gradients(model, w, opt.grad_clip), cfg.batch_size, sigma2, rng
+            )
+        user = self
         if cfg.scheme == "sgd-dp":  # IID sampling first: only the batch's gradients are needed
             idx = rng.choice(len(self.y), cfg.batch_size, replace=False)
-            batch = User(self.index, self.x[idx], self.y[idx])
-            G = batch.gradients(model, w, cfg.grad_clip)
-            return user_update("gd-dp", G, cfg.batch_size, sigma2, rng)
-        return user_update(
-            cfg.scheme, self.gradients(model, w, cfg.grad_clip), cfg.batch_size, sigma2, rng
-        )
+            user = User(self.index, self.x[idx], self.y[idx])
+        client = dp_sgd_client(opt.grad_clip, math.sqrt(sigma2), rng)
+        upload, _ = client.update(user.example_gradients(model, w), client.init(None), None)
+        return upload
+
+
+def dp_sgd_client(
+    clip: float, noise_std: float, rng: np.random.Generator
+) -> GradientTransformation:
+    """The SGD-DP / GD-DP user of seed 001 (Table 1, isotropic rows) as a gradient transformation
+    on per-example gradients: clip every row to ``clip``, average, add ``N(0, noise_std^2 I)``.
+    The server then steps with ``sgd(lr)`` on the mean of the uploads (a DP-SGD client and server
+    together are ``chain(clip_by_norm(C), dp_aggregate(...), sgd(lr))``, Optax's form)."""
+    return chain(clip_by_norm(clip), dp_aggregate(noise_std, rng=rng))
+
+
+def options_of(cfg: RunConfig) -> DpSgdOptions:
+    """``cfg.options``, typed (RunConfig has checked they are seed 001's)."""
+    assert isinstance(cfg.options, DpSgdOptions)
+    return cfg.options
 
 
 def user_update(
@@ -173,8 +206,13 @@ def run_secagg(
     engine: str = "local",
     progress: Callable[[str], None] | None = None,
     faults: FaultPlan | None = None,
+    task: Any = None,
 ) -> SecaggResult:
     """Train ``cfg`` with ``cfg.scheme`` in ``SCHEMES`` beside the same run without noise."""
+    if task is not None:
+        raise InvalidArgumentError(
+            "task", "user models and data are not supported by this scheme yet"
+        )
     import torch
 
     if cfg.scheme not in SCHEMES:
@@ -186,25 +224,24 @@ def run_secagg(
             "inject_fault",
             "seed 001's analysis assumes every user in every round; dropouts are not modelled",
         )
-    if cfg.noise not in ("auto", "on", "off"):
-        raise InvalidArgumentError("noise", f"{cfg.scheme} expects on or off, got {cfg.noise!r}")
+    opt = options_of(cfg)
     users, model, data = make_users(cfg)
     samples = len(users[0].y)
-    s = Setting(cfg.clients, samples, cfg.batch_size, cfg.grad_clip)
-    if cfg.noise == "off":
+    s = Setting(cfg.clients, samples, cfg.batch_size, opt.grad_clip)
+    if opt.noise == "off":
         sigma2 = 0.0
     else:
         sigma2 = (
-            cfg.sigma2
-            if cfg.sigma2 is not None
-            else calibrate(cfg.scheme, s, cfg.epsilon, cfg.delta, cfg.rounds)
+            opt.sigma2
+            if opt.sigma2 is not None
+            else calibrate(cfg.scheme, s, opt.epsilon, opt.delta, cfg.rounds)
         )
     result = SecaggResult(
         cfg,
         n_params=model.n_params,
         n_encoded=samples,
         sigma2=sigma2,
-        guarantee=account(cfg.scheme, s, sigma2, cfg.delta, cfg.rounds),
+        guarantee=account(cfg.scheme, s, sigma2, opt.delta, cfg.rounds),
     )
     x_test = torch.as_tensor(data.x_test, dtype=torch.float64)
     y_test = torch.as_tensor(data.y_test, dtype=torch.long)
@@ -222,11 +259,11 @@ def run_secagg(
                 tick = time.perf_counter()
                 total += user.update(cfg, model, w, sigma2, t)
                 update_s += time.perf_counter() - tick
-            w = w - cfg.lr * torch.as_tensor(total) / cfg.clients
+            w = server_step(w, total, cfg)
             seconds = time.perf_counter() - start
         start = time.perf_counter()
         total_plain = sum(user.update(cfg, model, plain, 0.0, t) for user in users)
-        plain = plain - cfg.lr * torch.as_tensor(total_plain) / cfg.clients
+        plain = server_step(plain, total_plain, cfg)
         _record(
             result,
             model,
@@ -241,6 +278,14 @@ def run_secagg(
             progress,
         )
     return result
+
+
+def server_step(w: Any, total: np.ndarray, cfg: RunConfig) -> Any:
+    """FedSGD's server: ``sgd(lr)`` on the mean of the users' uploads."""
+    import torch
+
+    step, _ = sgd(cfg.lr).update(torch.as_tensor(total) / cfg.clients, EmptyState(), w)
+    return w + step
 
 
 def make_users(cfg: RunConfig) -> tuple[list[User], Any, Any]:
@@ -266,7 +311,12 @@ def make_users(cfg: RunConfig) -> tuple[list[User], Any, Any]:
         )
         for i, p in enumerate(parts)
     ]
-    return users, build_model_for(cfg, data), data
+    model = FlatModel(
+        build_model(
+            cfg.model, image_shape=data.image_shape, n_classes=data.n_classes, hidden=cfg.hidden
+        )
+    )
+    return users, model, data
 
 
 class NodeUpdates:
@@ -296,9 +346,8 @@ def _flower_models(cfg: RunConfig, w0: Any, sigma2: float) -> Any:
     from .flower_secagg import secagg_sum
 
     lr = cfg.lr
-    clipping_range = cfg.grad_clip + 8.0 * math.sqrt(
-        max(sigma2, 0.0) + cfg.grad_clip**2 / cfg.batch_size
-    )
+    clip = options_of(cfg).grad_clip
+    clipping_range = clip + 8.0 * math.sqrt(max(sigma2, 0.0) + clip**2 / cfg.batch_size)
 
     def step(model: np.ndarray, total: np.ndarray, contributors: list[int]) -> np.ndarray:
         return model - lr * total / len(contributors)  # FedSGD: the mean over who contributed

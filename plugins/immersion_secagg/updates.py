@@ -25,6 +25,7 @@ import operator
 
 import numpy as np
 from immersion import InvalidArgumentError
+from immersion_fl.optimizers import clip_to_norm
 
 
 def _generator(rng: object) -> np.random.Generator:
@@ -111,8 +112,7 @@ def clip_rows(grads: np.ndarray, clip: float) -> np.ndarray:
         )
     if not np.all(np.isfinite(arr)):
         raise InvalidArgumentError("grads", "expected finite values")
-    norms = np.linalg.norm(arr, axis=-1, keepdims=True)
-    return c * arr / np.maximum(norms, c)
+    return clip_to_norm(arr, c)
 
 
 def full_gradient_update(G: np.ndarray) -> np.ndarray:

@@ -85,6 +85,15 @@ class TorchBackend:
             return self._torch.from_numpy(blocks.numpy() @ vectors.contiguous().numpy())
         return blocks @ vectors
 
+    def sqrt(self, value: Any) -> Any:
+        return value.sqrt()
+
+    def clip_min(self, value: Any, floor: float) -> Any:
+        return value.clamp_min(floor)
+
+    def row_norms(self, value: Any) -> Any:
+        return self._torch.linalg.vector_norm(value, dim=-1, keepdim=True)
+
     def noise_stream(self, rng: np.random.Generator) -> "TorchNoise":
         return TorchNoise(self._torch, int(rng.integers(2**63 - 1)), self._dtype, self._device)
 
