@@ -1,5 +1,8 @@
 """Federated learning by immersion: SIFL M1/M2 (seed 000) and random-matrix SIFL (seed 003).
 
+Public API: :func:`run` (a user's torch module and data, :mod:`.api`), and for a Flower app
+of the user's own, :class:`SiflStrategy` and :func:`sifl_mod` (:mod:`.flower_native`).
+
 Registers the schemes ``fedavg``, ``sifl-m1``, ``sifl-m2``, ``sifl-rm``, the optimizers ``sgd``,
 ``momentum``, ``adam``, the commands ``immersion fl run`` and ``immersion bench sifl``, and the audit's
 attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak`` (:mod:`.attacks`).
@@ -17,6 +20,22 @@ from immersion.hookspecs import (
     SchemeSpec,
     hookimpl,
 )
+
+
+__all__ = ["run", "FederatedResult", "SiflStrategy", "sifl_mod"]
+
+
+def __getattr__(name: str) -> Any:
+    """The public API, imported on first use (the plugin registers without importing torch)."""
+    if name in ("run", "FederatedResult"):
+        from . import api
+
+        return getattr(api, name)
+    if name in ("SiflStrategy", "sifl_mod"):
+        from . import flower_native
+
+        return getattr(flower_native, name)
+    raise AttributeError(f"module 'immersion_fl' has no attribute {name!r}")
 
 
 @hookimpl

@@ -156,6 +156,8 @@ def client_upload(kit: ClientKit | None, client: LocalTrainer, received: Any, ro
 
 
 NOISE_LAWS = ("laplace", "gaussian")
+#: Dense SIFL keys above this many bytes are refused (block keys serve any size).
+DENSE_KEY_BYTES = 2**30
 KEY_KINDS = ("auto", "dense", "block")
 
 
@@ -319,6 +321,12 @@ class SiflM1(FedAvg):
         kind = self.options.keys
         if kind == "auto":
             kind = "dense" if n + self.extra <= 512 else "block"
+        dense_bytes = 3 * 8 * (n + self.extra) ** 2  # Pi1, Pi1_left and N1 as dense matrices
+        if kind == "dense" and dense_bytes > DENSE_KEY_BYTES:
+            raise InvalidArgumentError(
+                "keys", f"dense keys for a model of {n:,} parameters (+{self.extra}) need about "
+                f"{dense_bytes / 2**30:.1f} GiB; use keys='block' (O(n * block_size) memory) or 'auto'"
+            )
         self.code = draw_code(
             n, self.extra, kind=kind, block_size=self.options.block_size, rng=self.rng
         )  # type: ignore[arg-type]
