@@ -41,7 +41,9 @@ class SoftplusMLP(nn.Module):
 
 def _images(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     x = rng.normal(size=(n, 1, 8, 8))
-    y = np.eye(3)[(x[:, 0, :4].sum(axis=(1, 2)) > 0).astype(int) + (x[:, 0, 4:].mean(axis=(1, 2)) > 0.3)]
+    y = np.eye(3)[
+        (x[:, 0, :4].sum(axis=(1, 2)) > 0).astype(int) + (x[:, 0, 4:].mean(axis=(1, 2)) > 0.3)
+    ]
     return x, y
 
 
@@ -52,8 +54,16 @@ def _tabular(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     return x, p / p.sum(1, keepdims=True)  # soft labels
 
 
-def plain_fedavg(model: nn.Module, data, *, optimizer: str, lr: float, rounds: int, local_epochs: int,
-                 batch_size: int) -> list[torch.Tensor]:
+def plain_fedavg(
+    model: nn.Module,
+    data,
+    *,
+    optimizer: str,
+    lr: float,
+    rounds: int,
+    local_epochs: int,
+    batch_size: int,
+) -> list[torch.Tensor]:
     """FedAvg written out with torch.optim, in-order batches: the reference (one vector per round)."""
     global_model = copy.deepcopy(model)
     sizes = [len(y) for _, y in data]
@@ -63,13 +73,17 @@ def plain_fedavg(model: nn.Module, data, *, optimizer: str, lr: float, rounds: i
         for x, y in data:
             x, y = torch.as_tensor(x), torch.as_tensor(y)
             local = copy.deepcopy(global_model)
-            opt = {"sgd": lambda p: torch.optim.SGD(p, lr=lr),
-                   "momentum": lambda p: torch.optim.SGD(p, lr=lr, momentum=0.9),
-                   "adam": lambda p: torch.optim.Adam(p, lr=lr, eps=1e-7)}[optimizer](local.parameters())
+            opt = {
+                "sgd": lambda p: torch.optim.SGD(p, lr=lr),
+                "momentum": lambda p: torch.optim.SGD(p, lr=lr, momentum=0.9),
+                "adam": lambda p: torch.optim.Adam(p, lr=lr, eps=1e-7),
+            }[optimizer](local.parameters())
             for _ in range(local_epochs):
                 for i in range(0, len(x), batch_size):
                     opt.zero_grad()
-                    loss = nn.functional.cross_entropy(local(x[i:i + batch_size]), y[i:i + batch_size])
+                    loss = nn.functional.cross_entropy(
+                        local(x[i : i + batch_size]), y[i : i + batch_size]
+                    )
                     loss.backward()
                     opt.step()
             local_vectors.append(nn.utils.parameters_to_vector(local.parameters()).detach())
@@ -93,11 +107,25 @@ def test_own_modules_decode_to_plain_fedavg(scheme, optimizer):
     data = [make(rng, n) for n in (23, 17, 30)]  # last batches are partial
     lr = 0.01 if optimizer == "adam" else 0.1
     before = _vector(model).clone()
-    out = immersion_fl.run(model, data, scheme=scheme, optimizer=optimizer, lr=lr, rounds=3, local_epochs=2,
-                           batch_size=8, shuffle=False, rng=3)
-    expected = plain_fedavg(model, data, optimizer=optimizer, lr=lr, rounds=3, local_epochs=2, batch_size=8)
+    out = immersion_fl.run(
+        model,
+        data,
+        scheme=scheme,
+        optimizer=optimizer,
+        lr=lr,
+        rounds=3,
+        local_epochs=2,
+        batch_size=8,
+        shuffle=False,
+        rng=3,
+    )
+    expected = plain_fedavg(
+        model, data, optimizer=optimizer, lr=lr, rounds=3, local_epochs=2, batch_size=8
+    )
     assert float((_vector(out.model) - expected[-1]).abs().max()) < 1e-9
-    assert type(out.model) is type(model) and torch.equal(_vector(model), before)  # user's module untouched
+    assert type(out.model) is type(model) and torch.equal(
+        _vector(model), before
+    )  # user's module untouched
     if scheme in ("sifl-m1", "sifl-m2"):
         assert out.privacy["epsilon_local"] == pytest.approx(1.0)
 
@@ -106,11 +134,33 @@ def test_every_round_matches_and_datasets_equal_arrays():
     rng = np.random.default_rng(2)
     data = [_tabular(rng, n) for n in (12, 19)]
     model = SoftplusMLP(6).double()
-    as_datasets = [torch.utils.data.TensorDataset(torch.as_tensor(x), torch.as_tensor(y)) for x, y in data]
-    a = immersion_fl.run(model, data, scheme="sifl-m2", lr=0.2, rounds=4, local_epochs=1, batch_size=5,
-                         shuffle=False, rng=0, compare_plain=True, test_data=data[0])
-    b = immersion_fl.run(model, as_datasets, scheme="sifl-m2", lr=0.2, rounds=4, local_epochs=1, batch_size=5,
-                         shuffle=False, rng=0)
+    as_datasets = [
+        torch.utils.data.TensorDataset(torch.as_tensor(x), torch.as_tensor(y)) for x, y in data
+    ]
+    a = immersion_fl.run(
+        model,
+        data,
+        scheme="sifl-m2",
+        lr=0.2,
+        rounds=4,
+        local_epochs=1,
+        batch_size=5,
+        shuffle=False,
+        rng=0,
+        compare_plain=True,
+        test_data=data[0],
+    )
+    b = immersion_fl.run(
+        model,
+        as_datasets,
+        scheme="sifl-m2",
+        lr=0.2,
+        rounds=4,
+        local_epochs=1,
+        batch_size=5,
+        shuffle=False,
+        rng=0,
+    )
     assert max(a.history.diff_vs_plain) < 1e-12 and len(a.history.diff_vs_plain) == 4
     assert len(a.history.accuracy) == 4
     assert torch.equal(_vector(a.model), _vector(b.model))
@@ -120,18 +170,40 @@ def test_shuffled_batches_are_reproducible_from_rng_and_integer_labels_work():
     rng = np.random.default_rng(4)
     data = [(x, y.argmax(1)) for x, y in (_tabular(rng, 20), _tabular(rng, 20))]
     model = SoftplusMLP().double()
-    runs = [immersion_fl.run(model, data, scheme="sifl-m1", lr=0.1, rounds=2, local_epochs=1,
-                             batch_size=6, rng=11, compare_plain=True) for _ in range(2)]
+    runs = [
+        immersion_fl.run(
+            model,
+            data,
+            scheme="sifl-m1",
+            lr=0.1,
+            rounds=2,
+            local_epochs=1,
+            batch_size=6,
+            rng=11,
+            compare_plain=True,
+        )
+        for _ in range(2)
+    ]
     assert max(runs[0].history.diff_vs_plain) < 1e-12
     assert torch.equal(_vector(runs[0].model), _vector(runs[1].model))
 
 
-@pytest.mark.parametrize("case", ["buffers", "float32", "lengths", "scheme", "option", "dense", "module", "labels"])
+@pytest.mark.parametrize(
+    "case", ["buffers", "float32", "lengths", "scheme", "option", "dense", "module", "labels"]
+)
 def test_bad_input_is_refused_by_name(case):
     rng = np.random.default_rng(0)
     model, data, kw = SoftplusMLP().double(), [_tabular(rng, 10), _tabular(rng, 10)], {}
-    argument = {"buffers": "model", "float32": "model", "lengths": "client_data", "scheme": "scheme",
-                "option": "graph", "dense": "keys", "module": "model", "labels": "client_data"}[case]
+    argument = {
+        "buffers": "model",
+        "float32": "model",
+        "lengths": "client_data",
+        "scheme": "scheme",
+        "option": "graph",
+        "dense": "keys",
+        "module": "model",
+        "labels": "client_data",
+    }[case]
     if case == "buffers":
         model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)).double()
     elif case == "float32":
@@ -148,6 +220,15 @@ def test_bad_input_is_refused_by_name(case):
     elif case == "labels":
         data[0] = (data[0][0], np.ones((10, 2, 2)))
     with pytest.raises(InvalidArgumentError) as info:
-        immersion_fl.run(model, data, scheme="sifl-m9" if case == "scheme" else "sifl-m1", lr=0.1, rounds=1,
-                         local_epochs=1, batch_size=4, rng=0, **kw)
+        immersion_fl.run(
+            model,
+            data,
+            scheme="sifl-m9" if case == "scheme" else "sifl-m1",
+            lr=0.1,
+            rounds=1,
+            local_epochs=1,
+            batch_size=4,
+            rng=0,
+            **kw,
+        )
     assert info.value.argument == argument

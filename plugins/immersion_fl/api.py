@@ -131,14 +131,28 @@ def run(
     spec = _scheme_spec(scheme)
     options = _scheme_options(spec, scheme_options)
     check_module(model)
-    clients = [_client_tensors(i, item) for i, item in enumerate(_as_list(client_data, "client_data"))]
+    clients = [
+        _client_tensors(i, item) for i, item in enumerate(_as_list(client_data, "client_data"))
+    ]
     _check_targets(clients)
     test = _client_tensors(-1, test_data, argument="test_data") if test_data is not None else None
     seed = _seed(rng)
-    cfg = RunConfig(scheme=scheme, optimizer=optimizer, lr=lr, model=type(model).__name__, hidden=(),
-                    clients=len(clients), rounds=rounds, local_epochs=local_epochs, batch_size=batch_size,
-                    dataset="user data", seed=seed, compare_plain=compare_plain, client_timeout=client_timeout,
-                    options=options)
+    cfg = RunConfig(
+        scheme=scheme,
+        optimizer=optimizer,
+        lr=lr,
+        model=type(model).__name__,
+        hidden=(),
+        clients=len(clients),
+        rounds=rounds,
+        local_epochs=local_epochs,
+        batch_size=batch_size,
+        dataset="user data",
+        seed=seed,
+        compare_plain=compare_plain,
+        client_timeout=client_timeout,
+        options=options,
+    )
     if not isinstance(shuffle, bool):
         raise InvalidArgumentError("shuffle", f"expected True or False, got {shuffle!r}")
     working = copy.deepcopy(model)
@@ -165,19 +179,24 @@ def check_module(model: Any) -> None:
     """
     torch = _torch()
     if not isinstance(model, torch.nn.Module):
-        raise InvalidArgumentError("model", f"expected a torch.nn.Module, got {type(model).__name__}")
+        raise InvalidArgumentError(
+            "model", f"expected a torch.nn.Module, got {type(model).__name__}"
+        )
     params = list(model.named_parameters())
     if not params:
         raise InvalidArgumentError("model", "has no parameters to train")
     buffers = [name for name, _ in model.named_buffers()]
     if buffers:
         raise InvalidArgumentError(
-            "model", f"has buffers {buffers[:3]} (e.g. BatchNorm running statistics), which federated averaging of "
-            "parameters does not carry; use a module without buffers (e.g. GroupNorm/LayerNorm instead of BatchNorm)"
+            "model",
+            f"has buffers {buffers[:3]} (e.g. BatchNorm running statistics), which federated averaging of "
+            "parameters does not carry; use a module without buffers (e.g. GroupNorm/LayerNorm instead of BatchNorm)",
         )
     wrong = [f"{name} ({p.dtype})" for name, p in params if p.dtype != torch.float64]
     if wrong:
-        raise InvalidArgumentError("model", f"parameters must be float64 (call model.double()); got {wrong[:3]}")
+        raise InvalidArgumentError(
+            "model", f"parameters must be float64 (call model.double()); got {wrong[:3]}"
+        )
 
 
 def _torch() -> Any:
@@ -205,14 +224,17 @@ def _scheme_options(spec: Any, values: dict[str, Any]) -> Any:
     for name in values:
         if name not in known:
             raise InvalidArgumentError(
-                name, f"is not an option of scheme {spec.name!r}; its options: {sorted(known) or 'none'}"
+                name,
+                f"is not an option of scheme {spec.name!r}; its options: {sorted(known) or 'none'}",
             )
     return spec.options(**values)
 
 
 def _as_list(value: Any, argument: str) -> list[Any]:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-        raise InvalidArgumentError(argument, f"expected a list with one item per client, got {type(value).__name__}")
+        raise InvalidArgumentError(
+            argument, f"expected a list with one item per client, got {type(value).__name__}"
+        )
     items = list(value)
     if not items:
         raise InvalidArgumentError(argument, "expected at least one client")
@@ -229,9 +251,13 @@ def _client_tensors(index: int, item: Any, *, argument: str = "client_data") -> 
             x = torch.stack([torch.as_tensor(p[0]) for p in pairs])
             y = torch.stack([torch.as_tensor(p[1]) for p in pairs])
         except Exception as exc:  # noqa: BLE001 - any dataset that does not give (x, y) items
-            raise InvalidArgumentError(argument, f"{where}: a Dataset must give (x, y) items ({exc})") from None
+            raise InvalidArgumentError(
+                argument, f"{where}: a Dataset must give (x, y) items ({exc})"
+            ) from None
     elif isinstance(item, (tuple, list)) and len(item) == 2:
-        x, y = (torch.as_tensor(np.asarray(v) if not isinstance(v, torch.Tensor) else v) for v in item)
+        x, y = (
+            torch.as_tensor(np.asarray(v) if not isinstance(v, torch.Tensor) else v) for v in item
+        )
     else:
         raise InvalidArgumentError(argument, f"{where}: expected an (X, Y) pair or a torch Dataset")
     if x.ndim < 1 or len(x) == 0:
@@ -250,21 +276,31 @@ def _client_tensors(index: int, item: Any, *, argument: str = "client_data") -> 
     elif y.ndim == 2:
         y = y.to(torch.float64)
         if not bool(torch.isfinite(y).all()) or bool((y < 0).any()):
-            raise InvalidArgumentError(argument, f"{where}: Y rows must be finite probabilities (>= 0)")
+            raise InvalidArgumentError(
+                argument, f"{where}: Y rows must be finite probabilities (>= 0)"
+            )
     else:
-        raise InvalidArgumentError(argument, f"{where}: Y must be 1-D class indices or 2-D probability rows, "
-                                   f"got shape {tuple(y.shape)}")
+        raise InvalidArgumentError(
+            argument,
+            f"{where}: Y must be 1-D class indices or 2-D probability rows, "
+            f"got shape {tuple(y.shape)}",
+        )
     return x, y
 
 
 def _check_targets(clients: list[tuple[Any, Any]]) -> None:
     kinds = {(y.ndim, y.shape[1] if y.ndim == 2 else None) for _, y in clients}
     if len(kinds) > 1:
-        raise InvalidArgumentError("client_data", f"every client's Y must be of one kind (labels or rows of one "
-                                   f"width); got {sorted(kinds, key=str)}")
+        raise InvalidArgumentError(
+            "client_data",
+            f"every client's Y must be of one kind (labels or rows of one "
+            f"width); got {sorted(kinds, key=str)}",
+        )
     shapes = {tuple(x.shape[1:]) for x, _ in clients}
     if len(shapes) > 1:
-        raise InvalidArgumentError("client_data", f"every client's X must have one sample shape; got {sorted(shapes)}")
+        raise InvalidArgumentError(
+            "client_data", f"every client's X must have one sample shape; got {sorted(shapes)}"
+        )
 
 
 def _seed(rng: Any) -> int:
@@ -274,4 +310,6 @@ def _seed(rng: Any) -> int:
         return int(rng.integers(2**62))
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng >= 0:
         return int(rng)
-    raise InvalidArgumentError("rng", f"expected None, a seed >= 0 or a numpy Generator, got {rng!r}")
+    raise InvalidArgumentError(
+        "rng", f"expected None, a seed >= 0 or a numpy Generator, got {rng!r}"
+    )

@@ -324,8 +324,9 @@ class SiflM1(FedAvg):
         dense_bytes = 3 * 8 * (n + self.extra) ** 2  # Pi1, Pi1_left and N1 as dense matrices
         if kind == "dense" and dense_bytes > DENSE_KEY_BYTES:
             raise InvalidArgumentError(
-                "keys", f"dense keys for a model of {n:,} parameters (+{self.extra}) need about "
-                f"{dense_bytes / 2**30:.1f} GiB; use keys='block' (O(n * block_size) memory) or 'auto'"
+                "keys",
+                f"dense keys for a model of {n:,} parameters (+{self.extra}) need about "
+                f"{dense_bytes / 2**30:.1f} GiB; use keys='block' (O(n * block_size) memory) or 'auto'",
             )
         self.code = draw_code(
             n, self.extra, kind=kind, block_size=self.options.block_size, rng=self.rng
@@ -386,6 +387,10 @@ class SiflM1(FedAvg):
 
     def broadcast(self, round_t: int) -> Any:
         return self._encode_noisy(self.w, self._fresh_noise())  # eq. 19, fresh offset every round
+
+    def encode_for_clients(self, w: Any) -> Any:
+        """``Pi1 w + N1 r`` with fresh round noise (eq. 19's code for any model ``w``; a kit decodes it)."""
+        return self._encode_noisy(w, self._fresh_noise())
 
     def kit_arrays(self) -> dict[str, np.ndarray]:
         self._refuse_client_noise_remotely()
