@@ -21,7 +21,6 @@ from immersion.hookspecs import (
     hookimpl,
 )
 
-
 __all__ = ["run", "FederatedResult", "SiflStrategy", "sifl_mod"]
 
 

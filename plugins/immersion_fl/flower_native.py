@@ -28,8 +28,6 @@ import logging
 from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
-from immersion import InvalidArgumentError
-
 from flwr.app import (
     Array,
     ArrayRecord,
@@ -42,6 +40,7 @@ from flwr.app import (
 )
 from flwr.common.constant import ErrorCode
 from flwr.serverapp.strategy import Strategy
+from immersion import InvalidArgumentError
 
 from .scheme import SchemeContext
 from .schemes import ClientKit, SiflM1, SiflOptions

@@ -58,6 +58,12 @@ def weights_from_module(module: Any) -> list[Any]:
     """
     torch = torch_module()
     nn = torch.nn
+    if not isinstance(module, nn.Sequential):
+        raise InvalidArgumentError(
+            "module",
+            f"expected an nn.Sequential of Linear(bias=False) and ReLU layers, got "
+            f"{type(module).__name__} (MP-DP's algebra, seed 004, covers only that MLP)",
+        )
     weights, expect_relu = [], False
     for index, layer in enumerate(module):
         if isinstance(layer, nn.Flatten) and index == 0:

@@ -48,6 +48,7 @@ class MpdpClient:
     batch_size: int
     seed: int
     deterministic_keys: bool = True
+    shuffle: bool = True
     timings: dict[str, float] = field(default_factory=dict)
     _agreement: dict[int, KeyAgreement] = field(default_factory=dict, repr=False)
     _attempt: int = field(default=0, repr=False)
@@ -60,8 +61,14 @@ class MpdpClient:
         """This round's batch and its one-hot targets (the same for MP-DP and plain FedSGD)."""
         from .mlp import one_hot
 
-        rng = np.random.default_rng([self.seed, round_t, self.index])
-        idx = rng.choice(self.n_samples, size=min(self.batch_size, self.n_samples), replace=False)
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, round_t, self.index])
+            idx = rng.choice(
+                self.n_samples, size=min(self.batch_size, self.n_samples), replace=False
+            )
+        else:  # in order: round t takes batch t of the data (cycling; the last one may be short)
+            start = (round_t % -(-self.n_samples // self.batch_size)) * self.batch_size
+            idx = np.arange(start, min(start + self.batch_size, self.n_samples))
         return self.x[idx], one_hot(self.labels[idx], self.n_classes)
 
     def advertise(self, round_t: int, attempt: int = 0) -> bytes:

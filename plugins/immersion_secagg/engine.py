@@ -31,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 from immersion import InvalidArgumentError
 from immersion_fl.data import load_dataset, split_clients
-from immersion_fl.engine import RunConfig, RunResult
+from immersion_fl.engine import FederatedTask, RunConfig, RunResult
 from immersion_fl.faults import FaultPlan
 from immersion_fl.models import FlatModel, build_model
 from immersion_fl.optimizers import (
@@ -206,13 +206,10 @@ def run_secagg(
     engine: str = "local",
     progress: Callable[[str], None] | None = None,
     faults: FaultPlan | None = None,
-    task: Any = None,
+    task: FederatedTask | None = None,
 ) -> SecaggResult:
-    """Train ``cfg`` with ``cfg.scheme`` in ``SCHEMES`` beside the same run without noise."""
-    if task is not None:
-        raise InvalidArgumentError(
-            "task", "user models and data are not supported by this scheme yet"
-        )
+    """Train ``cfg`` with ``cfg.scheme`` in ``SCHEMES`` beside the same run without noise; with
+    ``task``, on a user's module and data (every user must hold the same number of records)."""
     import torch
 
     if cfg.scheme not in SCHEMES:
@@ -225,7 +222,17 @@ def run_secagg(
             "seed 001's analysis assumes every user in every round; dropouts are not modelled",
         )
     opt = options_of(cfg)
-    users, model, data = make_users(cfg)
+    if task is not None:
+        check_task(cfg, task, engine)
+        users, model, test = users_from_task(task), task.model, task.test
+        w = task.w0.clone()
+    else:
+        users, model, data = make_users(cfg)
+        test = (
+            torch.as_tensor(data.x_test, dtype=torch.float64),
+            torch.as_tensor(data.y_test, dtype=torch.long),
+        )
+        w = model.initial_vector(cfg.seed)
     samples = len(users[0].y)
     s = Setting(cfg.clients, samples, cfg.batch_size, opt.grad_clip)
     if opt.noise == "off":
@@ -243,9 +250,6 @@ def run_secagg(
         sigma2=sigma2,
         guarantee=account(cfg.scheme, s, sigma2, opt.delta, cfg.rounds),
     )
-    x_test = torch.as_tensor(data.x_test, dtype=torch.float64)
-    y_test = torch.as_tensor(data.y_test, dtype=torch.long)
-    w = model.initial_vector(cfg.seed)
     plain = w.clone()
     flower = _flower_models(cfg, w, sigma2) if engine == "flower" else None
     for t in range(cfg.rounds):
@@ -269,14 +273,14 @@ def run_secagg(
             model,
             w,
             plain,
-            x_test,
-            y_test,
+            test,
             seconds,
             time.perf_counter() - start,
             update_s,
             t,
             progress,
         )
+    result.final_model = w
     return result
 
 
@@ -286,6 +290,43 @@ def server_step(w: Any, total: np.ndarray, cfg: RunConfig) -> Any:
 
     step, _ = sgd(cfg.lr).update(torch.as_tensor(total) / cfg.clients, EmptyState(), w)
     return w + step
+
+
+def check_task(cfg: RunConfig, task: FederatedTask, engine: str) -> None:
+    """What seed 001's analysis needs from a user's run: FedSGD (one clipped-gradient update per
+    user and round, ``optimizer="sgd"``, ``local_epochs=1``), the same number of records ``D`` at
+    every user, IID sampling for sgd-dp, and the local engine (the Flower engine's users load the
+    SDK's datasets)."""
+    if cfg.optimizer != "sgd" or cfg.local_epochs != 1:
+        raise InvalidArgumentError(
+            "optimizer",
+            f"{cfg.scheme} is FedSGD (seed 001): use optimizer='sgd' and "
+            f"local_epochs=1, got {cfg.optimizer!r} and {cfg.local_epochs}",
+        )
+    sizes = task.sizes
+    if len(set(sizes)) != 1:
+        raise InvalidArgumentError(
+            "client_data",
+            f"seed 001's analysis assumes every user holds the same number "
+            f"of records D; got {sizes}",
+        )
+    if cfg.batch_size > sizes[0]:
+        raise InvalidArgumentError(
+            "batch_size", f"expected <= the {sizes[0]} records each user holds"
+        )
+    if cfg.scheme == "sgd-dp" and not task.shuffle:
+        raise InvalidArgumentError(
+            "shuffle", "sgd-dp's guarantee rests on IID sampling of each batch"
+        )
+    if engine != "local":
+        raise InvalidArgumentError(
+            "engine", "a user's model and data run on engine='local' for these schemes"
+        )
+
+
+def users_from_task(task: FederatedTask) -> list[User]:
+    """One user per client of a user's task."""
+    return [User(i, x, y) for i, (x, y) in enumerate(task.client_data)]
 
 
 def make_users(cfg: RunConfig) -> tuple[list[User], Any, Any]:
@@ -369,23 +410,24 @@ def _record(
     model: Any,
     w: Any,
     plain: Any,
-    x_test: Any,
-    y_test: Any,
+    test: tuple[Any, Any] | None,
     seconds: float,
     seconds_plain: float,
     update_s: float,
     t: int,
     progress: Callable[[str], None] | None,
 ) -> None:
-    acc, loss = model.evaluate(w, x_test, y_test)
-    acc_p, loss_p = model.evaluate(plain, x_test, y_test)
-    result.accuracy.append(acc)
-    result.loss.append(loss)
-    result.accuracy_plain.append(acc_p)
-    result.loss_plain.append(loss_p)
+    if test is not None:
+        acc, loss = model.evaluate(w, *test)
+        acc_p, loss_p = model.evaluate(plain, *test)
+        result.accuracy.append(acc)
+        result.loss.append(loss)
+        result.accuracy_plain.append(acc_p)
+        result.loss_plain.append(loss_p)
     result.round_s.append(seconds)
     result.round_s_plain.append(seconds_plain)
     result.update_s.append(update_s)
     result.diff_vs_plain.append(float((w - plain).abs().max()))
     if progress:
-        progress(f"round {t + 1}/{result.config.rounds}: accuracy {acc:.4f} (no noise {acc_p:.4f})")
+        figures = f"accuracy {acc:.4f} (no noise {acc_p:.4f})" if test is not None else "done"
+        progress(f"round {t + 1}/{result.config.rounds}: {figures}")
