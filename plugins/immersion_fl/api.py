@@ -132,10 +132,10 @@ def run(
     options = _scheme_options(spec, scheme_options)
     check_module(model)
     clients = [
-        _client_tensors(i, item) for i, item in enumerate(_as_list(client_data, "client_data"))
+        client_tensors(i, item) for i, item in enumerate(_as_list(client_data, "client_data"))
     ]
     _check_targets(clients)
-    test = _client_tensors(-1, test_data, argument="test_data") if test_data is not None else None
+    test = client_tensors(-1, test_data, argument="test_data") if test_data is not None else None
     seed = _seed(rng)
     cfg = RunConfig(
         scheme=scheme,
@@ -241,8 +241,18 @@ def _as_list(value: Any, argument: str) -> list[Any]:
     return items
 
 
-def _client_tensors(index: int, item: Any, *, argument: str = "client_data") -> tuple[Any, Any]:
-    """``(X, Y)`` as float64 inputs and targets (int64 labels or float64 rows), checked."""
+def client_tensors(index: int, item: Any, *, argument: str = "client_data") -> tuple[Any, Any]:
+    """``(X, Y)`` as float64 inputs and targets (int64 labels or float64 rows), checked.
+
+    Parameters
+    ----------
+    index:
+        The client's index for messages (-1: not a client's data).
+    item:
+        An ``(X, Y)`` pair of arrays or tensors, or a torch ``Dataset`` of ``(x, y)`` items.
+    argument:
+        The argument name for errors.
+    """
     torch = _torch()
     where = f"client {index}" if index >= 0 else argument
     if isinstance(item, torch.utils.data.Dataset) and not isinstance(item, tuple):

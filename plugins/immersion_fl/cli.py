@@ -28,6 +28,17 @@ def _hidden(value: str) -> tuple[int, ...]:
     return sizes
 
 
+def _model_name(value: str) -> str:
+    from immersion.imports import is_import_path
+
+    if value in ("linear", "mlp", "cnn", "cnn2") or is_import_path(value):
+        return value
+    raise click.BadParameter(
+        f"{value!r}: expected linear, mlp, cnn, cnn2 or package.module:function",
+        param_hint="--model",
+    )
+
+
 @click.group("fl")
 def fl_group() -> None:
     """Federated learning: immersion (seeds 000, 003) and model perturbation (seed 004, --scheme mpdp)."""
@@ -37,7 +48,11 @@ def fl_group() -> None:
 @click.option("--scheme", type=click.Choice(SCHEMES), default="sifl-m1", show_default=True)
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="sgd", show_default=True)
 @click.option(
-    "--model", type=click.Choice(["linear", "mlp", "cnn", "cnn2"]), default="mlp", show_default=True
+    "--model",
+    default="mlp",
+    show_default=True,
+    callback=lambda ctx, param, value: _model_name(value),
+    help="linear, mlp, cnn, cnn2, or your own as package.module:function returning a float64 nn.Module.",
 )
 @click.option("--hidden", default="200,200", show_default=True, help="MLP hidden layer sizes.")
 @click.option("--clients", type=click.IntRange(1), default=10, show_default=True)
@@ -49,7 +64,8 @@ def fl_group() -> None:
     "--dataset",
     default="digits",
     show_default=True,
-    help="digits, digits28, mnist:PATH or fashion:PATH.",
+    help="digits, digits28, mnist:PATH, fashion:PATH, or your own as package.module:function returning "
+    "(X, Y) or (X, Y, X_test, Y_test).",
 )
 @click.option("--split", type=click.Choice(["iid", "dirichlet"]), default="iid", show_default=True)
 @click.option(

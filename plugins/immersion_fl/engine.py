@@ -152,10 +152,13 @@ class FederatedTask:
 
 
 def task_from_config(cfg: RunConfig) -> FederatedTask:
-    """The SDK runner's task: ``cfg.model`` on ``cfg.dataset`` split over ``cfg.clients`` clients,
-    initial weights from ``cfg.seed`` (the same on every engine)."""
+    """The runner's task: ``cfg.model`` on ``cfg.dataset`` split over ``cfg.clients`` clients,
+    initial weights from ``cfg.seed`` (the same on every engine). Either may name user code as
+    ``package.module:function`` (:func:`user_task`)."""
     import torch
 
+    if uses_user_code(cfg):
+        return user_task(cfg)
     data = load_dataset(cfg.dataset, seed=cfg.seed)
     model = FlatModel(
         build_model(
@@ -177,6 +180,75 @@ def task_from_config(cfg: RunConfig) -> FederatedTask:
         torch.as_tensor(data.y_test, dtype=torch.long),
     )
     return FederatedTask(model, client_data, model.initial_vector(cfg.seed), test)
+
+
+def uses_user_code(cfg: RunConfig) -> bool:
+    """Whether ``cfg.model`` or ``cfg.dataset`` is an import path to the user's code."""
+    from immersion.imports import is_import_path
+
+    return is_import_path(cfg.model) or _user_dataset(cfg.dataset)
+
+
+def _user_dataset(name: str) -> bool:
+    """An import path, not one of the SDK's ``mnist:PATH`` / ``fashion:PATH`` IDX folders."""
+    from immersion.imports import is_import_path
+
+    return is_import_path(name) and name.partition(":")[0] not in ("mnist", "fashion")
+
+
+def user_task(cfg: RunConfig) -> FederatedTask:
+    """A task from the user's code: ``--model pkg.mod:build`` (called with no arguments under
+    ``torch.manual_seed(cfg.seed)``; returns a float64 ``nn.Module``) and ``--dataset pkg.mod:load``
+    (called with no arguments; returns ``(X, Y)`` or ``(X, Y, X_test, Y_test)``, ``Y`` as class
+    indices or probability rows), split over ``cfg.clients`` clients by ``cfg.split``. The SDK's
+    names may be mixed in: an SDK dataset with a user model, or the reverse."""
+    import torch
+    from immersion.imports import call_loader, is_import_path
+
+    from .api import check_module, client_tensors
+
+    if _user_dataset(cfg.dataset):
+        loaded = call_loader(cfg.dataset, argument="dataset")
+        if not isinstance(loaded, (tuple, list)) or len(loaded) not in (2, 4):
+            raise InvalidArgumentError(
+                "dataset", f"{cfg.dataset} must return (X, Y) or (X, Y, X_test, Y_test)"
+            )
+        x, y = client_tensors(-1, tuple(loaded[:2]), argument="dataset")
+        test = (
+            client_tensors(-1, tuple(loaded[2:]), argument="dataset") if len(loaded) == 4 else None
+        )
+    else:
+        data = load_dataset(cfg.dataset, seed=cfg.seed)
+        x, y = (
+            torch.as_tensor(data.x_train, dtype=torch.float64),
+            torch.as_tensor(data.y_train, dtype=torch.long),
+        )
+        test = (
+            torch.as_tensor(data.x_test, dtype=torch.float64),
+            torch.as_tensor(data.y_test, dtype=torch.long),
+        )
+    if is_import_path(cfg.model):
+        with torch.random.fork_rng():
+            torch.manual_seed(cfg.seed)
+            module = call_loader(cfg.model, argument="model")
+        check_module(module)
+        model = FlatModel(module)
+        w0 = torch.nn.utils.parameters_to_vector(module.parameters()).detach().clone()
+    else:
+        n_classes = int(y.shape[1]) if y.ndim == 2 else int(y.max()) + 1
+        image_shape = tuple(x.shape[1:]) if x.ndim == 4 else (1, 1, int(np.prod(x.shape[1:])))
+        model = FlatModel(
+            build_model(
+                cfg.model,
+                image_shape=image_shape,
+                n_classes=n_classes,  # type: ignore[arg-type]
+                hidden=cfg.hidden,
+            )
+        )
+        w0 = model.initial_vector(cfg.seed)
+    labels = (y.argmax(1) if y.ndim == 2 else y).numpy()
+    parts = split_clients(labels, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed)
+    return FederatedTask(model, [(x[idx], y[idx]) for idx in parts], w0, test)
 
 
 @dataclass
@@ -423,6 +495,8 @@ def run_federated(
     plan = faults or FaultPlan()
     spec = registry().fl_scheme(cfg.scheme)
     cfg.options.check_engine(engine)
+    if task is None and uses_user_code(cfg):
+        task = task_from_config(cfg)
     if spec.runner is not None:
         if checkpoint is not None or resume or stop_after is not None:
             raise InvalidArgumentError(
