@@ -385,3 +385,44 @@ def test_the_cli_takes_a_users_model_and_dataset_as_import_paths(tmp_path, monke
         main, ["fl", "run", "--model", "user_fl_code:missing", "--rounds", "1"]
     )
     assert bad.exit_code != 0 and "model" in bad.output and "missing" in bad.output
+
+
+def test_a_device_torch_cannot_use_is_refused_by_name():
+    rng = np.random.default_rng(0)
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    with pytest.raises(InvalidArgumentError) as info:
+        immersion_fl.run(
+            SoftplusMLP().double(),
+            [_tabular(rng, 8)],
+            scheme="sifl-m1",
+            lr=0.1,
+            rounds=1,
+            local_epochs=1,
+            batch_size=4,
+            rng=0,
+            device="cuda",
+        )
+    assert info.value.argument == "device"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scheme", ["sifl-m1", "sifl-m2"])
+def test_cuda_runs_decode_to_the_cpu_run(scheme):
+    rng = np.random.default_rng(3)
+    data = [_images(rng, n) for n in (40, 30)]
+    model = TinyConv().double()
+    kw = dict(
+        scheme=scheme,
+        lr=0.05,
+        rounds=3,
+        local_epochs=1,
+        batch_size=16,
+        shuffle=False,
+        rng=1,
+        compare_plain=True,
+    )
+    cpu = immersion_fl.run(model, data, **kw)
+    gpu = immersion_fl.run(model, data, device="cuda", **kw)
+    assert max(gpu.history.diff_vs_plain) < 1e-9
+    assert float((_vector(gpu.model).cpu() - _vector(cpu.model)).abs().max()) < 1e-9

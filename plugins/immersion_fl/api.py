@@ -65,6 +65,7 @@ def run(
     compare_plain: bool = False,
     client_timeout: float | None = None,
     progress: bool | Callable[[str], None] = False,
+    device: str | None = None,
     **scheme_options: Any,
 ) -> FederatedResult:
     """Train ``model`` federatedly on ``client_data`` with a registered scheme.
@@ -105,6 +106,9 @@ def run(
         Seconds a client may take before it is left out of a round.
     progress:
         Show a progress bar on stderr (True) or call this function with one line per round.
+    device:
+        Where keys, model and training live: ``"cpu"`` (default) or ``"cuda"`` (the torch backend
+        runs the key products and the clients' training on the GPU; SIFL and FedAvg, local engine).
     **scheme_options:
         The scheme's own options (e.g. ``epsilon_local=0.5, keys="block"`` for SIFL; see
         :class:`~immersion_fl.schemes.SiflOptions`); unknown names are refused.
@@ -158,6 +162,19 @@ def run(
     working = copy.deepcopy(model)
     w0 = torch.nn.utils.parameters_to_vector(working.parameters()).detach().clone()
     task = FederatedTask(FlatModel(working), clients, w0, test, shuffle)
+    if device not in (None, "cpu"):
+        from immersion.backends import make_backend
+
+        make_backend(
+            "torch", dtype="float64", device=device
+        )  # refuses a device torch cannot use, naming it
+        if spec.factory is None or engine != "local":
+            raise InvalidArgumentError(
+                "device",
+                f"{device!r} runs the weight-averaging schemes on engine='local'; "
+                f"{scheme!r} with engine={engine!r} runs on the CPU",
+            )
+        task = task.to(device)
     report = progress_bar(rounds) if progress is True else (progress or None)
     history = run_federated(cfg, engine=engine, progress=report, task=task)
     decoded = copy.deepcopy(model)

@@ -121,6 +121,20 @@ class FederatedTask:
     w0: Any
     test: tuple[Any, Any] | None = None
     shuffle: bool = True
+    device: str = "cpu"
+
+    def to(self, device: str) -> "FederatedTask":
+        """The task with its model, data and initial vector on ``device`` (e.g. ``"cuda"``)."""
+        move = lambda pair: (pair[0].to(device), pair[1].to(device))  # noqa: E731
+        self.model.module.to(device)
+        return FederatedTask(
+            FlatModel(self.model.module),
+            [move(p) for p in self.client_data],
+            self.w0.to(device),
+            move(self.test) if self.test is not None else None,
+            self.shuffle,
+            str(device),
+        )
 
     @property
     def sizes(self) -> list[int]:
@@ -512,7 +526,7 @@ def run_federated(
     if engine != "local":
         raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
     task = task or task_from_config(cfg)
-    server = Server.create(cfg, task, task.sizes)
+    server = Server.create(cfg, task, task.sizes, device=task.device)
     clients = task.clients(cfg, server.scheme.model_norm_bound)
     store = Checkpoint(Path(checkpoint), cfg) if checkpoint is not None else None
     first = 0
