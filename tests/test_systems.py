@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import pickle
 import sys
+import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from immersion import (
+    ImmersionError,
     InvalidArgumentError,
     NonFiniteError,
     OptionalDependencyError,
@@ -253,6 +257,30 @@ def test_plain_matrices_closed_loop_without_python_control(monkeypatch):
     assert 1e-3 < biggest_u < 1e3 and worst_u < TOL and worst_x < TOL
 
 
+@settings(max_examples=25)
+@given(
+    n=st.integers(1, 6),
+    n_in=st.integers(1, 3),
+    n_out=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_any_stable_matrices_decode_to_the_plain_controller(n, n_in, n_out, seed):
+    """Any size and draw: 40 open-loop steps of (A, B, C, D), decoded = plain, step by step."""
+    rng = np.random.default_rng(seed)
+    A, B = _stable(rng, n, 0.95), rng.standard_normal((n, n_in))
+    C, D = rng.standard_normal((n_out, n)), rng.standard_normal((n_out, n_in))
+    imm = immerse_system((A, B, C, D), extra_state=1 + seed % 3, rng=seed)
+    x = rng.standard_normal(n)
+    xt = imm.encode_state(x)
+    for y in rng.standard_normal((40, n_in)):
+        yt = imm.encode_input(y)
+        ut, xt = imm.target.advance(xt, yt)
+        u = C @ x + D @ y
+        assert np.abs(imm.decode_output(ut, yt) - u).max() < TOL * max(1.0, np.abs(u).max())
+        x = A @ x + B @ y
+        assert np.abs(imm.decode_state(xt) - x).max() < TOL * max(1.0, np.abs(x).max())
+
+
 def test_statespace_on_the_torch_backend(ct):
     pytest.importorskip("torch")
     import torch
@@ -386,3 +414,58 @@ def test_wrong_updfcn_shape_is_named(ct):
     with pytest.raises(InvalidArgumentError, match=r"shape \(3,\), expected \(2,\)") as err:
         immerse_system(bad, rng=0)
     assert err.value.argument == "f"
+
+
+_ENTRY = st.one_of(
+    st.integers(0, 3).flatmap(
+        lambda ndim: st.lists(st.integers(0, 3), min_size=ndim, max_size=ndim).flatmap(
+            lambda shape: st.lists(
+                st.one_of(
+                    st.floats(-2, 2),
+                    st.sampled_from([np.nan, np.inf, -np.inf, 1e308, -1e308]),
+                ),
+                min_size=int(np.prod(shape)),
+                max_size=int(np.prod(shape)),
+            ).map(lambda values: np.array(values, dtype=np.float64).reshape(shape))
+        )
+    ),
+    st.sampled_from([None, "A", 1.0, [[1.0, 2.0]], np.array([[1 + 1j]])]),
+)
+
+
+_VALUE = st.one_of(st.floats(-2, 2), st.sampled_from([np.nan, np.inf, 1e308, -1e308, 1e-308]))
+
+
+@st.composite
+def _consistent_shapes(draw):
+    """Four matrices of matching shapes whose entries may be NaN, inf, huge or tiny."""
+    n, m, p = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return [
+        np.array(draw(st.lists(_VALUE, min_size=r * c, max_size=r * c))).reshape(r, c)
+        for r, c in ((n, n), (n, m), (p, n), (p, m))
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(entries=st.one_of(st.lists(_ENTRY, min_size=0, max_size=5), _consistent_shapes()))
+def test_any_junk_tuple_is_refused_naming_sys_or_runs_finite(entries):
+    """Random tuples (wrong lengths, shapes, dtypes, NaN, inf, 1e308): refused naming ``sys``, or
+    accepted, and then one step either gives finite results or raises a named error."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            imm = immerse_system(tuple(entries), rng=0)
+        except InvalidArgumentError as exc:
+            assert exc.argument == "sys" and str(exc).startswith("sys: ")
+            return
+        except ImmersionError as exc:  # e.g. a PrecisionError for a huge input gain
+            assert str(exc).startswith("tolerance: ")
+            return
+        yt = imm.encode_input(np.full(imm.n_input, 0.5))
+        try:
+            ut, xt = imm.target.advance(imm.encode_state(np.ones(imm.n_state)), yt)
+        except InvalidArgumentError as exc:
+            assert exc.argument in {"f", "g", "encoded_input", "encoded_state"}
+            return
+        assert np.isfinite(imm.decode_output(ut, yt)).all()
+        assert np.isfinite(imm.decode_state(xt)).all()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
@@ -163,11 +164,16 @@ def _looks_time_varying(sys: Any, n_state: int, n_input: int, params: Any) -> bo
     for x, y in points:
         for fn in (sys.dynamics, sys.output):
             try:
-                at_zero = np.asarray(fn(0.0, x, y, params), dtype=np.float64)
-                later = [np.asarray(fn(t, x, y, params), dtype=np.float64) for t in (1.0, 37.0)]
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    at_zero = np.asarray(fn(0.0, x, y, params), dtype=np.float64)
+                    later = [np.asarray(fn(t, x, y, params), dtype=np.float64) for t in (1.0, 37.0)]
             except Exception:  # noqa: BLE001 - the user's code; immerse's probe reports failures
                 continue
-            if any(b.shape != at_zero.shape or not np.array_equal(b, at_zero) for b in later):
+            if any(
+                b.shape != at_zero.shape or not np.array_equal(b, at_zero, equal_nan=True)
+                for b in later
+            ):
                 return True
     return False
 
@@ -269,8 +275,9 @@ def _immersion_coding(
             if _looks_time_varying(sys, controller.n_state, controller.n_input, params):
                 raise InvalidArgumentError(
                     "sys",
-                    "its updfcn or outfcn changes with t; immerse it with time='public' "
-                    "and pass w=[t] to target.step/output (the cloud then sees t)",
+                    "its updfcn or outfcn gave different results at t = 0, 1 and 37 (same x, y): "
+                    "time-varying; immerse it with time='public' and pass w=[t] to "
+                    "target.step/output/advance (the cloud then sees t)",
                 )
             f, g = SystemFunction(sys.dynamics, params), SystemFunction(sys.output, params)
         else:
