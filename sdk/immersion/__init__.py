@@ -22,11 +22,13 @@ from .errors import (
 from .keygen import draw_keys
 from .keys import Keys, NoiseLaw, load_keys, save_keys
 from .privacy import PrivacyReport
+from .systems import immerse_system
 
 __version__ = "0.1.0"
 
 __all__ = [
     "immerse",
+    "immerse_system",
     "draw_keys",
     "Immersion",
     "TargetAlgorithm",
