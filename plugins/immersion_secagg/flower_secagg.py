@@ -1,111 +1,33 @@
 """Flower's SecAgg+ as the summation step of seed 001: what it computes, at what precision and cost.
 
-Seed 001 gets its differential privacy from the server seeing only ``x = sum_i x_i``. This module runs
-that sum with the SecAgg+ that flwr 1.41 ships, on Flower's simulation runtime (Ray backend), so a
-caller can compare what the server obtains with the exact float64 sum.
+Seed 001 gets its differential privacy from the server seeing only ``x = sum_i x_i``. This module
+runs that sum with the SecAgg+ that flwr 1.41 ships, on Flower's simulation runtime (Ray
+backend): :func:`secagg_sum` (SecAgg+) and :func:`plain_sum` (the same run, the server sees every
+update) return an :class:`AggregationRun` that a caller compares with the exact float64 sum
+(:func:`exact_sums`). The wiring, the exact behaviour read from flwr's source, the measurements
+and the limitations are in ``docs/notes/secagg_flower.md``; ``benchmarks/secagg_flower.py``
+reproduces the measurements.
 
-API: :func:`secagg_sum` (SecAgg+) and :func:`plain_sum` (the same Flower run without SecAgg+; the
-server sees every update) take ``updates(round, user, model) -> np.ndarray`` (called on the virtual
-node whose partition id is ``user``, ``round`` counted from 0, ``model`` the array the server
-broadcast; with ``initial`` and ``step`` it is a training run) and return an :class:`AggregationRun`:
-per round the **sum** over the users that contributed (``sums``; ``None`` if the round was
-halted), the server's raw output (``server_outputs``: the *mean* for SecAgg+), who contributed, and
-timings. :func:`quantization_error_bound` is the guaranteed error of a SecAgg+ sum without clipping.
+Notes
+-----
+SecAgg+ is a fixed-point sum: every coordinate is clipped to ``[-c, c]`` (silently), rounded
+stochastically to a grid of step ``2c / T`` and summed modulo ``M``, so the sum of ``k`` users
+has a worst-case error ``k * 2c / T`` (:func:`quantization_error_bound`) when nothing is clipped,
+and needs ``k * T < M``. A user failing before it sends its masked vector halts the round; each
+mask is expanded from a 32-bit seed by numpy's Mersenne Twister (not a secure deployment). The
+accountant of seed 001 (:mod:`immersion_secagg.accountant`) covers the exact real sum, not the
+quantised one.
 
-How it is wired (flwr 1.41): SecAgg+ exists only for the legacy API. The ServerApp wraps its
-``Context`` in a ``LegacyContext`` with a :class:`~flwr.server.strategy.FedAvg` subclass that keeps
-what reaches ``aggregate_fit``, and runs ``DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(...))``;
-the ClientApp is ``ClientApp(client_fn, mods=[secaggplus_mod])`` with a ``NumPyClient`` whose ``fit``
-returns ``[updates(round, user, model)]``, ``num_examples = 1`` and its partition id as a metric. The
-Message-API ``@app.train()`` functions of :mod:`immersion_fl.flower_engine` cannot be used: the mod
-reads and writes the legacy ``FitRes`` records. Dropouts are injected by a mod in front of
-``secaggplus_mod`` that raises at a chosen stage (``dropouts={(round, user): stage}``).
-
-Exact behaviour (read from ``flwr/common/secure_aggregation/quantization.py``, the mod and the
-workflow), with ``c = clipping_range``, ``T = quantization_range``, ``M = modulus_range``:
-
-* a user multiplies its update by ``round(num_examples / max_weight * T) / T`` (exactly 1 here:
-  ``num_examples = max_weight = 1``), **clips every coordinate to [-c, c]** (silently, no count is
-  reported), maps it to ``(x + c) T / (2c)`` in ``[0, T]`` and rounds it **stochastically** to an
-  integer (up with probability equal to the fractional part, numpy's global unseeded generator: the
-  rounding is unbiased), adds its private mask and pairwise masks mod ``M`` and sends that;
-* the server sums mod ``M``, removes the masks, and returns ``(sum_q * 2c / T - k c) / k`` for the
-  ``k`` users that sent a masked vector: the **mean** over the contributors, never the sum.
-  :func:`secagg_sum` multiplies it by ``k`` to give the sum;
-* so without clipping the error of the sum is, per coordinate, ``|err| < k * 2c / T`` (hard bound)
-  with mean 0 and standard deviation at most ``sqrt(k) * c / T``; a coordinate with ``|x_i| > c``
-  is replaced by ``+-c`` first (a bias of ``|x_i| - c``, unbounded);
-* it needs ``k * T < M`` (else the integer sum wraps around mod ``M`` and the result is garbage,
-  without any error) and ``T < 2**31`` (the rounded values are cast to int32); :func:`secagg_sum`
-  refuses other settings. flwr's docstring says ``M`` must be less than ``2**32`` (its default is
-  ``2**32``); ``M = 2**40`` with ``T = 2**30`` ran correctly here (int64 arithmetic, and the unmasked
-  sum, below ``2**53``, is exact in float64), which gives a 256 times finer step.
-
-``updates`` is shipped to Ray's workers with every message (cloudpickle): a module-level function
-of an importable module, a lambda or closure, or :class:`FixedUpdates` (precomputed values) all work.
-
-Measured (2 CPU cores, Ray's workers limited to ``min(n_users, os.cpu_count())``; 5 users, 650
-float64 values ``+-U(0.1, 1)`` each (RMS of the sum 1.36), 3 rounds; :func:`_measure`):
-
-* defaults ``c = 8``, ``T = 2**22``, ``M = 2**32`` (step ``2c/T = 3.8e-6``): error of the sum over
-  3 x 650 coordinates max 1.34e-5, RMS 3.5e-6 (bound ``5 * 3.8e-6 = 1.9e-5``; the RMS matches the
-  prediction ``sqrt(5/6) * 3.8e-6`` for uniform fractional parts), i.e. ~2.6e-6 of the sum's RMS;
-* ``c = 1``, ``T = 2**22``: max 1.45e-6, RMS 4.3e-7 (bound 2.4e-6);
-* ``c = 1``, ``T = 2**30``, ``M = 2**40``: max 5.5e-9, RMS 1.7e-9 (bound 9.3e-9);
-* clipping, ``c = 0.5`` (about half the values beyond it): max error 1.65, RMS 0.49, no warning;
-* dropouts (``num_shares = 5``, ``reconstruction_threshold = 3``, user 2 fails in round 1): at
-  ``collect_masked_vectors`` (before sending its masked vector) the round aggregates users
-  {0, 1, 3, 4} (its pairwise masks are rebuilt from shares; error as without dropout); at ``unmask``
-  (after sending it) the round aggregates all 5, its private mask rebuilt from the others' shares;
-  at ``setup`` or ``share_keys`` the round is **halted** (no aggregate, ``sums[1] is None``): the
-  other nodes' ``unmask`` raises ``KeyError`` (they hold no share of the dead node's key) and the
-  server then lacks shares. The next round runs normally. Two stage-2 dropouts with threshold 3
-  aggregate the other three; three halt the round (2 active neighbours < 3). With threshold 4, one
-  stage-2 dropout still aggregates (4 active neighbours). A plain run leaves a failing user out;
-* time, one run each, same updates: a round after the first (the first includes starting Ray's
-  workers, 9-14 s) takes 0.104 s plain (one message round trip) and 0.55 s with SecAgg+ defaults
-  (four round trips, X25519 agreements and one mask expansion per neighbour): **ratio ~5.3**
-  (SecAgg+ rounds ranged 0.40-0.87 s over the 11 SecAgg+ runs, so 4-8x). The whole
-  ``run_simulation`` call: 16.4 s plain vs 16.9 s SecAgg+ (ratio 1.03; Ray's start dominates).
-
-Not to be relied on (limitations):
-
-* precision: a fixed-point sum with ``k * 2c / T`` worst-case error; float64 exactness is lost;
-  clipping to ``[-c, c]`` is silent and unbounded in error; ``k * T < M`` caps the number of users
-  (1023 with the defaults);
-* a user that fails at ``setup`` or ``share_keys`` halts the whole round (no aggregate) instead of
-  being left out; only failures at ``collect_masked_vectors`` and ``unmask`` are tolerated, within the
-  threshold. Without ``timeout`` a silent node blocks the round forever;
-* the server learns ``k`` and which users dropped (as any secure aggregation does);
-* each mask is expanded by ``np.random.RandomState`` (Mersenne Twister, not a cryptographic
-  generator) seeded with a **32-bit** XOR fold of the 32-byte secret (``pseudo_rand_gen``), drawn
-  from ``[0, M - 2]`` (``randint(0, M - 1)``: slightly non-uniform mod ``M``). The secrecy of a mask
-  thus rests on a 32-bit seed and a predictable generator, not on the X25519 agreement; we have not
-  tried an attack, but this is not a secure deployment. The rounding uses numpy's global generator;
-* the DP accounting of seed 001 (:mod:`immersion_secagg.accountant`) is for the *exact real* sum
-  ``x = sum_i x_i``. SecAgg+ releases ``sum_i Q(clip(x_i))``, where ``Q`` is the user's stochastic
-  rounding. That is a per-user map applied *before* summation, so the release is **not** a function
-  of ``x`` (plus independent randomness): it depends on the individual ``x_i`` (through which
-  coordinates were clipped and, at the scale of the step, through each fractional part). The
-  post-processing theorem therefore does not carry the accountant's epsilon over to what the
-  server sees, and the per-user maps cannot help either: seed 001 gives no DP for a single ``x_i``.
-  Strictly, the accountant's numbers describe an idealised mechanism. What is true: if no
-  coordinate is clipped, the release is ``x + E`` with ``|E| < k 2c/T`` per coordinate, ``E`` of mean
-  zero and of variance ``sum_i f_i (1 - f_i) (2c/T)^2`` (``f_i`` the fractional parts), so when the
-  Gaussian / WF-NA noise has a standard deviation far above the step ``2c/T`` (3.8e-6 with the
-  defaults) the deviation from the analysed mechanism is tiny, but it is data dependent and not
-  accounted for. For the accountant this means: (1) choose ``c`` so that clipping of a noisy update is a negligible tail
-  event; its probability ``p`` (over the noise, for every data set) would add ``p`` to ``delta``, but
-  only on top of a guarantee for the unclipped quantised sum, which (3) still lacks; (2) use
-  ``Setting.users = k`` (the contributors actually in the sum, which dropouts reduce), not the
-  number invited; (3) a rigorous statement needs an analysis of the discretised mechanism
-  (distributed discrete Gaussian / Skellam-type analyses do this for noise added on the integer
-  lattice, with modular wrap-around); we have not done it for Theorems 2 and 4.
+References
+----------
+J. Zhang, K. Psounis, "Differentially Private Federated Learning without Noise Addition: When is
+it Possible?" (seed 001), Theorems 2 and 4. flwr 1.41:
+``flwr/common/secure_aggregation/quantization.py``, ``flwr.client.mod.secaggplus_mod`` and
+``flwr.server.workflow.SecAggPlusWorkflow``.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -120,7 +42,8 @@ STAGES = ("setup", "share_keys", "collect_masked_vectors", "unmask")
 
 #: ``updates(round, user, model)``: the user's update at the model the server broadcast this round.
 Updates = Callable[[int, int, np.ndarray], np.ndarray]
-#: ``step(model, total, contributors)``: the server's new model from the aggregate (FedSGD: a gradient step).
+#: ``step(model, total, contributors)``: the server's new model from the aggregate (FedSGD: a
+#: gradient step).
 Step = Callable[[np.ndarray, np.ndarray, list[int]], np.ndarray]
 
 
@@ -129,8 +52,8 @@ class AggregationRun:
     """What the ServerApp obtained, round by round.
 
     ``sums[t]``: the sum over ``contributors[t]`` (SecAgg+: the server's mean times the number of
-    contributors), ``None`` if the round was halted; ``server_outputs[t]``: what the workflow handed to
-    the strategy (SecAgg+: the mean; plain: the sum we computed from the individual updates).
+    contributors), ``None`` if the round was halted; ``server_outputs[t]``: what the workflow handed
+    to the strategy (SecAgg+: the mean; plain: the sum we computed from the individual updates).
     ``round_seconds[t]``: the fit workflow of round ``t`` on the ServerApp (messages and crypto);
     ``total_seconds``: the whole ``run_simulation`` call, Ray start included.
     """
@@ -395,10 +318,11 @@ def secagg_sum(
 
     ``num_shares`` (flwr's meaning: neighbours each user shares its secrets with, itself included)
     defaults to every user, ``reconstruction_threshold`` to a majority ``max(2, n_users // 2 + 1)``;
-    flwr rejects an integer threshold that is not below an integer ``num_shares``. ``dropouts[(t, user)] = stage`` makes the
-    user raise at that SecAgg+ stage (one of :data:`STAGES`) of round ``t``. Returns the sums (the
-    server's mean times the contributors), the contributors and timings; a halted round has sum ``None``.
-    With ``initial`` and ``step`` the server broadcasts ``initial``, then after every round the model
+    flwr rejects an integer threshold that is not below an integer ``num_shares``.
+    ``dropouts[(t, user)] = stage`` makes the user raise at that SecAgg+ stage (one of
+    :data:`STAGES`) of round ``t``. Returns the sums (the server's mean times the contributors), the
+    contributors and timings; a halted round has sum ``None``. With ``initial`` and ``step`` the
+    server broadcasts ``initial``, then after every round the model
     ``step(model, sum, contributors)`` (a federated training run); ``run.models`` keeps them.
     """
     if not (isinstance(quantization_range, int) and 0 < quantization_range < 2**31):
@@ -416,7 +340,8 @@ def secagg_sum(
         )
     if not clipping_range > 0:
         raise ValueError("clipping_range must be positive")
-    # flwr wants an integer num_shares > 2 (1.0, a float, means every user) and threshold < num_shares
+    # flwr wants an integer num_shares > 2 (1.0, a float, means every user) and threshold <
+    # num_shares
     shares = (n_users if n_users > 2 else 1.0) if num_shares is None else num_shares
     threshold = (
         max(2, n_users // 2 + 1) if reconstruction_threshold is None else reconstruction_threshold
@@ -450,7 +375,8 @@ def plain_sum(
 ) -> AggregationRun:
     """The same Flower run without SecAgg+: the server receives every update and sums them (the baseline).
 
-    ``dropouts[(t, user)]`` (any stage name, or ``"fit"``) makes the user fail in round ``t``; it is left out.
+    ``dropouts[(t, user)]`` (any stage name, or ``"fit"``) makes the user fail in round ``t``; it is
+    left out.
     """
     return _run(updates, n_users, rounds, secure=False, dropouts=dropouts or {}, settings={})
 
@@ -469,97 +395,3 @@ def exact_sums(
             total = total + np.asarray(updates(t, u, no_model), dtype=np.float64)
         out.append(total)
     return out
-
-
-def _errors(run: AggregationRun, updates: Updates, n_users: int, rounds: int) -> dict[str, float]:
-    done = [t for t in range(rounds) if run.sums[t] is not None]
-    exact = exact_sums(updates, n_users, rounds, run.contributors)
-    diffs = np.concatenate([np.ravel(run.sums[t] - exact[t]) for t in done])
-    return {"max": float(np.max(np.abs(diffs))), "rms": float(np.sqrt(np.mean(diffs**2)))}
-
-
-def _measure(
-    n_users: int = 5, dim: int = 650, rounds: int = 3, seed: int = 1
-) -> None:  # pragma: no cover
-    """The measurements quoted in the module docstring (thirteen Flower runs; about five minutes).
-
-    Round 0 of every run includes starting Ray's workers, so per-round times are those of rounds >= 1.
-    """
-    rng = np.random.default_rng(seed)
-    values = rng.uniform(0.1, 1.0, (rounds, n_users, dim)) * rng.choice(
-        [-1.0, 1.0], (rounds, n_users, dim)
-    )
-    updates = FixedUpdates(values)
-    rms_sum = float(np.sqrt(np.mean(values.sum(axis=1) ** 2)))
-
-    def show(label: str, run: AggregationRun, bound: float | None = None) -> None:
-        ok = [s is not None for s in run.sums]
-        err = _errors(run, updates, n_users, rounds) if any(ok) else {}
-        warm = float(np.mean(run.round_seconds[1:])) if rounds > 1 else float("nan")
-        print(
-            f"{label}: aggregated {ok} contributors {run.contributors} errors {err} bound {bound} "
-            f"(RMS of the sum {rms_sum:.3g}) rounds {[round(x, 3) for x in run.round_seconds]} "
-            f"warm round {warm:.3f} s total {run.total_seconds:.1f} s",
-            flush=True,
-        )
-
-    show("plain", plain_sum(updates, n_users, rounds))
-    for c, q, m in [
-        (8.0, 2**22, 2**32),
-        (1.0, 2**22, 2**32),
-        (1.0, 2**30, 2**40),
-        (0.5, 2**22, 2**32),
-    ]:
-        run = secagg_sum(
-            updates, n_users, rounds, clipping_range=c, quantization_range=q, modulus_range=m
-        )
-        show(
-            f"secagg c={c} T=2**{int(math.log2(q))} M=2**{int(math.log2(m))}",
-            run,
-            quantization_error_bound(n_users, c, q),
-        )
-    for stage in STAGES:
-        run = secagg_sum(
-            updates,
-            n_users,
-            rounds,
-            num_shares=5,
-            reconstruction_threshold=3,
-            dropouts={(1, 2): stage},
-        )
-        show(f"dropout of user 2 in round 1 at {stage} (5 shares, threshold 3)", run)
-    run = secagg_sum(
-        updates,
-        n_users,
-        rounds,
-        num_shares=5,
-        reconstruction_threshold=3,
-        dropouts={(1, 2): "collect_masked_vectors", (1, 4): "collect_masked_vectors"},
-    )
-    show("two dropouts at collect_masked_vectors (5 shares, threshold 3)", run)
-    run = secagg_sum(
-        updates,
-        n_users,
-        rounds,
-        num_shares=5,
-        reconstruction_threshold=4,
-        dropouts={(1, 2): "collect_masked_vectors"},
-    )
-    show("one dropout at collect_masked_vectors (5 shares, threshold 4)", run)
-    run = secagg_sum(
-        updates,
-        n_users,
-        rounds,
-        num_shares=5,
-        reconstruction_threshold=3,
-        dropouts={(1, u): "collect_masked_vectors" for u in (0, 2, 4)},
-    )
-    show("three dropouts at collect_masked_vectors (5 shares, threshold 3)", run)
-    show(
-        "plain, user 2 fails in round 1",
-        plain_sum(updates, n_users, rounds, dropouts={(1, 2): "fit"}),
-    )
-
-
-if __name__ == "__main__":  # pragma: no cover
-    _measure()
