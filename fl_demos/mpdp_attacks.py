@@ -44,12 +44,12 @@ The attacked model is the initial one (``init_weights(sizes, seed)``). In the JS
 directly under ``gradient_inversion`` are batch 1's; ``batch_N`` holds each batch size's details
 (per-trial PSNR, the method that inverted ``Phi``, the noise-to-gradient norm ratio).
 
-Membership inference (Tables 3-4). An MLP is trained without noise (full-batch Adam, 400 steps)
-on 200 members, the union of the clients' data, until it fits them; the perturbed models are
-perturbations of these same weights, so only the effect of the perturbation is measured (not
-that of DP noise during training). The attacker knows half of the members and as many non-members, picks the
-loss threshold that best separates them (Yeom et al.), and is scored on the other half against
-as many unseen non-members: the attack success rate is the balanced accuracy (50% = guessing).
+Membership inference (Tables 3-4). An MLP is trained without noise (full-batch Adam, 400 steps) on
+200 members, the union of the clients' data, until it fits them; the perturbed models are
+perturbations of these same weights, so only the effect of the perturbation is measured (not that of
+DP noise during training). The attacker knows half of the members and as many non-members, picks the
+loss threshold that best separates them (Yeom et al.), and is scored on the other half against as
+many unseen non-members: the attack success rate is the balanced accuracy (50% = guessing).
 
 * ``plain``: the trained model itself, what FedAvg/FedSGD clients hold.
 * ``perturbed``: the perturbed model ``W^hat`` MP-DP clients hold, its outputs
@@ -121,7 +121,8 @@ def log(message: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# gradient inversion (the attacks themselves live in immersion_mpdp.attacks, shared with ``immersion audit``)
+# gradient inversion (the attacks themselves live in immersion_mpdp.attacks, shared with
+# ``immersion audit``)
 
 
 def gradient_inversion(cfg: dict[str, Any], data: Any, seed: int) -> dict[str, Any]:

@@ -3,9 +3,9 @@
 Every property has the same shape: a call with random bad input either works (and then gives finite
 results, decoded within the tolerance) or raises an :class:`immersion.ImmersionError` that names the
 argument; the CLI exits non-zero with a one-line message naming the option and no traceback; and a
-failure leaves nothing half-written on disk. ``tests/test_bad_input.py`` holds the hand-picked cases;
-this file draws them at random, with huge values (1e308), wrong dtypes, shapes and types, NaN and
-inf, and truncated, flipped or re-signed files.
+failure leaves nothing half-written on disk. ``tests/test_bad_input.py`` holds the hand-picked
+cases; this file draws them at random, with huge values (1e308), wrong dtypes, shapes and types, NaN
+and inf, and truncated, flipped or re-signed files.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def g(x: Any, y: Any) -> Any:
 def attempt(call: Callable[[], Any]) -> tuple[Any, ImmersionError | None]:
     """``(result, None)`` or ``(None, error)`` for an :class:`ImmersionError`; anything else propagates.
 
-    numpy's overflow warnings are silenced (pytest turns RuntimeWarning into errors here, a user sees
-    a warning): the property is about what the SDK raises, not what numpy prints.
+    numpy's overflow warnings are silenced (pytest turns RuntimeWarning into errors here, a user
+    sees a warning): the property is about what the SDK raises, not what numpy prints.
     """
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -306,7 +306,8 @@ NUMBER_OPTIONS = [
     "tolerance",
 ]
 CHOICE_OPTIONS = ["noise", "keys", "backend", "dtype", "device", "rng", "secure", "n_public"]
-#: Sizes: small (valid or not), absurd (must be refused before anything is allocated), or not integers.
+#: Sizes: small (valid or not), absurd (must be refused before anything is allocated), or not
+#: integers.
 SIZES = st.one_of(st.integers(-3, 4), st.integers(10**13, 10**40), BAD_SCALARS)
 
 
@@ -540,7 +541,8 @@ def test_results_that_overflow_once_encoded_are_named(
         )
 
 
-#: What a user's f or g may wrongly return: junk types, strings, complex, wrong shapes, NaN, huge values.
+#: What a user's f or g may wrongly return: junk types, strings, complex, wrong shapes, NaN, huge
+#: values.
 RETURNS = st.one_of(
     BAD_SCALARS,
     st.sampled_from(
@@ -828,8 +830,8 @@ def test_resigned_key_files_with_altered_arrays_are_refused_or_still_exact(
     key_blob: tuple[Keys, bytes], tmp_path: Path, data: st.DataObject
 ) -> None:
     """A file with a valid checksum but altered content (another version, a hand-made file): never a raw
-    numpy error, never a silently wrong decode. Before, most such files loaded and failed later inside numpy
-    or decoded garbage."""
+    numpy error, never a silently wrong decode. Before, most such files loaded and failed later
+    inside numpy or decoded garbage."""
     keys, _ = key_blob
     arrays_ = store.key_arrays(keys)
     name = data.draw(st.sampled_from(sorted(arrays_)), label="array")
@@ -1122,8 +1124,8 @@ def test_resigned_siml_job_files_are_refused_or_train_to_a_finite_model(
     siml_job: tuple[Any, Path, bytes, bytes], tmp_path: Path, data: st.DataObject
 ) -> None:
     """The service receives job files from users: altered content with a valid checksum must give a clean
-    error. Before: negative or huge image shapes, NaN or string datasets and a negative order seed ran
-    into torch/numpy errors, and a NaN dataset trained to a NaN model silently."""
+    error. Before: negative or huge image shapes, NaN or string datasets and a negative order seed
+    ran into torch/numpy errors, and a NaN dataset trained to a NaN model silently."""
     from immersion.keys.store import key_arrays, keys_meta
     from immersion_siml.job import JOB_MAGIC
 
@@ -1179,7 +1181,8 @@ def assert_clean_cli(result: Result, option: str, related: set[str] | None = Non
     assert any(name in errors[0] for name in names), f"{errors[0]!r} does not name {option}"
 
 
-#: Values for options: non-numbers, NaN, inf, huge, tiny, negative, empty, flags where values belong.
+#: Values for options: non-numbers, NaN, inf, huge, tiny, negative, empty, flags where values
+#: belong.
 CLI_VALUES = st.one_of(
     st.sampled_from(
         [

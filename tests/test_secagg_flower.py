@@ -55,7 +55,8 @@ def test_secagg_sum_is_the_exact_sum_within_the_quantisation_bound(secagg_run):
         assert np.allclose(
             run.server_outputs[t] * len(run.contributors[t]), got, rtol=0, atol=1e-12
         )
-    # away from the clipped coordinate, the raw float64 sum is matched too; at it, the excess is lost
+    # away from the clipped coordinate, the raw float64 sum is matched too; at it, the excess is
+    # lost
     raw = exact_sums(updates, USERS, ROUNDS, run.contributors)
     keep = np.arange(DIM) != 3
     assert np.max(np.abs(run.sums[0][keep] - raw[0][keep])) < quantization_error_bound(

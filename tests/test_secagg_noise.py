@@ -71,7 +71,7 @@ def _neighbour(
     return [changed] + Gs[1:]
 
 
-# ---------------------------------------------------------------- updates (Assumptions 1-2, Remark 1)
+# -------------------------------------------------------------- updates (Assumptions 1-2, Remark 1)
 
 
 def test_gaussian_sampling_is_the_linear_map_of_eq17():
@@ -217,7 +217,8 @@ def test_wfna_dispatch():
 
 def test_blockwise_wfna_counterexample():
     """Notes 9.7: ``Sigma = [[1, 1], [1, 1]]``, ``sigma2 = 1``, two 1 x 1 blocks. Each block already has
-    variance 1, so a blockwise floor adds nothing and leaves ``lambda_min = 0``; exact WF-NA adds noise."""
+    variance 1, so a blockwise floor adds nothing and leaves ``lambda_min = 0``; exact WF-NA adds
+    noise."""
     G = np.array([[1.0], [1.0]])  # B = D = 1: Sigma = G G^T
     sigma = G @ G.T
     exact = wfna_covariance(G, 1, 1.0)
@@ -326,7 +327,7 @@ def test_gaussian_renyi_divergence_edge_values():
     )  # Sigma_alpha = -eye
 
 
-# ---------------------------------------------------------------- Theorems 2 and 4 against the exact divergence
+# ---------------------------------------------------- Theorems 2 and 4 against the exact divergence
 
 
 @st.composite
@@ -349,9 +350,10 @@ def _federation(draw: st.DrawFn, theorem2: bool) -> dict:
 def test_theorem2_bound_holds_for_exact_divergence():
     """Eq. 22 between neighbouring Assumption 2 aggregates never exceeds eq. 19.
 
-    Aggregate: ``N(sum_j mean_j, sum_j G_j G_j^T / (B D))`` (eqs. 16, 18). The proof (notes section 4)
-    bounds ``D_alpha(M(D) || M(D'))`` with ``Lambda`` of the first argument's datasets; each direction
-    is checked with its own ``Lambda``, only where Assumption 3 holds and ``alpha < D Lambda / C^2``.
+    Aggregate: ``N(sum_j mean_j, sum_j G_j G_j^T / (B D))`` (eqs. 16, 18). The proof (notes section
+    4) bounds ``D_alpha(M(D) || M(D'))`` with ``Lambda`` of the first argument's datasets; each
+    direction is checked with its own ``Lambda``, only where Assumption 3 holds and
+    ``alpha < D Lambda / C^2``.
     """
     ratios: list[float] = []
 
@@ -382,8 +384,9 @@ def test_theorem2_bound_holds_for_exact_divergence():
 
 def test_theorem4_bound_holds_for_exact_divergence():
     """Eq. 22 with WF-NA covariances on both sides (``Sigma_{i,+} = G G^T / (B D) + Delta Sigma``) never
-    exceeds eq. 35, in both directions. ``sigma2`` puts ``alpha`` at a drawn fraction of the positivity
-    range ``alpha < N B D sigma2 / (2 C^2)``. The Loewner claim of eq. 38 is false and is not checked."""
+    exceeds eq. 35, in both directions. ``sigma2`` puts ``alpha`` at a drawn fraction of the
+    positivity range ``alpha < N B D sigma2 / (2 C^2)``. The Loewner claim of eq. 38 is false and is
+    not checked."""
     ratios: list[float] = []
 
     @PROPERTY

@@ -7,7 +7,8 @@ pairwise seeds from X25519 key agreement); the server aggregates and recovers th
 aggregate gradient (MU_Server, Algorithm 3, Eq. 22).
 
 Registers the federated scheme ``mpdp`` (``immersion fl run --scheme mpdp``) and the audit attacks
-``mpdp-output-mask`` and ``gradient-inversion`` (``immersion audit``; :mod:`immersion_mpdp.attacks`).
+``mpdp-output-mask`` and ``gradient-inversion`` (``immersion audit``;
+:mod:`immersion_mpdp.attacks`).
 """
 
 from __future__ import annotations

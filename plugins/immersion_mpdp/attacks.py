@@ -46,7 +46,8 @@ DELTA = 1e-5
 MSE_FLOOR = 1e-10  # PSNR is capped at 100 dB (exact reconstructions)
 BENCH_JSON = Path(__file__).resolve().parents[2] / "docs" / "figures" / "mpdp" / "bench_mpdp.json"
 
-#: verdict thresholds: PSNR gain over guessing the mean digit (dB), argmax agreement with the true model
+#: verdict thresholds: PSNR gain over guessing the mean digit (dB), argmax agreement with the true
+#: model
 LEAK_DB, RESIST_DB = 10.0, 2.0
 LEAK_AGREEMENT, RESIST_AGREEMENT_MARGIN = 0.95, 0.05
 
@@ -503,8 +504,9 @@ def run_output_mask(*, quick: bool = False, seed: int = 0) -> list[AttackResult]
     """``mpdp-output-mask``: a client regresses the output mask out of ``W_hat`` (see the module docstring).
 
     Rows: a trained 64-64-10 model; a trained 64-32-32-10 model (L = 3, transitional layers inside);
-    and the mitigation row ``fresh keys every round`` along a FedSGD trajectory (MP-DP with noise off
-    trains exactly this model, ``tests/test_mpdp.py``), attacked each round under that round's keys.
+    and the mitigation row ``fresh keys every round`` along a FedSGD trajectory (MP-DP with noise
+    off trains exactly this model, ``tests/test_mpdp.py``), attacked each round under that round's
+    keys.
     """
     with single_thread():
         return _run_output_mask(quick, seed)

@@ -158,7 +158,8 @@ def add_pair_terms(
     noise: NoiseSettings,
 ) -> None:
     """Add, in place, what ``me`` puts into its upload for its pair with ``peer``: ``+Delta`` if
-    ``me < peer`` else ``-Delta`` (Eq. 17), and the pair's 64-bit mask with the same sign (mod 2^64)."""
+    ``me < peer`` else ``-Delta`` (Eq. 17), and the pair's 64-bit mask with the same sign (mod
+    2^64)."""
     if noise.sigma_delta > 0:
         grad += _sign(me, peer) * pair_delta(
             seeds["delta"], noise.sigma_delta, layout.gradient_size

@@ -2,7 +2,8 @@
 
 Every virtual node is one :class:`~immersion_mpdp.protocol.MpdpClient`; the ServerApp holds the
 :class:`~immersion_mpdp.protocol.MpdpServer`. Messages of round ``t`` (retry ``attempt``), each one
-``grid.send_and_receive`` (message type ``train``, the phase in ``config["kind"]`` as ``mpdp/<phase>``):
+``grid.send_and_receive`` (message type ``train``, the phase in ``config["kind"]`` as
+``mpdp/<phase>``):
 
 1. ``advertise``: the node makes its key pair for ``(t, attempt)`` and answers with its public key
    (32 bytes as a uint8 array) and its partition id;

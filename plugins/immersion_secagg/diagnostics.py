@@ -10,11 +10,12 @@
 * :func:`in_span`: Theorem 1's necessary condition, is a replacement gradient in the span of all
   users' gradients? **Test-only**: it needs every user's individual gradients, which secure
   aggregation exists to hide; running it at the server breaks secure aggregation (Remark 2);
-* :func:`gaussian_renyi_divergence`: ``D_alpha(N(mu1, cov1) || N(mu2, cov2))`` in closed form (eq. 22,
-  Gil et al. 2013), to check eqs. 19 and 35 against the exact divergence of neighbouring aggregates.
+* :func:`gaussian_renyi_divergence`: ``D_alpha(N(mu1, cov1) || N(mu2, cov2))`` in closed form (eq.
+  22, Gil et al. 2013), to check eqs. 19 and 35 against the exact divergence of neighbouring
+  aggregates.
 
-Note that ``lambda_min`` of a user's covariance is data-dependent (notes 9.9): these functions are for
-analysis and tests, not for release.
+Note that ``lambda_min`` of a user's covariance is data-dependent (notes 9.9): these functions are
+for analysis and tests, not for release.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def lemma2_holds(G: np.ndarray, clip: float) -> bool:
 def covariance_is_singular(G: np.ndarray) -> bool:
     """Over-parameterisation check (notes 6(d)): ``rank(G) < K``, so ``Sigma_i = G G^T / D`` is singular.
 
-    Then Assumption 3 fails and Theorem 2 is inapplicable; ``rank <= D``, so this is always true when
-    ``D < K``. The rank uses NumPy's default SVD tolerance.
+    Then Assumption 3 fails and Theorem 2 is inapplicable; ``rank <= D``, so this is always true
+    when ``D < K``. The rank uses NumPy's default SVD tolerance.
 
     Examples
     --------
@@ -67,8 +68,8 @@ def covariance_is_singular(G: np.ndarray) -> bool:
 def min_eigenvalue_sum(Gs: Sequence[np.ndarray]) -> float:
     """``Lambda = sum_i lambda_min(G_i G_i^T / D_i)`` over users (Theorem 2, eq. 19; eq. 16 convention).
 
-    Computed from the smallest singular value of each ``G_i`` (``0`` when ``D_i < K``), which is more
-    accurate than an eigensolver on ``G_i G_i^T`` for small eigenvalues.
+    Computed from the smallest singular value of each ``G_i`` (``0`` when ``D_i < K``), which is
+    more accurate than an eigensolver on ``G_i G_i^T`` for small eigenvalues.
 
     Examples
     --------

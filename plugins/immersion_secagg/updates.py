@@ -147,8 +147,9 @@ def iid_sampling_update(G: np.ndarray, batch: int, rng: np.random.Generator) -> 
 def gaussian_sampling_update(G: np.ndarray, batch: int, rng: np.random.Generator) -> np.ndarray:
     """Gaussian sampling (Assumption 2, eq. 17): ``x = (1/D) sum_j g_j + G xi / sqrt(B D)``, ``xi ~ N(0, I_D)``.
 
-    The update is ``N(mean, G G^T / (B D))``: the eq. 16 covariance ``Sigma_i = G G^T / D`` over ``B``,
-    whose sum over users is the aggregate covariance of eq. 18. ``O(K D)``; no ``K x K`` matrix.
+    The update is ``N(mean, G G^T / (B D))``: the eq. 16 covariance ``Sigma_i = G G^T / D`` over
+    ``B``, whose sum over users is the aggregate covariance of eq. 18. ``O(K D)``; no ``K x K``
+    matrix.
 
     Parameters
     ----------

@@ -7,16 +7,17 @@ eigendecomposition ``Sigma_i = U diag(lambda) U^T``, WF-NA floors every eigenval
 
     ``n ~ N(0, Delta Sigma)``,  ``Delta Sigma = Sigma_{i,+} - Sigma_i = U diag((sigma2 - lambda)_+) U^T``
 
-(step 4). Combined with Gaussian sampling (:func:`immersion_secagg.updates.gaussian_sampling_update`,
-independent of ``n``) the user's update has covariance ``Sigma_{i,+} >= sigma2 I``: the GSGD-DP
-mechanism of Theorem 4 (eq. 35). Noise goes only along eigen-directions with ``lambda < sigma2``,
-``sigma2`` exactly along the null space of ``G^T``, and ``tr(Delta Sigma) <= K sigma2``.
+(step 4). Combined with Gaussian sampling
+(:func:`immersion_secagg.updates.gaussian_sampling_update`, independent of ``n``) the user's update
+has covariance ``Sigma_{i,+} >= sigma2 I``: the GSGD-DP mechanism of Theorem 4 (eq. 35). Noise goes
+only along eigen-directions with ``lambda < sigma2``, ``sigma2`` exactly along the null space of
+``G^T``, and ``tr(Delta Sigma) <= K sigma2``.
 
 Two exact samplers:
 
 * :func:`wfna_noise_full`: ``eigh`` of the ``K x K`` matrix, ``O(K^2 D + K^3)``;
-* :func:`wfna_noise_lowrank` (notes 6(b)): the thin SVD ``G = U_r S V_r^T`` gives ``lambda = s^2/(B D)``
-  on ``span(U_r)`` and ``0`` on its complement, so with ``z ~ N(0, I_K)``
+* :func:`wfna_noise_lowrank` (notes 6(b)): the thin SVD ``G = U_r S V_r^T`` gives
+  ``lambda = s^2/(B D)`` on ``span(U_r)`` and ``0`` on its complement, so with ``z ~ N(0, I_K)``
   ``n = sigma (z - U_r U_r^T z) + U_r (sqrt((sigma2 - lambda)_+) * U_r^T z)``, of covariance
   ``sigma2 (I - U_r U_r^T) + U_r diag((sigma2 - lambda)_+) U_r^T = Delta Sigma`` exactly, in
   ``O(K D^2)``: the over-parameterised case ``D < K`` never forms a ``K x K`` matrix.
@@ -26,8 +27,8 @@ Two exact samplers:
 Not implemented, on purpose: the paper's blockwise approximation (split the coordinates into ``k``
 blocks and floor each block's covariance separately). It ignores the cross-block covariance and does
 *not* keep the guarantee (notes 9.7): for ``Sigma = [[1, 1], [1, 1]]``, ``sigma2 = 1`` and two 1 x 1
-blocks, each block already has variance ``1 >= sigma2`` so no noise is added, yet the total covariance
-has ``lambda_min = 0``; exact WF-NA adds variance 1 along ``(1, -1)/sqrt(2)``.
+blocks, each block already has variance ``1 >= sigma2`` so no noise is added, yet the total
+covariance has ``lambda_min = 0``; exact WF-NA adds variance 1 along ``(1, -1)/sqrt(2)``.
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ def wfna_noise_full(
 ) -> np.ndarray:
     """WF-NA noise ``n ~ N(0, Delta Sigma)`` by a full eigendecomposition of ``G G^T / (B D)`` (section 5.1).
 
-    ``n = U (sqrt((sigma2 - lambda)_+) * z)`` with ``z ~ N(0, I_K)`` (one ``standard_normal(K)`` draw).
-    ``O(K^2 D + K^3)`` time and ``O(K^2)`` memory.
+    ``n = U (sqrt((sigma2 - lambda)_+) * z)`` with ``z ~ N(0, I_K)`` (one ``standard_normal(K)``
+    draw). ``O(K^2 D + K^3)`` time and ``O(K^2)`` memory.
 
     Examples
     --------
@@ -110,8 +111,9 @@ def wfna_noise_lowrank(
 ) -> np.ndarray:
     """WF-NA noise ``n ~ N(0, Delta Sigma)`` from the thin SVD of ``G`` (notes 6(b)); exact, ``O(K D^2)``.
 
-    With ``G = U_r S V_r^T``, ``lambda = s^2 / (B D)`` and ``z ~ N(0, I_K)`` (one ``standard_normal(K)``
-    draw): ``n = sigma (z - U_r U_r^T z) + U_r (sqrt((sigma2 - lambda)_+) * U_r^T z)``, whose covariance
+    With ``G = U_r S V_r^T``, ``lambda = s^2 / (B D)`` and ``z ~ N(0, I_K)`` (one
+    ``standard_normal(K)`` draw):
+    ``n = sigma (z - U_r U_r^T z) + U_r (sqrt((sigma2 - lambda)_+) * U_r^T z)``, whose covariance
     ``sigma2 (I - U_r U_r^T) + U_r diag((sigma2 - lambda)_+) U_r^T`` equals :func:`wfna_covariance`.
 
     Examples

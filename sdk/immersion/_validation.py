@@ -58,7 +58,8 @@ def probability(name: str, value: Any) -> float:
     return out
 
 
-#: dtype kinds accepted as numbers: bool, signed/unsigned integer, float, and object (checked entry by entry).
+#: dtype kinds accepted as numbers: bool, signed/unsigned integer, float, and object (checked entry
+#: by entry).
 _NUMERIC_KINDS = "biufO"
 
 
@@ -139,8 +140,8 @@ def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> str:
 def finite_result(backend: Any, name: str, value: Any, what: str) -> Any:
     """``value`` (a result computed from finite inputs) if finite; else a :class:`NonFiniteError` naming ``name``.
 
-    Huge but finite inputs can overflow to inf (or NaN) once multiplied by the keys: that must raise,
-    not propagate.
+    Huge but finite inputs can overflow to inf (or NaN) once multiplied by the keys: that must
+    raise, not propagate.
     """
     if backend.all_finite(value):
         return value

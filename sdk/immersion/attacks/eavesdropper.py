@@ -1,8 +1,8 @@
 """An eavesdropper on the user-cloud link of ``immerse(f, g)``: many encoded inputs under one key.
 
-Seed 002 encodes every input as ``y~_k = Pi1 y_k + N1 s_k`` (eq. 16) with fresh noise ``s_k`` but one
-key ``(Pi1, N1)``; Theorem 1 makes each *entry* of one ``y~_k`` epsilon-DP. A stream of encodings
-under one key is another matter (THREAT_MODEL.md, "Eavesdropper that collects many y~_k"):
+Seed 002 encodes every input as ``y~_k = Pi1 y_k + N1 s_k`` (eq. 16) with fresh noise ``s_k`` but
+one key ``(Pi1, N1)``; Theorem 1 makes each *entry* of one ``y~_k`` epsilon-DP. A stream of
+encodings under one key is another matter (THREAT_MODEL.md, "Eavesdropper that collects many y~_k"):
 
 * ``subspace``: the noise lives in the fixed ``extra_input``-dimensional subspace ``range(N1)``
   with a variance about ``1/epsilon^2`` times the signal's, so the top principal directions of
@@ -479,7 +479,8 @@ def _kpa_verdict(value: float) -> str:
 
 def run_known_plaintext(quick: bool = False, seed: int = 0) -> list[AttackResult]:
     """``known-plaintext`` rows: one key (error against the number of pairs), rotation every ``n~ - 1``
-    steps (all pairs of each key known), (vector y) every ``extra_input`` steps, (scalar y) every ``2 n~``."""
+    steps (all pairs of each key known), (vector y) every ``extra_input`` steps, (scalar y) every
+    ``2 n~``."""
     b = _budget(quick)
     seeds = np.random.SeedSequence(seed + 1).spawn(8)
     rows = []

@@ -12,8 +12,9 @@ import math
 import dp_accounting as dpa
 from dp_accounting import pld, rdp
 
-#: Above this many steps the Laplace composition uses the advanced composition theorem (Kairouz et al. 2015,
-#: valid and a little looser) instead of the PLD accountant, whose cost grows with the number of steps.
+#: Above this many steps the Laplace composition uses the advanced composition theorem (Kairouz et
+#: al. 2015, valid and a little looser) instead of the PLD accountant, whose cost grows with the
+#: number of steps.
 PLD_MAX_STEPS = 100_000
 
 

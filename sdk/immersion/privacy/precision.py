@@ -64,8 +64,9 @@ def predict_decode_error(
     common = dict(sigma=law.scale, mean=law.mean, n_noise=keys.input_code.n_noise, noise=law.kind)
     m_in = _largest_entry(keys.input_stats.l2_noise, **common)  # type: ignore[arg-type]
     m_out = _largest_entry(keys.mask_noise_row_norms, **common)  # type: ignore[arg-type]
-    # Pi4 y~ keeps the rounding error of y~ (about unit_roundoff * m_in per entry) times the mask: negligible
-    # unless the mask is huge (epsilon_input >> epsilon_output), where it swamps u~ (measured, see tests).
+    # Pi4 y~ keeps the rounding error of y~ (about unit_roundoff * m_in per entry) times the mask:
+    # negligible unless the mask is huge (epsilon_input >> epsilon_output), where it swamps u~
+    # (measured, see tests).
     y_entry = m_in + float(
         np.max(keys.input_stats.l1_signal)
     )  # noise and data parts of an entry of y~
