@@ -262,8 +262,9 @@ def membership_inference(cfg: dict[str, Any], data: Any, seed: int) -> dict[str,
         [rng.permutation(n) < n // 2, rng.permutation(n) < n // 2]
     )  # attacker's half
     log(
-        f"membership: trained {sizes} on {n} members in {time.perf_counter() - tick:.1f} s, "
-        f"train accuracy {accuracy(weights, xm, ym):.3f}, non-member accuracy {accuracy(weights, xn, yn):.3f}"
+        f"membership: trained {sizes} on {n} members in {time.perf_counter() - tick:.1f} s, train "
+        f"accuracy {accuracy(weights, xm, ym):.3f}, non-member accuracy "
+        f"{accuracy(weights, xn, yn):.3f}"
     )
 
     def asr(outputs: torch.Tensor) -> float:

@@ -419,7 +419,8 @@ def test_any_accepted_privacy_target_decodes_within_the_tolerance(
         return
     error = decode_error(imm)
     assert error <= 1e-6, (
-        f"accepted, then decoded with error {error:.3g} (predicted {imm.report().decode_error_bound:.3g})"
+        f"accepted, then decoded with error {error:.3g} (predicted "
+        f"{imm.report().decode_error_bound:.3g})"
     )
 
 

@@ -40,13 +40,14 @@ def immersion_register_attacks() -> list[AttackSpec]:
             "mpdp-output-mask",
             ("mpdp",),
             run_output_mask,
-            "a client regresses the output mask out of W_hat (least-squares r) and gets the model's function",
+            "a client regresses the output mask out of W_hat (least-squares r) and gets the "
+            "model's function",
         ),
         AttackSpec(
             "gradient-inversion",
             ("fedavg", "mpdp"),
             run_gradient_inversion,
-            "DLG on a one-image client: FedSGD gradient, MP-DP upload (noise off / epsilon 1), Phi clear / "
-            "masked sum",
+            "DLG on a one-image client: FedSGD gradient, MP-DP upload (noise off / epsilon 1), "
+            "Phi clear / masked sum",
         ),
     ]

@@ -537,8 +537,10 @@ def _run_output_mask(quick: bool, seed: int) -> list[AttackResult]:
         "clients": n_clients,
         "what_client_uses": "W_hat of the round and forward passes on its own labelled "
         "shard (no gradient, no other client's data)",
-        "baseline_is": "argmax agreement of the raw W_hat outputs y_hat = y + alpha r with the true model",
-        "estimator": "r_est = sum_i alpha_i (y_hat_i - t_i) / sum_i alpha_i^2 (least squares, notes 10.11(d))",
+        "baseline_is": "argmax agreement of the raw W_hat outputs y_hat = y + alpha r with the "
+        "true model",
+        "estimator": "r_est = sum_i alpha_i (y_hat_i - t_i) / sum_i alpha_i^2 (least squares, "
+        "notes 10.11(d))",
     }
     rows = []
     for sizes in ((64, 64, N_CLASSES), (64, 32, 32, N_CLASSES)):
@@ -575,8 +577,9 @@ def _run_output_mask(quick: bool, seed: int) -> list[AttackResult]:
                     "key_draws": cfg["key_draws"],
                     "agreement_min_over_draws": min(t["agreement"] for t in trials),
                     "agreement_by_client_samples": by_samples,
-                    "mitigation": "none in seed 004: Theorem 7 covers the exact weights only, not the model's "
-                    "function; the client gets alpha for every input from W_hat, so y_hat - alpha r_est is available",
+                    "mitigation": "none in seed 004: Theorem 7 covers the exact weights only, not "
+                    "the model's function; the client gets alpha for every input "
+                    "from W_hat, so y_hat - alpha r_est is available",
                 },
             )
         )
@@ -633,12 +636,13 @@ def _fresh_keys_row(
         cost="none: the scheme already draws one-time keys each round",
         detail={
             **common,
-            "model": f"bias-free ReLU MLP 64-{hidden[0]}-10, FedSGD (10 clients, batch 32, lr {lr}), "
-            "the model MP-DP trains with noise off",
+            "model": f"bias-free ReLU MLP 64-{hidden[0]}-10, FedSGD (10 clients, batch 32, lr "
+            f"{lr}), the model MP-DP trains with noise off",
             "per_round": per_round,
-            "finding": "fresh keys do not limit the attack: one forward pass over the client's data re-estimates "
-            "each round's r. The estimate assumes the model fits the client's labels, so it is poor on early "
-            "(untrained) models and close to exact once the model is trained",
+            "finding": "fresh keys do not limit the attack: one forward pass over the client's "
+            "data re-estimates each round's r. The estimate assumes the model fits the "
+            "client's labels, so it is poor on early (untrained) models and close to "
+            "exact once the model is trained",
         },
     )
 
@@ -689,8 +693,8 @@ def noise_cost(epsilon: float = 1.0, path: Path = BENCH_JSON) -> tuple[str, dict
     timing = bench.get("timing", {}).get("masked", {})
     if "round_time_ratio" in timing:
         parts.append(
-            f"round time x{timing['round_time_ratio']:.1f} FedSGD (the whole scheme with masked corrections, "
-            "not the noise alone)"
+            f"round time x{timing['round_time_ratio']:.1f} FedSGD (the whole scheme with masked "
+            "corrections, not the noise alone)"
         )
     if not parts:
         return f"not measured (no epsilon={epsilon:g} run in bench_mpdp.json)", {}
@@ -792,8 +796,8 @@ def _run_gradient_inversion(quick: bool, seed: int) -> list[AttackResult]:
         "clients_per_round": k,
         "batch": 1,
         "baseline_is": "PSNR of guessing the mean training digit",
-        "attack": f"DLG/iDLG with L-BFGS ({cfg['restarts']} restarts, {cfg['lbfgs_iter']} iterations) and an "
-        "analytic start; algebraic inversion for Phi",
+        "attack": f"DLG/iDLG with L-BFGS ({cfg['restarts']} restarts, {cfg['lbfgs_iter']} "
+        "iterations) and an analytic start; algebraic inversion for Phi",
         "seconds_attack_total": seconds,
     }
 
@@ -865,8 +869,9 @@ def _run_gradient_inversion(quick: bool, seed: int) -> list[AttackResult]:
             mitigation=eps1 + ", masked corrections (this SDK's default)",
             extra={
                 "methods": methods["phi_sum"],
-                "note": "masking removes the per-client channel, not the leak of the "
-                "noise-free sum; the algebraic step costs 2^N for N images in the round (not run above 16)",
+                "note": "masking removes the per-client channel, not the leak of the noise-free "
+                "sum; the algebraic step costs 2^N for N images in the round (not run "
+                "above 16)",
             },
         ),
     ]

@@ -181,7 +181,10 @@ def upload_problem(upload: Any, layout: Layout, masked: bool) -> str | None:
     if upload.corrections.shape != want or upload.corrections.dtype != (
         np.uint64 if masked else np.float64
     ):
-        return f"corrections of shape {upload.corrections.shape} ({upload.corrections.dtype}), expected {want}"
+        return (
+            f"corrections of shape {upload.corrections.shape} ({upload.corrections.dtype}), "
+            f"expected {want}"
+        )
     if not np.isfinite(upload.gradient).all() or (
         not masked and not np.isfinite(upload.corrections).all()
     ):

@@ -268,7 +268,8 @@ def flower_round(
         phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
         return sorted(uploads), [uploads[k] for k in sorted(uploads)]
     raise RuntimeError(
-        f"round {t}: aborted {engine.MAX_ATTEMPTS} times; see the log for the clients that did not answer"
+        f"round {t}: aborted {engine.MAX_ATTEMPTS} times; see the log for the clients that did "
+        "not answer"
     )
 
 

@@ -327,7 +327,8 @@ def secagg_sum(
     """
     if not (isinstance(quantization_range, int) and 0 < quantization_range < 2**31):
         raise ValueError(
-            "quantization_range must be an integer in (0, 2**31): the rounded values are cast to int32"
+            "quantization_range must be an integer in (0, 2**31): the rounded values are cast to "
+            "int32"
         )
     if n_users * quantization_range >= modulus_range:
         raise ValueError(
@@ -336,7 +337,8 @@ def secagg_sum(
         )
     if modulus_range > 2**53:
         raise ValueError(
-            "modulus_range must be at most 2**53 (the unmasked integer sum is dequantised in float64)"
+            "modulus_range must be at most 2**53 (the unmasked integer sum is dequantised in "
+            "float64)"
         )
     if not clipping_range > 0:
         raise ValueError("clipping_range must be positive")

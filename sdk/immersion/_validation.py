@@ -16,7 +16,7 @@ _SMALL = 64
 
 
 def all_finite(arr: np.ndarray) -> bool:
-    """True if every entry of a float array is finite (fast for the small vectors of control loops)."""
+    """True if every entry of a float array is finite (fast for a control loop's small vectors)."""
     if arr.size <= _SMALL:
         return all(map(math.isfinite, arr.ravel().tolist()))
     return bool(np.isfinite(arr).all())
@@ -32,7 +32,7 @@ def positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
 
 
 def as_float(value: Any) -> float:
-    """``float(value)``, with ``inf`` for an integer beyond float64 (instead of an OverflowError)."""
+    """``float(value)``, ``inf`` for an integer beyond float64 (instead of an OverflowError)."""
     try:
         return float(value)
     except OverflowError:
@@ -138,7 +138,7 @@ def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> str:
 
 
 def finite_result(backend: Any, name: str, value: Any, what: str) -> Any:
-    """``value`` (a result computed from finite inputs) if finite; else a :class:`NonFiniteError` naming ``name``.
+    """``value`` (computed from finite inputs) if finite, else a :class:`NonFiniteError` naming it.
 
     Huge but finite inputs can overflow to inf (or NaN) once multiplied by the keys: that must
     raise, not propagate.
@@ -159,7 +159,10 @@ def physical_memory() -> float:
 
 
 def vector_fits(name: str, value: int, entries: int, what: str = "one encoded vector") -> None:
-    """Refuse sizes for which ``what`` (``entries`` float64 numbers) could not fit in memory, naming ``name``."""
+    """Refuse sizes for which ``what`` (``entries`` float64 numbers) could not fit in memory.
+
+    The error names ``name``.
+    """
     memory = physical_memory()
     if 8 * entries > memory:
         raise InvalidArgumentError(

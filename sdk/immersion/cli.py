@@ -72,8 +72,9 @@ def bench_core_cmd(steps: int, repeats: int, quick: bool, as_json: bool) -> None
     click.echo(" ".join(f"{h:>{w}}" for h, w in zip(header, (8, 6, 13, 10, 12, 8, 8), strict=True)))
     for r in result["results"]:
         click.echo(
-            f"{r['n_state']:>8} {r['keys']:>6} {r['workload']:>13} {r['plain_step_s'] * 1e6:>10.1f} "
-            f"{r['immersed_step_s'] * 1e6:>12.1f} {r['step_time_ratio']:>8.2f} {r['key_bytes'] / 1e6:>8.2f}"
+            f"{r['n_state']:>8} {r['keys']:>6} {r['workload']:>13} "
+            f"{r['plain_step_s'] * 1e6:>10.1f} {r['immersed_step_s'] * 1e6:>12.1f} "
+            f"{r['step_time_ratio']:>8.2f} {r['key_bytes'] / 1e6:>8.2f}"
         )
 
 
@@ -122,8 +123,8 @@ def audit_cmd(
     click.echo(" | ".join(header))
     for r in result["attacks"]:
         click.echo(
-            f"{r['attack']} | {r['scheme']} | {r['mitigation'] or '-'} | {r['metric']} | {r['value']:.4g} | "
-            f"{r['baseline']:.4g} | {r['verdict']}"
+            f"{r['attack']} | {r['scheme']} | {r['mitigation'] or '-'} | {r['metric']} | "
+            f"{r['value']:.4g} | {r['baseline']:.4g} | {r['verdict']}"
         )
 
 

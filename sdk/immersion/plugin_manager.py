@@ -53,7 +53,8 @@ class Registry:
             for spec in batch:
                 if spec.name in out and not force:
                     raise PluginError(
-                        f"two plugins register the {kind} {spec.name!r}; rename one or pass force=True"
+                        f"two plugins register the {kind} {spec.name!r}; rename one or pass "
+                        "force=True"
                     )
                 out[spec.name] = spec
         return out

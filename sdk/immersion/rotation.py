@@ -268,7 +268,10 @@ class RotatingImmersion:
         return u, xt
 
     def __repr__(self) -> str:
-        return f"RotatingImmersion(rotate_keys_every={self.rotate_keys_every}, period={self.period}, {self.current.keys!r})"
+        return (
+            f"RotatingImmersion(rotate_keys_every={self.rotate_keys_every}, "
+            f"period={self.period}, {self.current.keys!r})"
+        )
 
 
 __all__ = ["RotatingImmersion", "RotatingTarget", "KeyRotation", "public_target_bytes"]

@@ -369,9 +369,10 @@ def rotation_cost(case: _Case, k: int, *, steps: int, repeats: int, seed: int) -
 def _cost_text(cost: dict[str, Any]) -> str:
     return (
         f"step time x{cost['step_time_ratio']:.1f} ({cost['step_us_rotating']:.0f} us vs "
-        f"{cost['step_us_plain']:.0f} us per closed-loop step; one key draw, {cost['rotation_ms']:.2f} ms, "
-        f"every {cost['rotate_keys_every']} steps), {cost['bytes_per_rotation']} bytes per rotation "
-        "(public target matrices, over the trusted set-up channel)"
+        f"{cost['step_us_plain']:.0f} us per closed-loop step; one key draw, "
+        f"{cost['rotation_ms']:.2f} ms, every {cost['rotate_keys_every']} steps), "
+        f"{cost['bytes_per_rotation']} bytes per rotation (public target matrices, over the "
+        "trusted set-up channel)"
     )
 
 
@@ -449,11 +450,13 @@ def run_subspace(quick: bool = False, seed: int = 0) -> list[AttackResult]:
             detail.update(
                 cost=cost,
                 note=(
-                    f"{k} samples per key <= extra_input: PCA attributes everything to noise, nothing is left (the "
-                    "attack's estimate is exactly zero; the baseline's per-key oracle fit is generous at so few samples)"
+                    f"{k} samples per key <= extra_input: PCA attributes everything to noise, "
+                    "nothing is left (the attack's estimate is exactly zero; the baseline's "
+                    "per-key oracle fit is generous at so few samples)"
                     if k <= EXTRA_INPUT
-                    else f"{k} samples per key > extra_input: within each key period PCA still finds the noise subspace; "
-                    "the attacker gets y up to a per-period scale (the value assumes the scales known)"
+                    else f"{k} samples per key > extra_input: within each key period PCA still "
+                    "finds the noise subspace; the attacker gets y up to a per-period scale "
+                    "(the value assumes the scales known)"
                 ),
             )
             rows.append(
@@ -519,8 +522,9 @@ def run_known_plaintext(quick: bool = False, seed: int = 0) -> list[AttackResult
                     "fresh_encodings": len(fresh_y),
                     "error_by_number_of_pairs": by_pairs,
                     "baseline_is": "relative error of predicting the mean of the known y's",
-                    "note": "n~ pairs give L = Pi1_left (exact); with fewer, L is not unique and the minimum-norm one "
-                    "has L N1 != 0, though between extra_input and n~ pairs it can still recover part of y",
+                    "note": "n~ pairs give L = Pi1_left (exact); with fewer, L is not unique and "
+                    "the minimum-norm one has L N1 != 0, though between extra_input and "
+                    "n~ pairs it can still recover part of y",
                 },
             )
         )
@@ -545,18 +549,19 @@ def run_known_plaintext(quick: bool = False, seed: int = 0) -> list[AttackResult
             cost = rotation_cost(case, k, steps=b["steps"], repeats=b["repeats"], seed=seed)
             if k <= EXTRA_INPUT:
                 note = (
-                    f"{k} pairs per key <= extra_input: least squares is underdetermined and its L has "
-                    "L N1 != 0: it decodes mostly noise"
+                    f"{k} pairs per key <= extra_input: least squares is underdetermined and its "
+                    "L has L N1 != 0: it decodes mostly noise"
                 )
             elif k < n_tot:
                 note = (
-                    f"{k} pairs per key: fewer than n~ = {n_tot} but more than extra_input = {EXTRA_INPUT}: L is "
-                    "not exact, yet it recovers part of y (a partial decode, not a failure)"
+                    f"{k} pairs per key: fewer than n~ = {n_tot} but more than extra_input = "
+                    f"{EXTRA_INPUT}: L is not exact, yet it recovers part of y (a partial decode, "
+                    "not a failure)"
                 )
             else:
                 note = (
-                    f"{k} samples per key > n~ = {n_tot}: {n_tot} known pairs decode the other {k - n_tot} "
-                    "samples of their key period exactly"
+                    f"{k} samples per key > n~ = {n_tot}: {n_tot} known pairs decode the other "
+                    f"{k - n_tot} samples of their key period exactly"
                 )
             rows.append(
                 AttackResult(
@@ -597,6 +602,7 @@ def attack_specs() -> list[AttackSpec]:
             "known-plaintext",
             (SCHEME,),
             run_known_plaintext,
-            "eavesdropper: least squares on n_input + extra_input known (y, y~) pairs gives Pi1_left",
+            "eavesdropper: least squares on n_input + extra_input known (y, y~) pairs gives "
+            "Pi1_left",
         ),
     ]

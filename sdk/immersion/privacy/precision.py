@@ -119,8 +119,8 @@ def refuse_infeasible_precision(
         return
     if targets is None:
         raise PrecisionError(
-            f"tolerance: these keys' noise gives a predicted decode error {predicted:.3g} in {dtype}, above "
-            f"tolerance {tolerance:.3g}",
+            f"tolerance: these keys' noise gives a predicted decode error {predicted:.3g} in "
+            f"{dtype}, above tolerance {tolerance:.3g}",
             smallest_feasible_epsilon_input=math.nan,
             smallest_feasible_epsilon_output=math.nan,
         )
@@ -128,10 +128,9 @@ def refuse_infeasible_precision(
     floor = predicted_at(1e15)  # noise negligible: what rounding alone costs
     if floor >= goal:
         raise PrecisionError(
-            f"tolerance: no epsilon at this epsilon_input/epsilon_output ratio can meet tolerance {tolerance:.3g} "
-            f"in {dtype}: even negligible noise leaves a "
-            f"predicted rounding error of {floor:.3g}. Raise tolerance"
-            f"{' or use float64' if dtype != 'float64' else ''}.",
+            "tolerance: no epsilon at this epsilon_input/epsilon_output ratio can meet tolerance "
+            f"{tolerance:.3g} in {dtype}: even negligible noise leaves a predicted rounding error "
+            f"of {floor:.3g}. Raise tolerance{' or use float64' if dtype != 'float64' else ''}.",
             smallest_feasible_epsilon_input=math.nan,
             smallest_feasible_epsilon_output=math.nan,
         )
@@ -144,10 +143,11 @@ def refuse_infeasible_precision(
     eps_in, eps_out = targets.epsilon_input, targets.epsilon_output
     raise PrecisionError(
         f"tolerance: epsilon_input={eps_in:.3g}, epsilon_output={eps_out:.3g} need noise so large "
-        f"that the predicted decode error in {dtype} is {predicted:.3g} > tolerance {tolerance:.3g}. The smallest "
-        f"feasible epsilons at this ratio are about epsilon_input={eps_in * factor:.3g}, "
-        f"epsilon_output={eps_out * factor:.3g} (with a {SUGGESTION_MARGIN:g}x margin for a fresh key draw), "
-        f"or raise tolerance{', or use float64' if dtype != 'float64' else ''}.",
+        f"that the predicted decode error in {dtype} is {predicted:.3g} > tolerance "
+        f"{tolerance:.3g}. The smallest feasible epsilons at this ratio are about "
+        f"epsilon_input={eps_in * factor:.3g}, epsilon_output={eps_out * factor:.3g} (with a "
+        f"{SUGGESTION_MARGIN:g}x margin for a fresh key draw), or raise "
+        f"tolerance{', or use float64' if dtype != 'float64' else ''}.",
         smallest_feasible_epsilon_input=eps_in * factor,
         smallest_feasible_epsilon_output=eps_out * factor,
     )
