@@ -93,7 +93,8 @@ def test_output_mask_is_regressed_out_by_a_client(mask_rows):
 
 
 def test_recovered_model_is_exact_when_the_model_fits_the_client_labels():
-    """The least-squares estimate is exact when y = t: the error of r_est is the model's misfit only."""
+    """The least-squares estimate is exact when y = t: the error of r_est is the model's misfit
+    only."""
     for sizes in ((6, 5, 3), (6, 5, 4, 3)):
         weights = init_weights(sizes, seed=1)
         model, keys = perturb(weights, np.random.default_rng(2))

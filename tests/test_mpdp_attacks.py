@@ -1,5 +1,5 @@
-"""fl_demos/mpdp_attacks.py (seed 004 Tables 2-4, notes section 10.11) in quick mode: what the attacks
-must show, with margins far from the measured values (quick runs take about 10 s each)."""
+"""fl_demos/mpdp_attacks.py (seed 004 Tables 2-4, notes section 10.11) in quick mode: what the
+attacks must show, with margins far from the measured values (quick runs take about 10 s each)."""
 
 from __future__ import annotations
 

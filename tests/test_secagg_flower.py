@@ -1,4 +1,5 @@
-"""Flower's SecAgg+ as seed 001's summation step: the server's sum is the exact sum up to quantisation.
+"""Flower's SecAgg+ as seed 001's summation step: the server's sum is the exact sum up to
+quantisation.
 
 One Flower run (Ray start included, about 25 s on two cores): 4 users, 2 rounds, 12 values each.
 Round 0: every user contributes, and one coordinate of user 0 lies beyond the clipping range;
