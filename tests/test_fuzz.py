@@ -156,8 +156,7 @@ def damaged(data: st.DataObject, blob: bytes) -> bytes:
 
 
 def leftovers(folder: Path, keep: set[str]) -> list[str]:
-    """Files in ``folder`` other than ``keep`` (temporary or partial files a failure left behind).
-    """
+    """Files in ``folder`` other than ``keep``: temporary or partial files a failure left behind."""
     return sorted(p.name for p in folder.iterdir() if p.name not in keep)
 
 
@@ -515,8 +514,7 @@ def test_target_refuses_bad_or_overflowing_vectors_by_name(
     huge: bool,
     data: st.DataObject,
 ) -> None:
-    """Shapes, dtypes, NaN/inf; and huge finite entries, which overflow once decoded or re-encoded.
-    """
+    """Shapes, dtypes, NaN/inf; huge finite entries, which overflow once decoded or re-encoded."""
     size = encoded[which].shape[0]
     value = data.draw(arrays(size, huge=huge), label=which)
     args = {**{k: encoded[k] for k in TARGET_ARGS}, which: value}

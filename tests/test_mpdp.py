@@ -99,8 +99,7 @@ def _ks_normal(samples: np.ndarray, sigma: float) -> float:
 
 @pytest.mark.parametrize("dn2_law", laws.DN2_LAWS)
 def test_masked_noise_is_gaussian_at_first_middle_last_layer(dn2_law):
-    """Theorems 5/6: R^(2l-1)_ij eta_ij ~ N(0, sigma^2) with R from Eq. 13 and eta ~ DN(sigma, 1).
-    """
+    """Theorems 5/6: R^(2l-1)_ij eta_ij ~ N(0, sigma^2), R from Eq. 13 and eta ~ DN(sigma, 1)."""
     sizes, sigma = (3, 4, 4, 4, 2), 0.7
     rng = np.random.default_rng(11)
     samples: dict[int, list[float]] = {0: [], 2: [], 3: []}  # first, a middle, the last layer
@@ -274,8 +273,7 @@ def test_dropout_after_key_agreement_is_recovered():
 
 
 def test_dropout_recovery_removes_pairwise_noise():
-    """sigma_eta = 0 and large sigma_Delta: after recovery the aggregate is FedSGD's up to rounding.
-    """
+    """sigma_eta = 0, large sigma_Delta: after recovery the aggregate is FedSGD's up to rounding."""
     from immersion_mpdp import engine
 
     cfg = _cfg(noise="on")

@@ -26,8 +26,7 @@ FAULTS = FaultPlan({(1, 1): "raise", (2, 2): "raise", (0, 2): "no-recovery"})
 
 
 def _run(cfg, engine_name, faults):
-    """The run and the server's weights after every round (both engines record them the same way).
-    """
+    """The run and the server's weights after every round (both engines record them alike)."""
     weights = []
     record = engine.record
 
