@@ -27,7 +27,10 @@ def plant(x: np.ndarray, u: float) -> np.ndarray:
 
 
 def g(x_hat: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Cancel gravity and damping, then PD to the upright-down position: u = g sin(th) + c w - kp th - kd w."""
+    """Cancel gravity and damping, then PD to ``th = 0``.
+
+    ``u = g sin(th) + c w - kp th - kd w``.
+    """
     th, w = x_hat
     return np.array([G_OVER_L * np.sin(th) + DAMPING * w - KP * th - KD * w])
 

@@ -78,7 +78,7 @@ def bench_core(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Per-step time of plain ``f, g`` and of the immersed loop (encode, ``output``, ``step``, decode).
+    """Per-step time of plain ``f, g`` and of the immersed loop (encode, output, step, decode).
 
     Each configuration is timed ``repeats`` times, plain and immersed alternating, and the
     minimum of each is kept; the figure of merit is the ratio immersed / plain.

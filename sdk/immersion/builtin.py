@@ -1,4 +1,7 @@
-"""Built-in plugin: the numpy and torch backends, and the audit's attacks on ``immerse`` (entry-point group)."""
+"""Built-in plugin: the numpy and torch backends, and the audit's attacks on ``immerse``.
+
+Registered through the ``immersion`` entry-point group like any third-party plugin.
+"""
 
 from __future__ import annotations
 

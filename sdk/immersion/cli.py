@@ -153,7 +153,7 @@ def plugins_cmd(as_json: bool) -> None:
 
 
 def _key_options(fn: Any) -> Any:
-    """Options shared by ``report`` and ``keys new``: dimensions, privacy targets, key kind, seed."""
+    """Options of ``report`` and ``keys new``: dimensions, privacy targets, key kind, seed."""
     options = [
         click.option("--n-state", type=click.IntRange(1), required=True),
         click.option("--n-input", type=click.IntRange(1), required=True),
@@ -252,7 +252,7 @@ def _draw(params: dict[str, Any], rng: Any, secure: bool = False) -> Any:
 def report_cmd(
     dtype: str, steps: int, delta: float, seed: int, as_json: bool, **params: Any
 ) -> None:
-    """Privacy and precision report for a configuration (keys drawn, no algorithm run; unit-gain f, g)."""
+    """Privacy and precision report for a configuration (keys drawn; unit-gain f, g, not run)."""
     import numpy as np
 
     from .privacy import privacy_report
@@ -288,7 +288,7 @@ def keys_group() -> None:
 @click.option("--seed", type=int, default=None, help="Reproducible keys (default: OS entropy).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def keys_new(path: Path, overwrite: bool, seed: int | None, as_json: bool, **params: Any) -> None:
-    """Draw keys with a designed noise law and save them; use later with immerse(..., keys=load_keys(FILE))."""
+    """Draw keys with a designed noise law and save them; use with immerse(keys=load_keys(FILE))."""
     from .keys import save_keys
 
     keys = _draw(params, seed, secure=seed is None)

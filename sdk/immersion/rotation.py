@@ -1,4 +1,4 @@
-"""Key rotation for ``immerse(f, g)``: fresh keys every ``rotate_keys_every`` samples (seed 002, Proposition 1).
+"""Key rotation for ``immerse(f, g)``: fresh keys every ``rotate_keys_every`` samples (seed 002).
 
 Why: under one key every encoded input ``y~_k = Pi1 y_k + N1 s_k`` (seed 002 eq. 16) has its noise
 in the same subspace ``range(N1)``. An eavesdropper who collects many ``y~_k`` finds that subspace
@@ -115,7 +115,7 @@ class RotatingTarget:
 
 
 class RotatingImmersion:
-    """User-side handle of ``immerse(f, g, ...)`` whose keys are redrawn every ``rotate_keys_every`` samples.
+    """User-side handle of ``immerse(f, g, ...)``, keys redrawn every ``rotate_keys_every`` samples.
 
     Parameters
     ----------
@@ -236,12 +236,12 @@ class RotatingImmersion:
         return self.current.decode_state(encoded_state)
 
     def report(self) -> Any:
-        """Privacy and precision report of the current keys (every period meets the same targets)."""
+        """Privacy and precision report of the current keys (each period meets the same targets)."""
         return self.current.report()
 
     # ------------------------------------------------------------------ rotation
     def tick(self) -> KeyRotation | None:
-        """Count one sample; after every ``rotate_keys_every``-th, draw fresh keys and return the message.
+        """Count one sample; every ``rotate_keys_every``-th draws fresh keys, returns the message.
 
         The returned :class:`KeyRotation` must reach the cloud (``cloud.rekey(rotation, x~)``)
         before the next sample is encoded.
@@ -254,7 +254,7 @@ class RotatingImmersion:
         return KeyRotation(self.period, self.current.target, public_target_bytes(self.current.keys))
 
     def step(self, y: Any, encoded_state: Any, w: Any = None) -> tuple[Any, Any]:
-        """One closed-loop sample with the in-process :attr:`cloud`: ``(u, x~ for the next sample)``.
+        """One closed-loop sample with the in-process :attr:`cloud`: ``(u, next x~)``.
 
         Encodes ``y``, runs eq. 17 in the cloud, decodes ``u`` (eq. 18), then rotates if due
         (the cloud moves ``x~`` to the new key).

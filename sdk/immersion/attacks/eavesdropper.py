@@ -108,7 +108,8 @@ def subspace_attack(
     --------
     >>> import numpy as np
     >>> from immersion import immerse
-    >>> imm = immerse(lambda x, y: 0.5 * x + y, lambda x, y: x, n_state=1, n_input=1, n_output=1, rng=0)
+    >>> imm = immerse(lambda x, y: 0.5 * x + y, lambda x, y: x, n_state=1, n_input=1, n_output=1,
+    ...               rng=0)
     >>> y = np.sin(np.arange(1000) / 8.0)[:, None]
     >>> est = subspace_attack(imm.encode_input(y))          # y~ = Pi1 y + N1 s, noise 1000x larger
     >>> bool(abs(np.corrcoef(est[:, 0], y[:, 0])[0, 1]) > 0.99)
@@ -204,7 +205,7 @@ def relative_error(estimate: Any, y: Any, reference: Any = None) -> float:
 # ---------------------------------------------------------------- the audited systems
 @dataclass(frozen=True, eq=False)
 class _Case:
-    """A small controller immersed with ``immerse``'s default keys and noise, and its input signal."""
+    """A small controller immersed with ``immerse``'s default keys and noise, and its input."""
 
     label: str
     f: Callable[..., Any]
@@ -328,7 +329,7 @@ def _closed_loop(
 
 
 def rotation_cost(case: _Case, k: int, *, steps: int, repeats: int, seed: int) -> dict[str, Any]:
-    """Time per closed-loop step (encode, cloud advance, decode) with rotation every ``k`` and without.
+    """Time per closed-loop step (encode, cloud advance, decode), rotating every ``k`` and not.
 
     Same process, same inputs; best of ``repeats``. The rotating loop includes its key draws and
     the cloud's state transition.
@@ -401,7 +402,7 @@ def _best_raw(encoded: np.ndarray, y: np.ndarray, period: int) -> float:
 
 
 def run_subspace(quick: bool = False, seed: int = 0) -> list[AttackResult]:
-    """``subspace`` rows: one key, rotation every ``extra_input`` steps, and (scalar y) every 25 steps."""
+    """``subspace`` rows: one key, rotation every ``extra_input`` and (scalar y) every 25 steps."""
     b = _budget(quick)
     n_samples = b["samples"]  # a multiple of 2 and 25
     seeds = np.random.SeedSequence(seed).spawn(8)
@@ -481,9 +482,11 @@ def _kpa_verdict(value: float) -> str:
 
 
 def run_known_plaintext(quick: bool = False, seed: int = 0) -> list[AttackResult]:
-    """``known-plaintext`` rows: one key (error against the number of pairs), rotation every ``n~ - 1``
-    steps (all pairs of each key known), (vector y) every ``extra_input`` steps, (scalar y) every
-    ``2 n~``."""
+    """``known-plaintext`` rows: one key (error against the number of pairs) and rotations.
+
+    Rotation every ``n~ - 1`` steps (all pairs of each key known), (vector y) every
+    ``extra_input`` steps, (scalar y) every ``2 n~``.
+    """
     b = _budget(quick)
     seeds = np.random.SeedSequence(seed + 1).spawn(8)
     rows = []

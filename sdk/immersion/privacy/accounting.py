@@ -48,7 +48,7 @@ def compose_laplace(epsilon_step: float, steps: int, delta: float) -> float:
 
 
 def compose_gaussian(noise_multiplier: float, steps: int, delta: float) -> float:
-    """Epsilon after ``steps`` Gaussian steps of std/sensitivity ``noise_multiplier`` (RDP accountant)."""
+    """Epsilon after ``steps`` Gaussian steps of std/sensitivity ``noise_multiplier`` (RDP)."""
     if steps >= 2**1000:  # beyond float64: no guarantee left
         return math.inf
     accountant = rdp.RdpAccountant()
