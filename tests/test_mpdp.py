@@ -18,7 +18,7 @@ from immersion_fl.faults import FaultPlan  # noqa: E402
 from immersion_mpdp import laws  # noqa: E402
 from immersion_mpdp.agreement import KeyAgreement, build_graph  # noqa: E402
 from immersion_mpdp.calibration import calibrate, meets_eq23, nout_preconditions  # noqa: E402
-from immersion_mpdp.ddp import (
+from immersion_mpdp.ddp import (  # noqa: E402
     Layout,
     NoiseSettings,
     ddp_client,
@@ -26,7 +26,7 @@ from immersion_mpdp.ddp import (
     mean_local_result,
     sum_uploads,
     to_fixed,
-)  # noqa: E402
+)
 from immersion_mpdp.lmt import local_model_training  # noqa: E402
 from immersion_mpdp.mlp import forward, init_weights, mse_gradient, one_hot, weights_from_module  # noqa: E402
 from immersion_mpdp.perturbation import draw_keys, perturb, recover  # noqa: E402

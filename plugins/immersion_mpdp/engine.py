@@ -193,7 +193,7 @@ def upload_problem(upload: Any, layout: Layout, masked: bool) -> str | None:
 
 
 def apply_fault(kind: str | None, work: Callable[[], Upload]) -> Upload:
-    """A client's upload with an injected fault (tests and demos); ``no-recovery`` acts at reveal."""
+    """A client's upload with an injected fault (tests, demos); ``no-recovery`` acts at reveal."""
     if kind == "raise":
         raise RuntimeError("injected fault: client crashed after the key agreement")
     if kind == "timeout":

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from immersion import InvalidArgumentError
@@ -43,6 +43,11 @@ from .updates import (
     isotropic_noise,
 )
 from .wfna import wfna_noise
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from .flower_secagg import AggregationRun
 
 SCHEMES = ("sgd-dp", "gsgd-dp", "gd-dp")
 
@@ -78,7 +83,7 @@ class SecaggResult(RunResult):
 
 
 def unsupported_factory(options: Any) -> Any:
-    """These schemes have their own rounds: run them with ``run_federated`` or ``immersion fl run``."""
+    """These schemes have their own rounds: run them with run_federated or ``immersion fl run``."""
     raise InvalidArgumentError(
         "scheme", "sgd-dp, gsgd-dp and gd-dp run through run_federated / immersion fl run"
     )
@@ -119,8 +124,8 @@ class User:
     """A user's data (exactly D records) and its per-example clipped gradients at a model."""
 
     index: int
-    x: Any
-    y: Any
+    x: Tensor
+    y: Tensor
 
     def gradients(self, model: Any, w: Any, clip: float) -> np.ndarray:
         """The paper's ``G`` (K x D): per-example cross-entropy gradients, clipped to ``clip``."""
@@ -154,8 +159,10 @@ class User:
 def user_update(
     scheme: str, G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """One user's upload for ``scheme`` from its clipped gradients ``G`` (K x D); with ``sigma2 = 0``
-    no noise is added and, for gsgd-dp, nothing is sampled (the reference run)."""
+    """One user's upload for ``scheme`` from its clipped gradients ``G`` (K x D).
+
+    With ``sigma2 = 0`` no noise is added and, for gsgd-dp, nothing is sampled (the reference run).
+    """
     if scheme == "sgd-dp":
         update = iid_sampling_update(G, batch, rng)
     elif scheme == "gsgd-dp":
@@ -270,8 +277,10 @@ def make_users(cfg: RunConfig) -> tuple[list[User], Any, Any]:
 
 
 class NodeUpdates:
-    """``updates(round, user, model)`` for :func:`~immersion_secagg.flower_secagg.secagg_sum`: runs on the
-    node, builds its user from the run configuration (once per worker process)."""
+    """``updates(round, user, model)`` for :func:`immersion_secagg.flower_secagg.secagg_sum`.
+
+    Runs on the node; builds its user from the run configuration (once per worker process).
+    """
 
     _cache: dict[tuple[str, int], tuple[User, Any]] = {}
 
@@ -291,7 +300,7 @@ class NodeUpdates:
         )
 
 
-def _flower_models(cfg: RunConfig, w0: Any, sigma2: float) -> Any:
+def _flower_models(cfg: RunConfig, w0: Tensor, sigma2: float) -> AggregationRun:
     """The run on Flower with SecAgg+: the server's model after every round (see flower_secagg)."""
     from .flower_secagg import secagg_sum
 
@@ -318,10 +327,10 @@ def _flower_models(cfg: RunConfig, w0: Any, sigma2: float) -> Any:
 def _record(
     result: SecaggResult,
     model: Any,
-    w: Any,
-    plain: Any,
-    x_test: Any,
-    y_test: Any,
+    w: Tensor,
+    plain: Tensor,
+    x_test: Tensor,
+    y_test: Tensor,
     seconds: float,
     seconds_plain: float,
     update_s: float,

@@ -32,10 +32,19 @@ import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 from immersion import OptionalDependencyError
+
+if TYPE_CHECKING:
+    from flwr.app import Context, Message
+    from flwr.client import Client
+    from flwr.common import Config, FitRes, NDArrays, Parameters, Scalar
+    from flwr.server import LegacyContext
+    from flwr.server.client_proxy import ClientProxy
+    from flwr.server.strategy import FedAvg
+    from flwr.serverapp import Grid
 
 #: Stages of Flower's SecAgg+ at which :func:`secagg_sum` can make a user fail (``dropouts``).
 STAGES = ("setup", "share_keys", "collect_masked_vectors", "unmask")
@@ -51,11 +60,27 @@ Step = Callable[[np.ndarray, np.ndarray, list[int]], np.ndarray]
 class AggregationRun:
     """What the ServerApp obtained, round by round.
 
-    ``sums[t]``: the sum over ``contributors[t]`` (SecAgg+: the server's mean times the number of
-    contributors), ``None`` if the round was halted; ``server_outputs[t]``: what the workflow handed
-    to the strategy (SecAgg+: the mean; plain: the sum we computed from the individual updates).
-    ``round_seconds[t]``: the fit workflow of round ``t`` on the ServerApp (messages and crypto);
-    ``total_seconds``: the whole ``run_simulation`` call, Ray start included.
+    Parameters
+    ----------
+    secure : bool
+        Whether the sum ran through SecAgg+ (:func:`secagg_sum`) or not (:func:`plain_sum`).
+    sums : list of np.ndarray or None
+        ``sums[t]``: the sum over ``contributors[t]`` (SecAgg+: the server's mean times the number
+        of contributors), ``None`` if the round was halted.
+    server_outputs : list of np.ndarray or None
+        What the workflow handed to the strategy (SecAgg+: the mean; plain: the sum computed from
+        the individual updates).
+    contributors : list of list of int
+        The users whose updates are in each round's sum.
+    round_seconds : list of float
+        ``round_seconds[t]``: the fit workflow of round ``t`` on the ServerApp (messages and
+        crypto).
+    models : list of np.ndarray
+        The model after every round (training runs, with ``step``).
+    total_seconds : float
+        The whole ``run_simulation`` call, Ray start included.
+    settings : dict
+        The SecAgg+ settings used (empty for a plain run).
     """
 
     secure: bool
@@ -63,28 +88,52 @@ class AggregationRun:
     server_outputs: list[np.ndarray | None]
     contributors: list[list[int]]
     round_seconds: list[float]
-    models: list[np.ndarray] = field(
-        default_factory=list
-    )  # the model after every round (with ``step``)
+    models: list[np.ndarray] = field(default_factory=list)
     total_seconds: float = 0.0
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, int | float | None] = field(default_factory=dict)
 
 
 def quantization_error_bound(
     contributors: int, clipping_range: float, quantization_range: int
 ) -> float:
-    """Worst-case per-coordinate error of a SecAgg+ sum over ``contributors`` users, no coordinate clipped.
+    """Worst-case per-coordinate error of a SecAgg+ sum of ``contributors`` users, nothing clipped.
 
     Each user's stochastic rounding moves a value by less than one step ``2c / T``; the sum of ``k``
     of them by less than ``k`` steps. A float64 margin (``64 eps k c``) covers the dequantisation.
+
+    Parameters
+    ----------
+    contributors : int
+        ``k``, the users in the sum.
+    clipping_range : float
+        ``c``: coordinates are clipped to ``[-c, c]``.
+    quantization_range : int
+        ``T``: ``[-c, c]`` is mapped onto the integers ``0..T``.
+
+    Examples
+    --------
+    >>> round(float(quantization_error_bound(5, 8.0, 2**22)), 8)   # 5 steps of 2c/T = 3.8e-6
+    1.907e-05
     """
     step = 2.0 * clipping_range / quantization_range
     return contributors * step + 64 * np.finfo(np.float64).eps * contributors * clipping_range
 
 
 class FixedUpdates:
-    """``updates(round, user, model)`` from an array of shape ``(rounds, users, ...)``, whatever the model
-    (picklable by value)."""
+    """``updates(round, user, model)`` from an array of shape ``(rounds, users, ...)``.
+
+    The updates do not depend on the model; the object pickles by value (Ray ships it).
+
+    Parameters
+    ----------
+    values : np.ndarray
+        ``values[t, user]`` is the update of ``user`` in round ``t`` (stored as float64).
+
+    Examples
+    --------
+    >>> FixedUpdates(np.arange(6.0).reshape(3, 2, 1))(2, 1).tolist()
+    [5.0]
+    """
 
     def __init__(self, values: np.ndarray) -> None:
         self.values = np.asarray(values, dtype=np.float64)
@@ -93,7 +142,7 @@ class FixedUpdates:
         return self.values[t, user]
 
 
-def _flwr() -> Any:
+def _flwr() -> dict[str, Any]:
     try:
         from flwr import simulation
         from flwr.client import ClientApp, NumPyClient
@@ -123,19 +172,22 @@ def _flwr() -> Any:
 
 
 class _ClientFn:
-    """``client_fn(context)``: a NumPyClient whose ``fit`` returns ``[updates(round, user, model)]`` with weight 1."""
+    """``client_fn(context)``: a NumPyClient whose ``fit`` returns the user's update.
+
+    ``fit`` returns ``[updates(round, user, model)]`` with weight 1 (``num_examples = 1``).
+    """
 
     def __init__(self, updates: Updates) -> None:
         self.updates = updates
 
-    def __call__(self, context: Any) -> Any:
+    def __call__(self, context: Context) -> Client:
         NumPyClient, updates = _flwr()["NumPyClient"], self.updates
         user = int(context.node_config["partition-id"])
 
         class _User(NumPyClient):  # type: ignore[misc, valid-type]
             def fit(
-                self, parameters: Any, config: Any
-            ) -> tuple[list[np.ndarray], int, dict[str, Any]]:
+                self, parameters: NDArrays, config: Config
+            ) -> tuple[list[np.ndarray], int, dict[str, Scalar]]:
                 model = np.asarray(parameters[0], dtype=np.float64)
                 update = np.ascontiguousarray(
                     updates(int(config["round"]), user, model), dtype=np.float64
@@ -146,13 +198,16 @@ class _ClientFn:
 
 
 def _dropout_mod(
-    msg: Any,
-    ctxt: Any,
-    call_next: Callable[[Any, Any], Any],
+    msg: Message,
+    ctxt: Context,
+    call_next: Callable[[Message, Context], Message],
     *,
     dropouts: Mapping[tuple[int, int], str],
-) -> Any:
-    """Fail (raise) when ``dropouts`` says this user drops at this round and stage (in front of SecAgg+)."""
+) -> Message:
+    """Fail (raise) when ``dropouts`` says this user drops at this round and stage.
+
+    Placed in front of ``secaggplus_mod``.
+    """
     user = int(ctxt.node_config["partition-id"])
     t = int(msg.metadata.group_id) - 1 if str(msg.metadata.group_id).isdigit() else -1
     stage = dropouts.get((t, user))
@@ -171,7 +226,7 @@ def _dropout_mod(
 
 def _strategy(
     n_users: int, secure: bool, run: AggregationRun, initial: np.ndarray, step: Step | None
-) -> Any:
+) -> FedAvg:
     FedAvg = _flwr()["FedAvg"]
     from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 
@@ -181,8 +236,11 @@ def _strategy(
         model: np.ndarray = np.zeros(1)
 
         def aggregate_fit(
-            self, server_round: int, results: list, failures: list
-        ) -> tuple[Any, dict]:
+            self,
+            server_round: int,
+            results: list[tuple[ClientProxy, FitRes]],
+            failures: list[tuple[ClientProxy, FitRes] | BaseException],
+        ) -> tuple[Parameters | None, dict[str, Scalar]]:
             t = server_round - 1
             users = sorted(int(res.metrics["user"]) for _, res in results)
             run.contributors[t] = users
@@ -221,8 +279,10 @@ def _strategy(
     return strategy
 
 
-def _timed(workflow: Callable[[Any, Any], None], run: AggregationRun) -> Callable[[Any, Any], None]:
-    def fit(grid: Any, context: Any) -> None:
+def _timed(
+    workflow: Callable[[Grid, LegacyContext], None], run: AggregationRun
+) -> Callable[[Grid, LegacyContext], None]:
+    def fit(grid: Grid, context: LegacyContext) -> None:
         tick = time.perf_counter()
         workflow(grid, context)
         run.round_seconds.append(time.perf_counter() - tick)
@@ -237,7 +297,7 @@ def _run(
     *,
     secure: bool,
     dropouts: Mapping[tuple[int, int], str],
-    settings: dict[str, Any],
+    settings: dict[str, int | float | None],
     initial: np.ndarray | None = None,
     step: Step | None = None,
 ) -> AggregationRun:
@@ -268,7 +328,7 @@ def _run(
     server_app = fl["ServerApp"]()
 
     @server_app.main()
-    def main(grid: Any, context: Any) -> None:
+    def main(grid: Grid, context: Context) -> None:
         legacy = fl["LegacyContext"](
             context=context,
             config=fl["ServerConfig"](num_rounds=rounds),
@@ -314,16 +374,48 @@ def secagg_sum(
     initial: np.ndarray | None = None,
     step: Step | None = None,
 ) -> AggregationRun:
-    """Sum ``updates(t, user)`` over the users with Flower's SecAgg+ for ``t < rounds``; see the module docstring.
+    """Sum ``updates(t, user)`` over the users with Flower's SecAgg+, for ``t < rounds``.
 
-    ``num_shares`` (flwr's meaning: neighbours each user shares its secrets with, itself included)
-    defaults to every user, ``reconstruction_threshold`` to a majority ``max(2, n_users // 2 + 1)``;
-    flwr rejects an integer threshold that is not below an integer ``num_shares``.
-    ``dropouts[(t, user)] = stage`` makes the user raise at that SecAgg+ stage (one of
-    :data:`STAGES`) of round ``t``. Returns the sums (the server's mean times the contributors), the
-    contributors and timings; a halted round has sum ``None``. With ``initial`` and ``step`` the
-    server broadcasts ``initial``, then after every round the model
-    ``step(model, sum, contributors)`` (a federated training run); ``run.models`` keeps them.
+    Runs ``n_users`` virtual nodes on Flower's simulation runtime (Ray backend); the sum is
+    SecAgg+'s fixed-point one (module docstring, ``docs/notes/secagg_flower.md``).
+
+    Parameters
+    ----------
+    updates : callable
+        ``updates(round, user, model)``: the user's update at the model the server broadcast,
+        shipped to Ray's workers (a module-level function, a closure or :class:`FixedUpdates`).
+    n_users : int
+        Users (virtual nodes), at least 2.
+    rounds : int
+        Rounds, at least 1.
+    clipping_range : float
+        ``c``: every coordinate is clipped to ``[-c, c]`` (silently) before quantisation.
+    quantization_range : int
+        ``T``, an integer in ``(0, 2**31)``: ``[-c, c]`` is mapped onto ``0..T``.
+    modulus_range : int
+        ``M``, at most ``2**53``; needs ``n_users * T < M`` or the integer sum wraps around.
+    num_shares : int or float, optional
+        flwr's meaning: neighbours each user shares its secrets with, itself included; every user
+        by default.
+    reconstruction_threshold : int or float, optional
+        Shares needed to rebuild a secret; a majority ``max(2, n_users // 2 + 1)`` by default.
+        flwr rejects an integer threshold that is not below an integer ``num_shares``.
+    timeout : float, optional
+        flwr's per-stage timeout in seconds; without one a silent node blocks the round.
+    dropouts : mapping, optional
+        ``dropouts[(t, user)] = stage`` makes the user raise at that SecAgg+ stage (one of
+        :data:`STAGES`) of round ``t``.
+    initial : np.ndarray, optional
+        The model the server broadcasts first (zeros of size 1 if not given).
+    step : callable, optional
+        ``step(model, sum, contributors)``: the server's model after each round (a federated
+        training run); ``run.models`` keeps them.
+
+    Returns
+    -------
+    AggregationRun
+        The sums (the server's mean times the contributors; ``None`` for a halted round), the
+        contributors and timings.
     """
     if not (isinstance(quantization_range, int) and 0 < quantization_range < 2**31):
         raise ValueError(
@@ -342,8 +434,7 @@ def secagg_sum(
         )
     if not clipping_range > 0:
         raise ValueError("clipping_range must be positive")
-    # flwr wants an integer num_shares > 2 (1.0, a float, means every user) and threshold <
-    # num_shares
+    # flwr wants an integer num_shares > 2 (1.0, a float, means every user), threshold below it
     shares = (n_users if n_users > 2 else 1.0) if num_shares is None else num_shares
     threshold = (
         max(2, n_users // 2 + 1) if reconstruction_threshold is None else reconstruction_threshold
@@ -375,10 +466,26 @@ def plain_sum(
     *,
     dropouts: Mapping[tuple[int, int], str] | None = None,
 ) -> AggregationRun:
-    """The same Flower run without SecAgg+: the server receives every update and sums them (the baseline).
+    """The same Flower run without SecAgg+: the server receives every update and sums them.
 
-    ``dropouts[(t, user)]`` (any stage name, or ``"fit"``) makes the user fail in round ``t``; it is
-    left out.
+    The baseline of :func:`secagg_sum`.
+
+    Parameters
+    ----------
+    updates : callable
+        ``updates(round, user, model)``, as for :func:`secagg_sum`.
+    n_users : int
+        Users (virtual nodes), at least 2.
+    rounds : int
+        Rounds, at least 1.
+    dropouts : mapping, optional
+        ``dropouts[(t, user)]`` (any stage name, or ``"fit"``) makes the user fail in round ``t``;
+        it is left out.
+
+    Returns
+    -------
+    AggregationRun
+        The exact float64 sums over the users that answered, in user order.
     """
     return _run(updates, n_users, rounds, secure=False, dropouts=dropouts or {}, settings={})
 
@@ -386,8 +493,11 @@ def plain_sum(
 def exact_sums(
     updates: Updates, n_users: int, rounds: int, contributors: list[list[int]] | None = None
 ) -> list[np.ndarray]:
-    """The float64 sums computed locally (over ``contributors[t]`` if given; zeros if none), in user order,
-    for updates that do not depend on the model (such as :class:`FixedUpdates`)."""
+    """The float64 sums computed locally, in user order, over ``contributors[t]`` if given.
+
+    For updates that do not depend on the model (such as :class:`FixedUpdates`); a round with no
+    contributor sums to zeros.
+    """
     out = []
     for t in range(rounds):
         users = contributors[t] if contributors is not None else range(n_users)
