@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import InvalidArgumentError, NonFiniteError
+
+if TYPE_CHECKING:
+    from .backends import ArrayBackend
 
 #: Below this many entries a Python loop checks finiteness faster than a numpy call.
 _SMALL = 64
@@ -99,7 +102,7 @@ def finite_array(
 
 
 def backend_array(
-    backend: Any, name: str, value: Any, *, last_dim: int, ndim: int | None = None
+    backend: ArrayBackend, name: str, value: Any, *, last_dim: int, ndim: int | None = None
 ) -> Any:
     """``value`` as an array of ``backend``, with trailing length ``last_dim`` and finite entries.
 
@@ -137,7 +140,7 @@ def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     return str(value)
 
 
-def finite_result(backend: Any, name: str, value: Any, what: str) -> Any:
+def finite_result(backend: ArrayBackend, name: str, value: Any, what: str) -> Any:
     """``value`` (computed from finite inputs) if finite, else a :class:`NonFiniteError` naming it.
 
     Huge but finite inputs can overflow to inf (or NaN) once multiplied by the keys: that must

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .coding import immerse
+from .coding import Immersion, immerse
 
 #: (n_state, keys) settings: small and medium dense, 1000 both ways, and 100,000 with block keys.
 DEFAULT_SIZES: tuple[tuple[int, str], ...] = (
@@ -43,7 +43,7 @@ def _time_loop(step: Callable[[], None], steps: int) -> float:
 
 
 def _time_pair(
-    imm: Any,
+    imm: Immersion,
     f: Callable[..., Any],
     g: Callable[..., Any],
     x: np.ndarray,

@@ -35,11 +35,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
 from . import _validation as v
 from .coding import Immersion, immerse
 from .errors import InvalidArgumentError
 from .keygen import resolve_rng
 from .keys import Keys
+from .privacy import PrivacyReport
 from .target import TargetAlgorithm
 
 
@@ -184,7 +187,7 @@ class RotatingImmersion:
         n_output: int,
         *,
         rotate_keys_every: int,
-        rng: Any = None,
+        rng: int | np.random.Generator | np.random.SeedSequence | None = None,
         secure: bool = False,
         **options: Any,
     ) -> None:
@@ -235,7 +238,7 @@ class RotatingImmersion:
         """``x = Pi2_left x~`` under the current key."""
         return self.current.decode_state(encoded_state)
 
-    def report(self) -> Any:
+    def report(self) -> PrivacyReport:
         """Privacy and precision report of the current keys (each period meets the same targets)."""
         return self.current.report()
 

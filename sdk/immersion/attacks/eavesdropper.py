@@ -36,6 +36,7 @@ from itertools import combinations
 from typing import Any, Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..audit import AttackResult
 from ..coding import immerse
@@ -55,7 +56,7 @@ EXTRA_INPUT = 2
 
 
 # ---------------------------------------------------------------- the attacks
-def _matrix(name: str, value: Any) -> np.ndarray:
+def _matrix(name: str, value: ArrayLike) -> np.ndarray:
     arr = np.asarray(value, dtype=np.float64)
     if arr.ndim == 1:
         arr = arr[:, None]
@@ -66,7 +67,7 @@ def _matrix(name: str, value: Any) -> np.ndarray:
     return arr
 
 
-def noise_dimension(encoded: Any) -> tuple[int, float]:
+def noise_dimension(encoded: ArrayLike) -> tuple[int, float]:
     """The noise dimension an attacker reads off the spectrum, and the eigenvalue gap it rests on.
 
     Eigenvalues of the (uncentred) second moment of the stream, largest first; the noise dimension
@@ -82,7 +83,7 @@ def noise_dimension(encoded: Any) -> tuple[int, float]:
 
 
 def subspace_attack(
-    encoded: Any, *, n_noise: int | None = None, period: int | None = None
+    encoded: ArrayLike, *, n_noise: int | None = None, period: int | None = None
 ) -> np.ndarray:
     """PCA on encoded inputs; project out the ``n_noise`` noisiest directions; return what remains.
 
@@ -139,7 +140,7 @@ def subspace_attack(
     return out.reshape(n_samples, n_total - n_noise)
 
 
-def aligned_recovery(estimate: Any, y: Any, *, period: int | None = None) -> float:
+def aligned_recovery(estimate: ArrayLike, y: ArrayLike, *, period: int | None = None) -> float:
     """How much of ``y`` an estimate carries, up to one unknown linear map per key period.
 
     The map of each period is fitted by least squares against the true ``y`` (an oracle: the
@@ -168,7 +169,7 @@ def aligned_recovery(estimate: Any, y: Any, *, period: int | None = None) -> flo
     return float(np.clip(1.0 - float(((target - aligned) ** 2).sum()) / spread, 0.0, 1.0))
 
 
-def known_plaintext_attack(plain: Any, encoded: Any) -> np.ndarray:
+def known_plaintext_attack(plain: ArrayLike, encoded: ArrayLike) -> np.ndarray:
     """Least-squares decoder ``L = argmin sum_k ||L y~_k - y_k||^2`` (minimum norm if not unique).
 
     With ``n~`` pairs whose encodings are linearly independent, ``L = Pi1_left`` (so ``L N1 = 0``):
@@ -192,7 +193,7 @@ def known_plaintext_attack(plain: Any, encoded: Any) -> np.ndarray:
     return np.asarray(solution.T)
 
 
-def relative_error(estimate: Any, y: Any, reference: Any = None) -> float:
+def relative_error(estimate: ArrayLike, y: ArrayLike, reference: ArrayLike | None = None) -> float:
     """``||estimate - y|| / ||y - mean(y)||`` (Frobenius); predicting the mean of ``y`` gives 1.
 
     ``reference`` replaces ``mean(y)`` in the denominator (default: the mean of ``y``).

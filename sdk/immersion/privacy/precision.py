@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..backends import ArrayBackend
 from ..errors import PrecisionError
 from ..keys import Keys
+
+if TYPE_CHECKING:
+    from ..keygen import NoiseTargets
 
 #: Tail factor: a Laplace/Gaussian element exceeds this many standard deviations with
 #: probability below about 1e-6 per draw.
@@ -99,7 +102,11 @@ SUGGESTION_MARGIN = 2.0
 
 
 def refuse_infeasible_precision(
-    keys: Keys, be: ArrayBackend, tolerance: float, targets: Any, input_gain: float
+    keys: Keys,
+    be: ArrayBackend,
+    tolerance: float,
+    targets: NoiseTargets | None,
+    input_gain: float,
 ) -> None:
     """Refuse settings whose predicted decode error exceeds ``tolerance`` (seed002 notes section 5).
 
@@ -108,12 +115,6 @@ def refuse_infeasible_precision(
     ``SUGGESTION_MARGIN`` so that they also work for a fresh key draw.
     """
     unit_roundoff, dtype = be.unit_roundoff, be.dtype_name
-
-    def predicted_at(factor: float) -> float:
-        return predict_decode_error(
-            targets.apply(keys, scale=factor), unit_roundoff, input_gain=input_gain
-        ).decode_error_bound
-
     predicted = predict_decode_error(keys, unit_roundoff, input_gain=input_gain).decode_error_bound
     if predicted <= tolerance:
         return
@@ -124,6 +125,12 @@ def refuse_infeasible_precision(
             smallest_feasible_epsilon_input=math.nan,
             smallest_feasible_epsilon_output=math.nan,
         )
+
+    def predicted_at(factor: float) -> float:
+        return predict_decode_error(
+            targets.apply(keys, scale=factor), unit_roundoff, input_gain=input_gain
+        ).decode_error_bound
+
     goal = tolerance / SUGGESTION_MARGIN
     floor = predicted_at(1e15)  # noise negligible: what rounding alone costs
     if floor >= goal:
