@@ -127,11 +127,11 @@ def check_callable(label: str, func: Callable[..., Any], docs: list[str | None])
         found = parameters_section(doc)
         if found is not None:
             listed = (listed or set()) | found
-    if not wanted:
-        return []
-    if not any(docs):
-        return [f"{label}: no docstring"]
     if listed is None:
+        if not wanted:
+            return []
+        if not any(docs):
+            return [f"{label}: no docstring"]
         return [f"{label}: no Parameters section (arguments {', '.join(wanted)})"]
     bare = {name.lstrip("*") for name in listed}
     problems = [
@@ -222,6 +222,22 @@ def _sample(a: int, b: float, *rest: int, scale: float = 1.0, **extra: Any) -> N
     """
 
 
+def _documented(a: int, *rest: int, scale: float = 1.0, _private: int = 0, **extra: Any) -> None:
+    """Every kind of argument, documented in the accepted forms.
+
+    Parameters
+    ----------
+    a:
+        Positional.
+    *rest : int
+        Variadic.
+    scale : float
+        Keyword-only.
+    **extra
+        Keywords.
+    """
+
+
 @dataclasses.dataclass
 class _Point:
     """A point.
@@ -241,8 +257,19 @@ class _Point:
         """The point moved by ``dx``."""
         return _Point(self.x + dx, self.y)
 
+    def norm(self) -> float:
+        """Distance to the origin.
+
+        Parameters
+        ----------
+        p : float
+            Left over from an older signature.
+        """
+        return float((self.x**2 + self.y**2) ** 0.5)
+
 
 def test_checker_flags_undocumented_and_stale_arguments() -> None:
+    assert check_callable("_documented", _documented, [_documented.__doc__]) == []
     assert check_callable("_sample", _sample, [_sample.__doc__]) == [
         "_sample: argument '*rest' not documented",
         "_sample: argument '**extra' not documented",
@@ -251,4 +278,5 @@ def test_checker_flags_undocumented_and_stale_arguments() -> None:
         "_Point: argument 'y' not documented",
         "_Point: documents 'z', which is not an argument",
         "_Point.moved: no Parameters section (arguments dx)",
+        "_Point.norm: documents 'p', which is not an argument",
     ]
