@@ -242,13 +242,33 @@ class SiflStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: "Grid"
     ) -> Iterable[Message]:
-        """Encode the global model and let the wrapped strategy configure the round."""
+        """Encode the global model and let the wrapped strategy configure the round.
+
+        Parameters
+        ----------
+        server_round:
+            The round (1-based, as Flower counts).
+        arrays:
+            The global model in the user's layout.
+        config:
+            The round's ConfigRecord (the layout is added to it).
+        grid:
+            The Flower grid the wrapped strategy samples nodes from.
+        """
         return self._configure("train", server_round, arrays, config, grid)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """The wrapped strategy averages the encoded uploads; decode the result into the user's arrays."""
+        """The wrapped strategy averages the encoded uploads; decode the result into the user's arrays.
+
+        Parameters
+        ----------
+        server_round:
+            The round (1-based).
+        replies:
+            The nodes' replies (encoded uploads and metrics).
+        """
         aggregated, metrics = self.strategy.aggregate_train(server_round, replies)
         if aggregated is None or self.scheme is None or self.layout is None:
             return aggregated, metrics
@@ -265,13 +285,33 @@ class SiflStrategy(Strategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: "Grid"
     ) -> Iterable[Message]:
-        """Send the global model encoded; the clients' mod decodes it for the user's evaluate."""
+        """Send the global model encoded; the clients' mod decodes it for the user's evaluate.
+
+        Parameters
+        ----------
+        server_round:
+            The round (1-based, as Flower counts).
+        arrays:
+            The global model in the user's layout.
+        config:
+            The round's ConfigRecord (the layout is added to it).
+        grid:
+            The Flower grid the wrapped strategy samples nodes from.
+        """
         return self._configure("evaluate", server_round, arrays, config, grid)
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
-        """The wrapped strategy's aggregation of the evaluation metrics."""
+        """The wrapped strategy's aggregation of the evaluation metrics.
+
+        Parameters
+        ----------
+        server_round:
+            The round (1-based).
+        replies:
+            The nodes' evaluation replies.
+        """
         return self.strategy.aggregate_evaluate(server_round, replies)
 
 

@@ -239,7 +239,10 @@ def upload_problem(upload: Any, layout: Layout, masked: bool) -> str | None:
     if upload.corrections.shape != want or upload.corrections.dtype != (
         np.uint64 if masked else np.float64
     ):
-        return f"corrections of shape {upload.corrections.shape} ({upload.corrections.dtype}), expected {want}"
+        return (
+            f"corrections of shape {upload.corrections.shape} ({upload.corrections.dtype}), "
+            f"expected {want}"
+        )
     if not np.isfinite(upload.gradient).all() or (
         not masked and not np.isfinite(upload.corrections).all()
     ):
@@ -248,7 +251,7 @@ def upload_problem(upload: Any, layout: Layout, masked: bool) -> str | None:
 
 
 def apply_fault(kind: str | None, work: Callable[[], Upload]) -> Upload:
-    """A client's upload with an injected fault (tests and demos); ``no-recovery`` acts at reveal."""
+    """A client's upload with an injected fault (tests, demos); ``no-recovery`` acts at reveal."""
     if kind == "raise":
         raise RuntimeError("injected fault: client crashed after the key agreement")
     if kind == "timeout":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 from immersion import InvalidArgumentError
@@ -36,14 +36,17 @@ from .lmt import local_model_training
 from .mlp import torch_module
 from .perturbation import PerturbedModel, ServerKeys, perturb, recover
 
+if TYPE_CHECKING:
+    from torch import Tensor
+
 
 @dataclass
 class MpdpClient:
     """A client: its data, one batch per round, its key agreement and its DDP noise stream."""
 
     index: int
-    x: Any
-    labels: Any
+    x: Tensor
+    labels: Tensor
     n_classes: int
     batch_size: int
     seed: int
@@ -57,7 +60,7 @@ class MpdpClient:
     def n_samples(self) -> int:
         return int(len(self.labels))
 
-    def batch(self, round_t: int) -> tuple[Any, Any]:
+    def batch(self, round_t: int) -> tuple[Tensor, Tensor]:
         """This round's batch and its one-hot targets (the same for MP-DP and plain FedSGD)."""
         from .mlp import one_hot
 
@@ -156,7 +159,7 @@ class MpdpClient:
 class MpdpServer:
     """MP_Server + MU_Server: holds the true model ``W_org``; keys live for one round only."""
 
-    weights: list[Any]
+    weights: list[Tensor]
     lr: float
     noise: NoiseSettings
     graph: str = "complete"
@@ -175,7 +178,7 @@ class MpdpServer:
 
     def finish_round(
         self, uploads: dict[int, Upload], revealed: list[tuple[int, int, dict[str, bytes]]]
-    ) -> list[Any]:
+    ) -> list[Tensor]:
         """Phase 5 (Algorithm 3): aggregate, remove dropped pairs, recover (Eq. 22), update; returns
         the recovered aggregate gradient. The round's keys are discarded."""
         if self._keys is None:

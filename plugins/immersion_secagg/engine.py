@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from immersion import InvalidArgumentError
@@ -53,6 +53,11 @@ from .updates import (
     isotropic_noise,
 )
 from .wfna import wfna_noise
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from .flower_secagg import AggregationRun
 
 SCHEMES = ("sgd-dp", "gsgd-dp", "gd-dp")
 
@@ -122,8 +127,8 @@ class User:
     """A user's data (exactly D records) and its per-example gradients at a model."""
 
     index: int
-    x: Any
-    y: Any
+    x: Tensor
+    y: Tensor
 
     def example_gradients(self, model: Any, w: Any) -> np.ndarray:
         """Per-example cross-entropy gradients at ``w``, one example per row, ``(D, K)``."""
@@ -187,8 +192,10 @@ def options_of(cfg: RunConfig) -> DpSgdOptions:
 def user_update(
     scheme: str, G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """One user's upload for ``scheme`` from its clipped gradients ``G`` (K x D); with ``sigma2 = 0``
-    no noise is added and, for gsgd-dp, nothing is sampled (the reference run)."""
+    """One user's upload for ``scheme`` from its clipped gradients ``G`` (K x D).
+
+    With ``sigma2 = 0`` no noise is added and, for gsgd-dp, nothing is sampled (the reference run).
+    """
     if scheme == "sgd-dp":
         update = iid_sampling_update(G, batch, rng)
     elif scheme == "gsgd-dp":
@@ -361,8 +368,10 @@ def make_users(cfg: RunConfig) -> tuple[list[User], Any, Any]:
 
 
 class NodeUpdates:
-    """``updates(round, user, model)`` for :func:`~immersion_secagg.flower_secagg.secagg_sum`: runs on the
-    node, builds its user from the run configuration (once per worker process)."""
+    """``updates(round, user, model)`` for :func:`immersion_secagg.flower_secagg.secagg_sum`.
+
+    Runs on the node; builds its user from the run configuration (once per worker process).
+    """
 
     _cache: dict[tuple[str, int], tuple[User, Any]] = {}
 
@@ -382,7 +391,7 @@ class NodeUpdates:
         )
 
 
-def _flower_models(cfg: RunConfig, w0: Any, sigma2: float) -> Any:
+def _flower_models(cfg: RunConfig, w0: Tensor, sigma2: float) -> AggregationRun:
     """The run on Flower with SecAgg+: the server's model after every round (see flower_secagg)."""
     from .flower_secagg import secagg_sum
 
@@ -408,9 +417,9 @@ def _flower_models(cfg: RunConfig, w0: Any, sigma2: float) -> Any:
 def _record(
     result: SecaggResult,
     model: Any,
-    w: Any,
-    plain: Any,
-    test: tuple[Any, Any] | None,
+    w: Tensor,
+    plain: Tensor,
+    test: tuple[Tensor, Tensor] | None,
     seconds: float,
     seconds_plain: float,
     update_s: float,

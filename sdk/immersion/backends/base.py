@@ -44,7 +44,7 @@ class ArrayBackend(Protocol):
         """``values[..., index]`` (the fastest gather the library offers)."""
 
     def block_matmul(self, blocks: Any, vectors: Any) -> Any:
-        """``blocks @ vectors`` for a stack of small square blocks, shapes (k, b, b) and (..., k, b, 1)."""
+        """``blocks @ vectors`` for a stack of small square blocks: (k, b, b) @ (..., k, b, 1)."""
 
     def sqrt(self, value: Any) -> Any:
         """Element-wise square root."""

@@ -81,7 +81,8 @@ class TorchBackend:
 
     def block_matmul(self, blocks: Any, vectors: Any) -> Any:
         if self._device.type == "cpu" and not (blocks.requires_grad or vectors.requires_grad):
-            # numpy's batched matmul of many tiny blocks is ~1.6x faster than torch's on CPU (zero-copy views)
+            # numpy's batched matmul of many tiny blocks is ~1.6x faster than torch's on CPU
+            # (zero-copy views)
             return self._torch.from_numpy(blocks.numpy() @ vectors.contiguous().numpy())
         return blocks @ vectors
 
