@@ -57,11 +57,11 @@ def design_noise(
     (0.01, 0.02)
     """
     law = NoiseLaw(
-        noise,
+        noise,  # type: ignore[arg-type]
         1.0,
         noise_mean,
         sensitivity_input,
-        sensitivity_output,  # type: ignore[arg-type]
+        sensitivity_output,
         delta_input or 0.0,
         delta_output or 0.0,
     )
