@@ -378,3 +378,12 @@ def test_an_altered_integer_key_file_is_refused(tmp_path):
     write_signed(path, MAGIC_MODULAR, modular_meta(keys), arrays, prefix=".k-")
     with pytest.raises(KeyFileError, match="Pi4: has an even weight"):
         load_keys(path)
+
+
+def test_codec_benchmark_reports_both_codecs_and_exactness():
+    from immersion.bench import bench_codec
+
+    row = bench_codec(sizes=(3000,), repeats=1)["results"][0]
+    assert row["modular_decode_equals_fixed_point"] is True
+    assert row["float_max_abs_decode_error"] < 1e-6
+    assert row["modular_over_float"] == row["modular_round_trip_s"] / row["float_round_trip_s"]
