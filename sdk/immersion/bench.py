@@ -171,19 +171,20 @@ def bench_codec(
 
     Block keys with each arithmetic's default block size (float 32, modular 16); ``extra`` noise
     entries; fresh noise every round trip (Laplace for float, uniform modulo 2^64 for modular,
-    with fixed-point conversion at ``fraction_bits=32`` included). The two round trips alternate
-    ``repeats`` times and the minimum of each is kept; the figure of merit is the ratio
-    modular / float (goal: at most 1.5).
+    with fixed-point conversion at ``fraction_bits=32`` included). Each timing averages
+    ``max(1, 2e6 // n)`` round trips; the two codecs alternate ``repeats`` times and the minimum
+    of each is kept; the figure of merit is the ratio modular / float (goal: at most 1.5).
     """
     rows = []
     for n in sizes:
         if progress:
             progress(f"codec n={n:,}")
         float_trip, modular_trip, info = _codec_pair(n, extra, seed)
+        trips = max(1, 2_000_000 // n)  # about 0.1 s per timing, so one preemption shows less
         t_float, t_mod = np.inf, np.inf
         for _ in range(repeats):
-            t_float = min(t_float, _time_loop(float_trip, 1))
-            t_mod = min(t_mod, _time_loop(modular_trip, 1))
+            t_float = min(t_float, _time_loop(float_trip, trips))
+            t_mod = min(t_mod, _time_loop(modular_trip, trips))
         rows.append(
             {
                 "n": n,
