@@ -387,3 +387,14 @@ def test_codec_benchmark_reports_both_codecs_and_exactness():
     assert row["modular_decode_equals_fixed_point"] is True
     assert row["float_max_abs_decode_error"] < 1e-6
     assert row["modular_over_float"] == row["modular_round_trip_s"] / row["float_round_trip_s"]
+
+
+def test_code_arrays_of_integer_codes():
+    from immersion.keys import code_arrays
+
+    dense = draw_modular_code(5, 2, kind="dense", rng=0)
+    assert set(code_arrays(dense)) == {"pi", "pi_left", "noise_basis", "noise_left"}
+    block = draw_modular_code(50, 2, block_size=8, rng=0)
+    arrays = code_arrays(block)
+    assert {"blocks", "blocks_inv", "signal_pos", "noise_pos"} <= set(arrays)
+    assert all(a.dtype.kind in "iu" for a in arrays.values())

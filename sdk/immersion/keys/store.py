@@ -26,7 +26,11 @@ _CODES = ("input", "state", "output")
 
 
 def code_arrays(code: Any) -> dict[str, np.ndarray]:
-    """Every array that defines one code (dense or structured), by a stable name."""
+    """Every array that defines one code (dense or block, float or integer), by a stable name."""
+    from .modular import ModularBlockCode, ModularDenseCode
+
+    if isinstance(code, (ModularDenseCode, ModularBlockCode)):
+        return code.arrays()
     if isinstance(code, DenseCode):
         return {"pi": code.pi, "pi_left": code.pi_left, "noise_basis": code.noise_basis}
     m = code.mix
