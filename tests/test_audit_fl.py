@@ -44,7 +44,8 @@ def test_attacks_are_registered_for_the_sifl_schemes():
 
 @pytest.mark.parametrize("scheme", SIFL)
 def test_shared_noise_difference_leaks_without_mitigation(difference_rows, scheme):
-    """Seed 000 eqs. 19-20: w~_i - w~_k = Pi1 (w_i - w_k): no noise left, exact cosines, a kit decodes."""
+    """Seed 000 eqs. 19-20: w~_i - w~_k = Pi1 (w_i - w_k): no noise left, exact cosines, a kit
+    decodes."""
     noise_left, cosines, collusion = _rows(difference_rows, scheme, None)
     assert [r.verdict for r in (noise_left, cosines, collusion)] == ["leaks"] * 3
     assert noise_left.value < 1e-12 and noise_left.baseline > 1.0  # independent noise: about sqrt 2
@@ -213,8 +214,9 @@ def test_run_audit_filters_fl_rows_by_scheme():
 
 
 def test_client_noise_only_delays_an_eavesdropper_that_estimates_range_n1():
-    """Full-size setting for sifl-m1 (m = 201 noise dimensions, 5 m noisy differences): projecting out the top
-    m principal directions recovers Pi1 (w_i - w_0) to a fraction of its size, from noise 10^4 times larger."""
+    """Full-size setting for sifl-m1 (m = 201 noise dimensions, 5 m noisy differences):
+    projecting out the top m principal directions recovers Pi1 (w_i - w_0) to a fraction of its
+    size, from noise 10^4 times larger."""
     from immersion_fl.attacks import _difference_rows
 
     with single_thread():

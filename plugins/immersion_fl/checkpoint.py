@@ -11,13 +11,16 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from immersion import KeyFileError
 from immersion._files import npz_bytes, write_private
 
 from .config import RunConfig
+
+if TYPE_CHECKING:
+    from .engine import Server
 
 HISTORY = (
     "accuracy",
@@ -49,10 +52,10 @@ class Checkpoint:
         folder.mkdir(parents=True, exist_ok=True)
         os.chmod(folder, 0o700)
 
-    def _keys(self, server: Any) -> dict[str, np.ndarray]:
+    def _keys(self, server: Server) -> dict[str, np.ndarray]:
         return server.scheme.key_arrays()
 
-    def save(self, server: Any, next_round: int) -> None:
+    def save(self, server: Server, next_round: int) -> None:
         keys = self._keys(server)
         if keys and not (self.folder / "keys.npz").exists():
             write_private(self.folder / "keys.npz", npz_bytes(keys), prefix=".ckpt-")
@@ -70,7 +73,7 @@ class Checkpoint:
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         write_private(self.folder / "state.npz", npz_bytes(arrays), prefix=".ckpt-")
 
-    def load(self, server: Any) -> int:
+    def load(self, server: Server) -> int:
         """Restore ``server``; return the next round to run."""
         path = self.folder / "state.npz"
         try:
@@ -85,7 +88,8 @@ class Checkpoint:
                 "privacy",
             } <= set(meta):
                 raise ValueError("no checkpoint metadata")
-        except Exception as exc:  # noqa: BLE001 - missing, truncated or altered: numpy's npy/zip parsers raise many kinds
+        # missing, truncated or altered: numpy's npy/zip parsers raise many kinds
+        except Exception as exc:  # noqa: BLE001
             raise KeyFileError(
                 f"checkpoint: cannot read {path} ({type(exc).__name__}: {exc})"
             ) from None

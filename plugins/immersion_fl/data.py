@@ -1,4 +1,5 @@
-"""Data for the federated-learning demos: sklearn's bundled digits, or local IDX files (MNIST-style).
+"""Data for the federated-learning demos: sklearn's bundled digits, or local IDX files (MNIST
+style).
 
 Nothing is downloaded. ``digits`` (8x8) can be upsampled to 28x28 so that the papers' model sizes
 (MLP 784-200-200-10, CNN, CNN2) run without MNIST.

@@ -16,9 +16,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from immersion import InvalidArgumentError
+
+if TYPE_CHECKING:
+    import torch
 
 LOG = logging.getLogger("immersion.fl")
 FAULT_KINDS = (
@@ -70,7 +73,7 @@ class FaultPlan:
         return upload
 
 
-def upload_problem(upload: Any, expected_shape: tuple[int, ...]) -> str | None:
+def upload_problem(upload: "torch.Tensor", expected_shape: tuple[int, ...]) -> str | None:
     """Why an upload cannot be aggregated, or None if it can."""
     shape = tuple(getattr(upload, "shape", ()))
     if shape != expected_shape:
@@ -101,7 +104,7 @@ def run_client(
     except FutureTimeout:
         reason = f"timed out after {timeout_s:g} s"
         upload = None
-    except Exception as exc:  # noqa: BLE001 - any client failure leaves that client out of the round
+    except Exception as exc:  # noqa: BLE001 - any client failure leaves it out of the round
         reason = f"raised {type(exc).__name__}: {exc}"
         upload = None
     else:
