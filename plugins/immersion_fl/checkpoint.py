@@ -43,7 +43,15 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
 
 
 class Checkpoint:
-    """``DIR/keys.npz`` (once) and ``DIR/state.npz`` (every round), both 0600."""
+    """``DIR/keys.npz`` (once) and ``DIR/state.npz`` (every round), both 0600.
+
+    Parameters
+    ----------
+    folder:
+        The checkpoint folder (created, owner-only).
+    cfg:
+        The run; a checkpoint of another configuration is refused on load.
+    """
 
     def __init__(self, folder: Path, cfg: RunConfig) -> None:
         self.folder = folder
@@ -56,6 +64,15 @@ class Checkpoint:
         return server.scheme.key_arrays()
 
     def save(self, server: Server, next_round: int) -> None:
+        """Write the server state and history (and the keys, once).
+
+        Parameters
+        ----------
+        server:
+            The run's server.
+        next_round:
+            The round a resumed run starts with.
+        """
         keys = self._keys(server)
         if keys and not (self.folder / "keys.npz").exists():
             write_private(self.folder / "keys.npz", npz_bytes(keys), prefix=".ckpt-")
@@ -74,7 +91,13 @@ class Checkpoint:
         write_private(self.folder / "state.npz", npz_bytes(arrays), prefix=".ckpt-")
 
     def load(self, server: Server) -> int:
-        """Restore ``server``; return the next round to run."""
+        """Restore ``server``; return the next round to run.
+
+        Parameters
+        ----------
+        server:
+            A server re-created from the same configuration (its keys must match the saved ones).
+        """
         path = self.folder / "state.npz"
         try:
             with np.load(path, allow_pickle=False) as data:

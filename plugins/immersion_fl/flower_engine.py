@@ -101,7 +101,13 @@ def client_from_config(cfg: RunConfig, index: int, clip: float | None) -> Client
 
 
 def arrays_record(payload: dict[str, np.ndarray]) -> "ArrayRecord":
-    """An ArrayRecord of contiguous numpy arrays."""
+    """An ArrayRecord of contiguous numpy arrays.
+
+    Parameters
+    ----------
+    payload:
+        Name -> array.
+    """
     flwr_app = _flwr()[0]
     return flwr_app.ArrayRecord(
         {k: flwr_app.Array(np.ascontiguousarray(v)) for k, v in payload.items()}
@@ -125,7 +131,21 @@ def serve(
     progress: Callable[[str], None] | None,
     task: FederatedTask | None = None,
 ) -> RunResult:
-    """The ServerApp's work for ``cfg`` (simulation and deployment runtimes alike)."""
+    """The ServerApp's work for ``cfg`` (simulation and deployment runtimes alike).
+
+    Parameters
+    ----------
+    grid:
+        The Flower grid of the run's nodes.
+    cfg:
+        The run.
+    plan:
+        Client failures to inject (sent to the nodes in the handshake).
+    progress:
+        Called with one line per round.
+    task:
+        A user's learning problem (default: :func:`~immersion_fl.engine.task_from_config`).
+    """
     import torch
 
     flwr_app = _flwr()[0]
@@ -216,11 +236,23 @@ def make_client_train(
 ) -> Callable[["Message", "Context"], "Message"]:
     """The ClientApp's ``train``: handshake (keep the kit), then one round of :func:`client_upload`.
 
-    ``client_for(cfg, index, clip)`` builds the node's client (default: from the SDK's model and
-    dataset names; :func:`immersion_fl.api.run` passes the user's own data).
+    Parameters
+    ----------
+    client_for:
+        ``client_for(cfg, index, clip)`` builds the node's client (default: from the SDK's model
+        and dataset names; :func:`immersion_fl.api.run` passes the user's own data).
     """
 
     def client_train(msg: "Message", context: "Context") -> "Message":
+        """Answer a handshake (keep the kit and the run) or a round (upload).
+
+        Parameters
+        ----------
+        msg:
+            The server's message (``config["kind"]``: ``handshake`` or ``train``).
+        context:
+            The node's context (``partition-id``; the kit and the run in ``state``).
+        """
         import torch
         from immersion.backends import make_backend
 
@@ -286,8 +318,20 @@ def build_apps(
 ) -> tuple[ServerApp, ClientApp]:
     """A ServerApp and a ClientApp for ``cfg``; the ServerApp leaves its result in ``sink``.
 
-    ``server_work(grid, cfg, plan=, progress=)`` and ``client_work(msg, context)`` default to this
-    module's :func:`serve` and :func:`client_train`; a scheme with its own rounds passes its own.
+    Parameters
+    ----------
+    cfg:
+        The run.
+    progress:
+        Called with one line per round.
+    sink:
+        Receives the ServerApp's result under ``"result"``.
+    faults:
+        Client failures to inject.
+    server_work, client_work:
+        ``server_work(grid, cfg, plan=, progress=)`` and ``client_work(msg, context)``; default
+        to this module's :func:`serve` and :func:`client_train` (a scheme with its own rounds
+        passes its own).
     """
     _, serverapp, clientapp, _ = _flwr()
     server_app, client_app = serverapp.ServerApp(), clientapp.ClientApp()
@@ -315,13 +359,7 @@ def run_flower(
 
     Parameters
     ----------
-    cfg:
-        The run.
-    progress:
-        Called with one line per round.
-    faults:
-        Client failures to inject.
-    server_work, client_work:
+    cfg, progress, faults, server_work, client_work:
         As in :func:`build_apps`.
     task:
         A user's model and data: the nodes train on its client data (then neither
