@@ -423,8 +423,7 @@ def test_threat_model_facts_hold_as_measured():
     assert float(residual.abs().max()) < 1e-9 * float(
         difference.abs().max()
     )  # ... that cancels in differences
-    total = sum(c.n_samples for c in clients)
-    scheme.server_update(scheme.aggregate(uploads, [c.n_samples / total for c in clients]))
+    scheme.server_update(scheme.aggregate(uploads, [c.n_samples for c in clients]))
     first, second = scheme.w_bar[0], scheme.w_bar[1]
     combo = (
         first - float(first @ second) / float(second @ second) * second

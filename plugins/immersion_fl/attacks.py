@@ -87,6 +87,7 @@ class _Federation:
     scheme: SiflM1
     clients: list[_Recorder]
     weights: list[float]
+    sizes: list[int]
     n_params: int
     w0: torch.Tensor
 
@@ -140,7 +141,7 @@ def _federation(
     sifl.client_entropy = seed  # reproducible client noise
     sizes = task.sizes
     return _Federation(
-        sifl, recorders, [s / sum(sizes) for s in sizes], task.model.n_params, task.w0
+        sifl, recorders, [s / sum(sizes) for s in sizes], sizes, task.model.n_params, task.w0
     )
 
 
@@ -212,7 +213,7 @@ def _play(fed: _Federation, round_t: int, *, secure: bool = False, seed: int = 0
     start = time.perf_counter()
     received = scheme.broadcast(round_t)
     uploads = [scheme.client_upload(c, received, round_t) for c in fed.clients]
-    plain = scheme.aggregate(uploads, fed.weights)
+    plain = scheme.aggregate(uploads, fed.sizes)
     seconds = time.perf_counter() - start
     local = [c.last.clone() for c in fed.clients]
     view = _Round(
@@ -226,7 +227,7 @@ def _play(fed: _Federation, round_t: int, *, secure: bool = False, seed: int = 0
         start = time.perf_counter()
         view.masked, total = secure_sum(uploads, fed.weights, round_t, seed=seed)
         view.secure_seconds = time.perf_counter() - start
-        aggregated = scheme.aggregate([total], [1.0])  # M2: the aggregator codes the sum (eq. 31)
+        aggregated = scheme.aggregator_code(total)  # M2: the aggregator codes the sum (eq. 31)
         view.secure_error = float(
             (total - sum(w * u for w, u in zip(fed.weights, uploads, strict=True))).abs().max()
         )

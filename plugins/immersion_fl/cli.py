@@ -39,6 +39,15 @@ def _model_name(value: str) -> str:
     )
 
 
+#: What the float figures mean (printed under them; README, "What exactness means").
+EXACTNESS_NOTE = (
+    "one_step_error: the decoded aggregate against the weighted average of the same round's local "
+    "models. diff_vs_plain: the whole trajectory against plain FedAvg, which training (Adam above "
+    "all) amplifies from any 1e-16 difference; reference_drift is plain FedAvg against itself with "
+    "its uploads summed in another order. --arithmetic modular decodes bit for bit."
+)
+
+
 @click.group("fl")
 def fl_group() -> None:
     """Federated learning: immersion (seeds 000, 003) and model perturbation (seed 004,
@@ -190,6 +199,28 @@ def fl_group() -> None:
     help="Run plain FedAvg in lockstep with the same batches.",
 )
 @click.option(
+    "--arithmetic",
+    type=click.Choice(["float", "modular"]),
+    default="float",
+    show_default=True,
+    help="SIFL: float64 coding (seed 000) or exact integers mod 2^64 (epsilon 0; decodes bit "
+    "for bit to FedAvg on the same fixed-point values).",
+)
+@click.option(
+    "--fraction-bits",
+    type=click.IntRange(0, 62),
+    default=32,
+    show_default=True,
+    help="Modular arithmetic: fixed-point values round(w 2^f).",
+)
+@click.option(
+    "--reference-drift/--no-reference-drift",
+    default=True,
+    show_default=True,
+    help="Also run FedAvg summing its uploads in reverse order: the float64 drift any two FedAvg "
+    "runs show, next to the scheme's (local engine, with --compare-plain).",
+)
+@click.option(
     "--client-timeout",
     type=FiniteFloatRange(min=0, min_open=True, max=threading.TIMEOUT_MAX),
     default=None,
@@ -220,6 +251,7 @@ def fl_run(
     inject: tuple[str, ...],
     checkpoint: Path | None,
     resume: bool,
+    reference_drift: bool,
     **options: Any,
 ) -> None:
     """Train a model federatedly with a SIFL scheme beside plain FedAvg, or with mpdp beside plain
@@ -238,6 +270,7 @@ def fl_run(
             faults=FaultPlan.parse(inject),
             checkpoint=checkpoint,
             resume=resume,
+            reference_drift=reference_drift and engine == "local" and cfg.compare_plain,
         )
     except EveryClientFailedError as exc:  # e.g. an --lr so large that training diverges
         raise click.ClickException(
@@ -265,7 +298,11 @@ def fl_run(
         "round_time_ratio",
         "epsilon_local",
         "epsilon_global",
+        "one_step_error_max",
+        "reference_drift_max",
     ]
+    if out.get("arithmetic") == "modular":
+        keys += ["arithmetic", "max_abs_diff_vs_float_fedavg"]
     if cfg.scheme == "mpdp":
         keys = (
             keys[:4]
@@ -284,7 +321,9 @@ def fl_run(
     elif "sigma2" in out:  # seed 001's schemes
         keys = keys[:4] + keys[7:10] + ["epsilon", "delta", "alpha", "sigma2", "accountant"]
     for key in keys:
-        click.echo(f"  {key:24s} {out[key]}")
+        click.echo(f"  {key:28s} {out.get(key)}")
+    if out.get("one_step_error_max") is not None and out.get("arithmetic") == "float":
+        click.echo(f"  {EXACTNESS_NOTE}")
     for p in out.get("plots", []):
         click.echo(f"  plot: {p}")
 

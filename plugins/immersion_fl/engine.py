@@ -341,6 +341,16 @@ class RunResult:
         One ``{"round", "client", "reason"}`` entry per client left out of a round.
     final_model:
         The decoded global model after the last round.
+    one_step_error:
+        Per round, ``max |w - sum_i a_i w_i|``: the decoded aggregate against the plain weighted
+        average of the same round's local models (the scheme's own error in one round).
+    reference_drift:
+        Per round (``reference_drift=True``), ``max |w_fedavg - w_fedavg_reversed|``: plain FedAvg
+        against plain FedAvg summing its uploads in reverse order (float64 chaos, no encoding).
+    diff_vs_float_plain:
+        Per round, for integer schemes: ``max |w - w_fedavg|`` against float FedAvg (the
+        quantisation carried through training; ``diff_vs_plain`` is then against the fixed-point
+        twin).
     """
 
     config: RunConfig
@@ -357,6 +367,9 @@ class RunResult:
     privacy: dict[str, Any] = field(default_factory=dict)
     dropped: list[dict[str, Any]] = field(default_factory=list)
     final_model: "torch.Tensor | None" = None
+    one_step_error: list[float] = field(default_factory=list)
+    reference_drift: list[float] = field(default_factory=list)
+    diff_vs_float_plain: list[float] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """The JSON object of ``immersion fl run --json``."""
@@ -387,6 +400,15 @@ class RunResult:
             "accuracy_per_round": self.accuracy,
             "accuracy_plain_per_round": self.accuracy_plain,
             "diff_vs_plain_per_round": self.diff_vs_plain,
+            "one_step_error_max": max(self.one_step_error) if self.one_step_error else None,
+            "one_step_error_per_round": self.one_step_error,
+            "reference_drift_max": max(self.reference_drift) if self.reference_drift else None,
+            "reference_drift_per_round": self.reference_drift,
+            "max_abs_diff_vs_float_fedavg": max(self.diff_vs_float_plain)
+            if self.diff_vs_float_plain
+            else None,
+            "diff_vs_float_fedavg_per_round": self.diff_vs_float_plain,
+            "arithmetic": self.privacy.get("arithmetic", "float"),
             "dropped": self.dropped,
         }
 
@@ -405,11 +427,14 @@ class Server:
     scheme:
         The scheme, set up (keys drawn).
     plain:
-        Plain FedAvg in lockstep (``compare_plain``), or None.
+        The scheme's plain twin in lockstep (``compare_plain``), or None.
     test:
         Held-out ``(x, y)``, or None.
     result:
         The history, filled round by round.
+    references:
+        Further plain runs in lockstep: ``"float"`` (float FedAvg, when the twin is fixed point)
+        and ``"reversed"`` (FedAvg summing in reverse order, with ``reference_drift``).
     """
 
     cfg: RunConfig
@@ -418,6 +443,7 @@ class Server:
     plain: Scheme | None
     test: tuple["torch.Tensor", "torch.Tensor"] | None
     result: RunResult
+    references: dict[str, Scheme] = field(default_factory=dict)
 
     @classmethod
     def create(
@@ -427,6 +453,7 @@ class Server:
         client_sizes: list[int] | None = None,
         *,
         device: str | None = None,
+        reference_drift: bool = False,
     ) -> "Server":
         """Draw keys and set up the scheme; with ``client_sizes`` also calibrate the noise (else
         later, :meth:`calibrate`).
@@ -441,22 +468,30 @@ class Server:
             The clients' |D_i|, or None to calibrate later.
         device:
             The torch device of keys and models (default ``"cpu"``).
+        reference_drift:
+            Also run plain FedAvg summing its uploads in reverse order (needs ``compare_plain``).
         """
         backend = make_backend("torch", dtype="float64", device=device or "cpu")
         context = SchemeContext(backend=backend, rng=np.random.default_rng([cfg.seed, 1]))
         scheme = make_scheme(cfg.scheme, cfg.options, context)
         w0 = backend.asarray(task.w0)
         scheme.setup(w0)
-        plain = FedAvg() if cfg.compare_plain and cfg.scheme != "fedavg" else None
-        if plain is not None:
-            plain.setup(w0)
+        plain = scheme.plain_twin() if cfg.compare_plain and cfg.scheme != "fedavg" else None
+        references: dict[str, Scheme] = {}
+        if plain is not None and not isinstance(plain, FedAvg):
+            references["float"] = FedAvg()
+        if plain is not None and reference_drift:
+            references["reversed"] = FedAvg(reverse_sum=True)
+        for twin in (plain, *references.values()):
+            if twin is not None:
+                twin.setup(w0)
         result = RunResult(
             cfg,
             n_params=task.model.n_params,
             n_encoded=scheme.n_encoded,
             key_bytes=scheme.key_bytes,
         )
-        server = cls(cfg, task.model, scheme, plain, task.test, result)
+        server = cls(cfg, task.model, scheme, plain, task.test, result, references)
         if client_sizes is not None:
             server.calibrate(client_sizes)
         return server
@@ -478,8 +513,10 @@ class Server:
         seconds: float,
         seconds_plain: float | None,
         progress: Callable[[str], None] | None,
+        local_average: "torch.Tensor | None" = None,
     ) -> None:
-        """The round's figures: accuracy (with held-out data), distance to the plain twin.
+        """The round's figures: accuracy (with held-out data), distance to the plain twin and to
+        the references, the one-step error.
 
         Parameters
         ----------
@@ -489,8 +526,19 @@ class Server:
             Its duration for the scheme and for the plain twin (None without one).
         progress:
             Called with one line for the round, or None.
+        local_average:
+            The plain weighted average of the round's local models (for the one-step error).
         """
         res = self.result
+        w = self.scheme.global_model()
+        if local_average is not None:
+            res.one_step_error.append(_max_abs(w - local_average))
+        if "float" in self.references:
+            res.diff_vs_float_plain.append(_max_abs(w - self.references["float"].global_model()))
+        if "reversed" in self.references and self.plain is not None:
+            forward = self.references.get("float", self.plain)  # the float FedAvg run
+            drift = forward.global_model() - self.references["reversed"].global_model()
+            res.reference_drift.append(_max_abs(drift))
         res.round_s.append(seconds)
         if self.test is not None:
             acc, loss = self.model.evaluate(self.scheme.global_model(), *self.test)
@@ -502,13 +550,36 @@ class Server:
                 acc_p, loss_p = self.model.evaluate(self.plain.global_model(), *self.test)
                 res.accuracy_plain.append(acc_p)
                 res.loss_plain.append(loss_p)
-            res.diff_vs_plain.append(
-                float((self.scheme.global_model() - self.plain.global_model()).abs().max())
-            )
+            res.diff_vs_plain.append(_max_abs(w - self.plain.global_model()))
         if progress:
             acc_text = f"accuracy {res.accuracy[-1]:.4f}" if res.accuracy else "done"
             diff = f", max|w - w_fedavg| {res.diff_vs_plain[-1]:.2e}" if res.diff_vs_plain else ""
             progress(f"round {t + 1}/{self.cfg.rounds}: {acc_text}{diff}")
+
+
+def _max_abs(difference: "torch.Tensor") -> float:
+    return float(difference.abs().max())
+
+
+@dataclass
+class _Recording:
+    """A client whose trained model is kept (the one-step error compares the aggregate to it)."""
+
+    client: Client
+    sink: dict[int, "torch.Tensor"]
+
+    @property
+    def index(self) -> int:
+        return self.client.index
+
+    @property
+    def n_samples(self) -> int:
+        return self.client.n_samples
+
+    def train(self, w_start: "torch.Tensor", round_t: int) -> "torch.Tensor":
+        w_end = self.client.train(w_start, round_t)
+        self.sink[self.client.index] = w_end
+        return w_end
 
 
 def _round(
@@ -520,12 +591,17 @@ def _round(
     plan: FaultPlan,
     timeout_s: float | None,
     dropped: list[dict[str, Any]],
-) -> float:
-    """One round; failing clients are left out and the weights renormalised over the others."""
+    locals_sink: dict[int, "torch.Tensor"] | None = None,
+) -> tuple[float, "torch.Tensor | None"]:
+    """One round; failing clients are left out and the weights renormalised over the others.
+    Returns its duration and, with ``locals_sink``, the plain weighted average of the survivors'
+    local models (their true ``w_i``: the reference of the one-step error)."""
     start = time.perf_counter()
+    if locals_sink is not None:
+        clients = [_Recording(c, locals_sink) for c in clients]  # type: ignore[misc]
     received = scheme.broadcast(t)
     pool = ThreadPoolExecutor(max_workers=1) if timeout_s is not None else None
-    uploads, kept = [], []
+    uploads, kept, survivors = [], [], []
     try:
         for client in clients:
             upload = run_client(
@@ -535,21 +611,26 @@ def _round(
                 plan=plan,
                 timeout_s=timeout_s,
                 expected_shape=scheme.upload_shape,
+                expected_dtype=scheme.upload_dtype,
                 dropped=dropped,
                 pool=pool,
             )
             if upload is not None:
                 uploads.append(upload)
                 kept.append(sizes[client.index])
+                survivors.append(client.index)
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
     if not uploads:
         raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
+    scheme.server_update(scheme.aggregate(uploads, kept))  # weights |D_i| / |D| over survivors
+    seconds = time.perf_counter() - start
+    if locals_sink is None:
+        return seconds, None
     total = sum(kept)
-    # |D_i| / |D| over survivors
-    scheme.server_update(scheme.aggregate(uploads, [n / total for n in kept]))
-    return time.perf_counter() - start
+    average = sum(n / total * locals_sink[i] for n, i in zip(kept, survivors, strict=True))
+    return seconds, average  # type: ignore[return-value]
 
 
 def train_rounds(
@@ -591,7 +672,7 @@ def train_rounds(
     sizes = [c.n_samples for c in clients]
     last = cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)
     for t in range(first, last):
-        seconds = _round(
+        seconds, local_average = _round(
             server.scheme,
             clients,
             sizes,
@@ -599,15 +680,14 @@ def train_rounds(
             plan=plan,
             timeout_s=cfg.client_timeout,
             dropped=server.result.dropped,
+            locals_sink={} if server.scheme.kit is not None else None,
         )
-        seconds_plain = (
-            _round(
-                server.plain, clients, sizes, t, plan=plan, timeout_s=cfg.client_timeout, dropped=[]
-            )
-            if server.plain is not None
-            else None
-        )
-        server.record(t, seconds, seconds_plain, progress)
+        twins = [server.plain] if server.plain is not None else []
+        timings = [
+            _round(twin, clients, sizes, t, plan=plan, timeout_s=cfg.client_timeout, dropped=[])[0]
+            for twin in twins + list(server.references.values())
+        ]
+        server.record(t, seconds, timings[0] if twins else None, progress, local_average)
         if store is not None:
             store.save(server, t + 1)
     server.result.final_model = server.scheme.global_model()
@@ -624,6 +704,7 @@ def run_federated(
     resume: bool = False,
     stop_after: int | None = None,
     task: FederatedTask | None = None,
+    reference_drift: bool = False,
 ) -> RunResult:
     """Run ``cfg.scheme`` for ``cfg.rounds`` rounds, with plain FedAvg in lockstep if
     ``compare_plain``.
@@ -674,7 +755,9 @@ def run_federated(
     if engine != "local":
         raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
     task = task or task_from_config(cfg)
-    server = Server.create(cfg, task, task.sizes, device=task.device)
+    server = Server.create(
+        cfg, task, task.sizes, device=task.device, reference_drift=reference_drift
+    )
     clients = task.clients(cfg, server.scheme.model_norm_bound)
     store = Checkpoint(Path(checkpoint), cfg) if checkpoint is not None else None
     first = 0
@@ -730,7 +813,7 @@ def codec_seconds_per_round(cfg: RunConfig, *, repeats: int = 5) -> float:
         start = time.perf_counter()
         received = scheme.broadcast(0)
         uploads = [client_upload(scheme.kit, NoTraining(), received, 0) for _ in range(cfg.clients)]
-        scheme.server_update(scheme.aggregate(uploads, [1.0 / cfg.clients] * cfg.clients))
+        scheme.server_update(scheme.aggregate(uploads, [1] * cfg.clients))
         best = min(best, time.perf_counter() - start)
     return best
 

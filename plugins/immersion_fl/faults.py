@@ -18,6 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
 from immersion import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -87,27 +88,43 @@ class FaultPlan:
         if kind == "timeout":
             time.sleep(timeout_s + 0.2)
         upload = work()
-        if kind == "malformed":
-            upload = upload.clone()
+        if (
+            kind == "malformed"
+        ):  # a float copy with a NaN (integer uploads then have the wrong type)
+            upload = (
+                np.array(upload, dtype=np.float64)
+                if isinstance(upload, np.ndarray)
+                else upload.clone()
+            )
             upload[0] = math.nan
         elif kind == "wrong-shape":
             upload = upload[:-1]
         return upload
 
 
-def upload_problem(upload: "torch.Tensor", expected_shape: tuple[int, ...]) -> str | None:
+def upload_problem(
+    upload: "torch.Tensor | np.ndarray", expected_shape: tuple[int, ...], dtype: Any = None
+) -> str | None:
     """Why an upload cannot be aggregated, or None if it can.
 
     Parameters
     ----------
     upload:
-        A client's upload.
+        A client's upload: a float tensor, or a ``uint64`` array (integer schemes).
     expected_shape:
         The scheme's upload shape.
+    dtype:
+        The numpy dtype integer uploads must have (None: a float tensor is expected).
     """
     shape = tuple(getattr(upload, "shape", ()))
     if shape != expected_shape:
         return f"wrong shape {shape}, expected {expected_shape}"
+    if isinstance(upload, np.ndarray):
+        if dtype is None or upload.dtype != dtype:
+            return f"an array of {upload.dtype}, expected {dtype or 'a float tensor'}"
+        return None
+    if dtype is not None:
+        return f"a {type(upload).__name__}, expected a {np.dtype(dtype)} array"
     if not bool(upload.isfinite().all()):
         return "contains NaN or inf"
     return None
@@ -123,6 +140,7 @@ def run_client(
     expected_shape: tuple[int, ...],
     dropped: list[dict[str, Any]],
     pool: ThreadPoolExecutor | None,
+    expected_dtype: Any = None,
 ) -> Any:
     """One client's upload, or None (logged and recorded in ``dropped``) if it failed.
 
@@ -142,6 +160,8 @@ def run_client(
         Where a failure is recorded.
     pool:
         The executor that enforces ``timeout_s`` (None without a limit).
+    expected_dtype:
+        The numpy dtype of integer uploads (None: float tensors).
     """
     limit = math.inf if timeout_s is None else timeout_s
     try:
@@ -156,7 +176,7 @@ def run_client(
         reason = f"raised {type(exc).__name__}: {exc}"
         upload = None
     else:
-        reason = upload_problem(upload, expected_shape) or ""
+        reason = upload_problem(upload, expected_shape, expected_dtype) or ""
         if reason:
             upload = None
     if upload is None:

@@ -37,6 +37,7 @@ from .engine import (
     task_from_config,
 )
 from .faults import FaultPlan, upload_problem
+from .modular import FixedPointFedAvg, IntegerBroadcast, ModularClientKit
 from .scheme import Scheme
 from .schemes import ClientKit, client_upload
 
@@ -146,7 +147,6 @@ def serve(
     task:
         A user's learning problem (default: :func:`~immersion_fl.engine.task_from_config`).
     """
-    import torch
 
     flwr_app = _flwr()[0]
     ConfigRecord, Message, RecordDict = flwr_app.ConfigRecord, flwr_app.Message, flwr_app.RecordDict
@@ -184,7 +184,7 @@ def serve(
 
     def flower_round(scheme: Scheme, name: str, t: int, dropped: list[dict[str, Any]]) -> float:
         start = time.perf_counter()
-        payload = arrays_record({"w": scheme.broadcast(t).cpu().numpy()})
+        payload = arrays_record(_broadcast_arrays(scheme.broadcast(t)))
         config = ConfigRecord({"kind": "train", "scheme": name, "round": t})
         msgs = [
             Message(
@@ -199,11 +199,11 @@ def serve(
         for reply in sorted(replies, key=lambda r: pid_of.get(r.metadata.src_node_id, -1)):
             pid = pid_of.get(reply.metadata.src_node_id, -1)
             answered.add(pid)
-            upload = None if reply.has_error() else torch.as_tensor(reply.content["w"]["w"].numpy())
+            upload = None if reply.has_error() else _upload(reply.content["w"]["w"].numpy())
             problem = (
                 f"raised: {reply.error.reason}"
                 if upload is None
-                else upload_problem(upload, scheme.upload_shape)
+                else upload_problem(upload, scheme.upload_shape, scheme.upload_dtype)
             )
             if problem:
                 LOG.warning("round %d: client %d left out: %s", t, pid, problem)
@@ -217,15 +217,18 @@ def serve(
             dropped.append({"round": t, "client": pid, "reason": reason})
         if not uploads:
             raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
-        total = sum(weights)
-        scheme.server_update(scheme.aggregate(uploads, [w / total for w in weights]))
+        scheme.server_update(scheme.aggregate(uploads, weights))
         return time.perf_counter() - start
 
     for t in range(cfg.rounds):
         seconds = flower_round(server.scheme, "scheme", t, server.result.dropped)
         seconds_plain = (
-            flower_round(server.plain, "fedavg", t, []) if server.plain is not None else None
+            flower_round(server.plain, server.plain.name, t, [])
+            if server.plain is not None
+            else None
         )
+        for reference in server.references.values():  # float FedAvg beside an integer scheme
+            flower_round(reference, reference.name, t, [])
         server.record(t, seconds, seconds_plain, progress)
     server.result.final_model = server.scheme.global_model()
     return server.result
@@ -253,8 +256,6 @@ def make_client_train(
         context:
             The node's context (``partition-id``; the kit and the run in ``state``).
         """
-        import torch
-        from immersion.backends import make_backend
 
         flwr_app = _flwr()[0]
         ConfigRecord, Message, RecordDict = (
@@ -278,24 +279,57 @@ def make_client_train(
             )
         run = context.state["run"]
         client = _node_client(client_for, run, index)
-        kit = None
-        if config["scheme"] != "fedavg":
-            kit_arrays = {k: v.numpy() for k, v in context.state["kit"].items()}
-            kit = ClientKit.from_arrays(
-                kit_arrays, make_backend("torch", dtype="float64", device="cpu")
-            )
-        received = torch.as_tensor(msg.content["w"]["w"].numpy())
+        received = _received({k: v.numpy() for k, v in msg.content["w"].items()})
         t = int(config["round"])
+        if config["scheme"] == "fedavg-fixed-point":  # the exact twin of the integer schemes
+            work = FixedPointFedAvg(
+                RunConfig.from_json(run["cfg"]).options.fraction_bits
+            ).client_upload
+        else:
+            kit = None if config["scheme"] == "fedavg" else _kit(context.state["kit"])
+            work = lambda c, r, t: client_upload(kit, c, r, t)  # noqa: E731
         faults_here = FaultPlan({(c, r): k for c, r, k in json.loads(run["faults"])})
         timeout = RunConfig.from_json(run["cfg"]).client_timeout or 0.0
-        upload = faults_here.apply(
-            index, t, lambda: client_upload(kit, client, received, t), timeout
-        )
-        return Message(
-            content=RecordDict({"w": arrays_record({"w": upload.numpy()})}), reply_to=msg
-        )
+        upload = faults_here.apply(index, t, lambda: work(client, received, t), timeout)
+        upload = upload if isinstance(upload, np.ndarray) else upload.detach().cpu().numpy()
+        return Message(content=RecordDict({"w": arrays_record({"w": upload})}), reply_to=msg)
 
     return client_train
+
+
+def _broadcast_arrays(payload: Any) -> dict[str, np.ndarray]:
+    """A broadcast as message arrays: a float tensor, or an integer broadcast and its divisor."""
+    if isinstance(payload, IntegerBroadcast):
+        return payload.arrays()
+    return {"w": payload.detach().cpu().numpy()}
+
+
+def _received(arrays: dict[str, np.ndarray]) -> Any:
+    """:func:`_broadcast_arrays` read back on the node."""
+    import torch
+
+    return (
+        IntegerBroadcast.from_arrays(arrays)
+        if "divisor" in arrays
+        else torch.as_tensor(arrays["w"])
+    )
+
+
+def _upload(values: np.ndarray) -> Any:
+    """An upload as the server aggregates it: ``uint64`` stays numpy, floats become tensors."""
+    import torch
+
+    return values if values.dtype == np.uint64 else torch.as_tensor(values)
+
+
+def _kit(record: Any) -> ClientKit | ModularClientKit:
+    """The client kit from the handshake's arrays (float or integer codes)."""
+    from immersion.backends import make_backend
+
+    arrays = {k: v.numpy() for k, v in record.items()}
+    if "fraction_bits" in arrays:
+        return ModularClientKit.from_arrays(arrays)
+    return ClientKit.from_arrays(arrays, make_backend("torch", dtype="float64", device="cpu"))
 
 
 def _node_client(client_for: ClientFactory, run: ConfigRecord, index: int) -> Client:

@@ -209,6 +209,12 @@ class SiflStrategy(Strategy):
         super().__init__()
         self.options = _sifl_options(options)
         self.options.check_engine("flower")
+        if self.options.arithmetic != "float":
+            raise InvalidArgumentError(
+                "arithmetic",
+                "the wrapped strategy averages the uploads in floating point; modular "
+                "coding needs integer sums (run it with immersion_fl.run or immersion fl run)",
+            )
         self.strategy, self.scheme_name, self.min_samples = strategy, scheme, min_samples
         self._rng = np.random.default_rng(rng)
         self.scheme: SiflM1 | None = None

@@ -76,7 +76,7 @@ class Scheme(ABC):
     >>> from immersion_fl.schemes import FedAvg
     >>> s = FedAvg()
     >>> s.setup(torch.zeros(3, dtype=torch.float64))
-    >>> s.server_update(s.aggregate([torch.ones(3), 3 * torch.ones(3)], [0.5, 0.5]))
+    >>> s.server_update(s.aggregate([torch.ones(3), 3 * torch.ones(3)], [10, 10]))
     >>> s.global_model().tolist(), s.privacy([10, 10])
     ([2.0, 2.0, 2.0], {'epsilon_local': None, 'epsilon_global': None})
     """
@@ -162,6 +162,11 @@ class Scheme(ABC):
         """The shape every client upload must have."""
         return (self.n_encoded,)
 
+    @property
+    def upload_dtype(self) -> Any:
+        """The numpy dtype of integer uploads, or None for float tensors (the float schemes)."""
+        return None
+
     def weighted_sum(self, uploads: list["torch.Tensor"], weights: list[float]) -> "torch.Tensor":
         """``sum_i a_i w_i`` with ``sum_i a_i = 1`` (the aggregation of seed 000 eq. 2).
 
@@ -186,15 +191,25 @@ class Scheme(ABC):
         """
         return w_sum
 
-    def aggregate(self, uploads: list["torch.Tensor"], weights: list[float]) -> "torch.Tensor":
-        """:meth:`weighted_sum` then :meth:`aggregator_code`.
+    def aggregate(self, uploads: list[Any], counts: list[int]) -> Any:
+        """:meth:`weighted_sum` with the weights ``n_i / sum n_i``, then :meth:`aggregator_code`.
 
         Parameters
         ----------
-        uploads, weights:
-            As in :meth:`weighted_sum`.
+        uploads:
+            The surviving clients' uploads.
+        counts:
+            Their dataset sizes ``n_i = |D_i|`` (integer schemes aggregate with these integers).
         """
-        return self.aggregator_code(self.weighted_sum(uploads, weights))
+        total = sum(counts)
+        return self.aggregator_code(self.weighted_sum(uploads, [n / total for n in counts]))
+
+    def plain_twin(self) -> "Scheme":
+        """The plain reference this scheme must reproduce (plain FedAvg; integer schemes: FedAvg
+        on the same fixed-point values)."""
+        from .schemes import FedAvg
+
+        return FedAvg()
 
     def design_noise(self, sizes: list[int]) -> None:  # noqa: B027 - an optional capability
         """Calibrate the round noise from the clients' dataset sizes (nothing to design here).

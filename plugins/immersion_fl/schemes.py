@@ -275,6 +275,12 @@ class SiflOptions(SchemeOptions):
         Block size of structured keys (transforms are memory-bound: smaller is faster).
     client_noise:
         Each client adds noise of its own in ``ker(Pi1_left)`` (:func:`kernel_noise`).
+    arithmetic:
+        ``"float"`` (seed 000's float64 coding) or ``"modular"``: fixed-point integers with integer
+        keys and uniform noise modulo 2^64 (:mod:`immersion_fl.modular`): per-element epsilon 0
+        and decoding bit-identical to FedAvg on the same fixed-point values.
+    fraction_bits:
+        ``f`` of the fixed-point values ``round(w 2^f)`` (modular arithmetic).
 
     Examples
     --------
@@ -293,6 +299,8 @@ class SiflOptions(SchemeOptions):
     keys: str = "auto"
     block_size: int = 8
     client_noise: bool = False
+    arithmetic: str = "float"
+    fraction_bits: int = 32
 
     noise_auto: ClassVar[str | None] = "laplace"
 
@@ -314,6 +322,26 @@ class SiflOptions(SchemeOptions):
             raise InvalidArgumentError(
                 "client_noise", f"expected True or False, got {self.client_noise!r}"
             )
+        if self.arithmetic not in ("float", "modular"):
+            raise InvalidArgumentError(
+                "arithmetic", f"expected 'float' or 'modular', got {self.arithmetic!r}"
+            )
+        from immersion.integer import check_fraction_bits
+
+        check_fraction_bits(self.fraction_bits)
+        if self.arithmetic == "modular":
+            self._check_modular()
+
+    def _check_modular(self) -> None:
+        """Options that only the float coding uses are refused, naming them."""
+        defaults = SiflOptions()
+        for name in ("noise", "delta", "epsilon_local", "client_noise"):
+            if getattr(self, name) != getattr(defaults, name):
+                raise InvalidArgumentError(
+                    name,
+                    "applies to arithmetic='float'; modular coding draws its noise uniformly "
+                    "modulo 2^64 (per-element epsilon 0)",
+                )
 
     def check_engine(self, engine: str) -> None:
         """``client_noise`` runs on the local engine only: the Flower handshake sends the kit before
@@ -344,8 +372,16 @@ class FedAvg(Scheme):
     #: The server's model (set by :meth:`setup`).
     w: "torch.Tensor"
 
-    def __init__(self) -> None:
+    def __init__(self, *, reverse_sum: bool = False) -> None:
         self.kit: ClientKit | None = None
+        self.reverse_sum = reverse_sum
+
+    def weighted_sum(self, uploads: list["torch.Tensor"], weights: list[float]) -> "torch.Tensor":
+        """As in :meth:`Scheme.weighted_sum <immersion_fl.scheme.Scheme.weighted_sum>`; with
+        ``reverse_sum`` the terms are added last to first (the reference drift of a run)."""
+        if self.reverse_sum:
+            return super().weighted_sum(uploads[::-1], weights[::-1])
+        return super().weighted_sum(uploads, weights)
 
     def setup(self, w0: "torch.Tensor") -> None:
         """Keep a copy of the initial model.
@@ -824,34 +860,47 @@ def fedavg_scheme(options: NoOptions, context: SchemeContext) -> FedAvg:
     return FedAvg()
 
 
-def sifl_m1_scheme(options: SiflOptions, context: SchemeContext) -> SiflM1:
-    """SIFL M1 with the paper's ``n~ - n = 201`` by default.
+def sifl_m1_scheme(options: SiflOptions, context: SchemeContext) -> Scheme:
+    """SIFL M1 with the paper's ``n~ - n = 201`` by default (float or modular arithmetic).
 
     Parameters
     ----------
     options, context:
         As in :class:`SiflM1`.
     """
+    if options.arithmetic == "modular":
+        from .modular import ModularSiflM1
+
+        return ModularSiflM1(options, context)
     return SiflM1(options, context)
 
 
-def sifl_m2_scheme(options: SiflOptions, context: SchemeContext) -> SiflM2:
-    """SIFL M2 with ``options.p`` aggregator columns.
+def sifl_m2_scheme(options: SiflOptions, context: SchemeContext) -> Scheme:
+    """SIFL M2 with ``options.p`` aggregator columns (float or modular arithmetic).
 
     Parameters
     ----------
     options, context:
         As in :class:`SiflM1`.
     """
+    if options.arithmetic == "modular":
+        from .modular import ModularSiflM2
+
+        return ModularSiflM2(options, context, name="sifl-m2")
     return SiflM2(options, context, name="sifl-m2")
 
 
-def sifl_rm_scheme(options: SiflOptions, context: SchemeContext) -> SiflM1:
-    """Random-matrix SIFL (seed 003): ``m = n + 1``, fresh unit-scale offset, no DP figures.
+def sifl_rm_scheme(options: SiflOptions, context: SchemeContext) -> Scheme:
+    """Random-matrix SIFL (seed 003): ``m = n + 1``, a fresh offset each round; float: unit
+    scale and no DP figures; modular: uniform noise (per-element epsilon 0).
 
     Parameters
     ----------
     options, context:
         As in :class:`SiflM1`.
     """
+    if options.arithmetic == "modular":
+        from .modular import ModularSiflM1
+
+        return ModularSiflM1(options, context, name="sifl-rm", default_extra=1)
     return SiflM1(options, context, name="sifl-rm", default_extra=1, report_dp=False)
