@@ -193,8 +193,8 @@ def test_public_target_bytes_counts_the_five_matrices():
 # ---------------------------------------------------------------- audit rows and CLI
 def test_both_attacks_are_registered_for_immerse():
     specs = registry().attacks()
-    assert specs["subspace"].schemes == ("immerse",)
-    assert specs["known-plaintext"].schemes == ("immerse",)
+    assert specs["subspace"].schemes == ("immerse", "immerse-modular")
+    assert specs["known-plaintext"].schemes == ("immerse", "immerse-modular")
 
 
 def test_known_plaintext_rows_before_and_after_rotation():
@@ -214,7 +214,9 @@ def test_known_plaintext_rows_before_and_after_rotation():
 
 def test_cli_audit_subspace_quick_json():
     result = CliRunner().invoke(
-        main, ["audit", "--attack", "subspace", "--quick", "--json"], prog_name="immersion"
+        main,
+        ["audit", "--attack", "subspace", "--scheme", "immerse", "--quick", "--json"],
+        prog_name="immersion",
     )
     assert result.exit_code == 0, result.output
     text = result.stdout.strip()

@@ -1,6 +1,8 @@
-"""Side-by-side timing of encode + target + decode against plain ``f, g`` (ratios, one process).
+"""Side-by-side timings in one process, reported as ratios; not run by the test suite.
 
-Used by ``benchmarks/bench_core.py`` and ``immersion bench core``; not run by the test suite.
+``bench_core``: encode + target + decode against plain ``f, g`` (``benchmarks/bench_core.py``,
+``immersion bench core``). ``bench_codec``: the modular codec against the float codec on flat
+vectors of 10^5-10^6 entries (``benchmarks/bench_codec.py``, ``immersion bench codec``).
 """
 
 from __future__ import annotations
@@ -112,3 +114,85 @@ def bench_core(
                 }
             )
     return {"benchmark": "core", "steps": steps, "repeats": repeats, "results": rows}
+
+
+#: Flat vector sizes of ``bench_codec``: the 199,210-parameter MLP, the 1,199,882-entry CNN state.
+CODEC_SIZES: tuple[int, ...] = (199_210, 1_199_882)
+
+
+def _codec_pair(n: int, extra: int, seed: int) -> tuple[Callable[[], Any], Callable[[], Any], dict]:
+    """One round trip (encode with fresh noise, then decode) of the float and the modular codec."""
+    from .backends import make_backend
+    from .integer import decode_fixed, encode_fixed, quantise, uniform_noise
+    from .keys import draw_code, draw_modular_code
+
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(n)
+    be = make_backend("numpy")
+    t0 = time.perf_counter()
+    fcode = draw_code(n, extra, kind="block", rng=seed)
+    t1 = time.perf_counter()
+    mcode = draw_modular_code(n, extra, kind="block", rng=seed)
+    t2 = time.perf_counter()
+    f_enc, f_dec, noise = fcode.noisy_encoder(be), fcode.decoder(be), be.noise_stream(rng)
+    m_enc, m_dec = mcode.noisy_encoder(), mcode.decoder()
+    bits = 32
+
+    def float_trip() -> Any:
+        return f_dec(f_enc(w, noise.laplace((extra,), 0.0, 1e3)))
+
+    def modular_trip() -> Any:
+        q = encode_fixed(w, bits, name="w")
+        return decode_fixed(m_dec(m_enc(q, uniform_noise(rng, extra))), bits)
+
+    info = {
+        "float_key_bytes": fcode.nbytes,
+        "modular_key_bytes": mcode.nbytes,
+        "float_key_draw_s": t1 - t0,
+        "modular_key_draw_s": t2 - t1,
+        "float_max_abs_decode_error": float(np.abs(float_trip() - w).max()),
+        "modular_decode_equals_fixed_point": bool(
+            np.array_equal(modular_trip(), quantise(w, bits))
+        ),
+        "fraction_bits": bits,
+    }
+    return float_trip, modular_trip, info
+
+
+def bench_codec(
+    *,
+    sizes: tuple[int, ...] = CODEC_SIZES,
+    extra: int = 2,
+    repeats: int = 7,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Encode + decode of one flat vector: the modular codec beside the float codec, same process.
+
+    Block keys with each arithmetic's default block size (float 32, modular 16); ``extra`` noise
+    entries; fresh noise every round trip (Laplace for float, uniform modulo 2^64 for modular,
+    with fixed-point conversion at ``fraction_bits=32`` included). Each timing averages
+    ``max(1, 2e6 // n)`` round trips; the two codecs alternate ``repeats`` times and the minimum
+    of each is kept; the figure of merit is the ratio modular / float (goal: at most 1.5).
+    """
+    rows = []
+    for n in sizes:
+        if progress:
+            progress(f"codec n={n:,}")
+        float_trip, modular_trip, info = _codec_pair(n, extra, seed)
+        trips = max(1, 2_000_000 // n)  # about 0.1 s per timing, so one preemption shows less
+        t_float, t_mod = np.inf, np.inf
+        for _ in range(repeats):
+            t_float = min(t_float, _time_loop(float_trip, trips))
+            t_mod = min(t_mod, _time_loop(modular_trip, trips))
+        rows.append(
+            {
+                "n": n,
+                "extra": extra,
+                "float_round_trip_s": t_float,
+                "modular_round_trip_s": t_mod,
+                "modular_over_float": t_mod / t_float,
+                **info,
+            }
+        )
+    return {"benchmark": "codec", "repeats": repeats, "results": rows}

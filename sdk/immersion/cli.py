@@ -78,6 +78,31 @@ def bench_core_cmd(steps: int, repeats: int, quick: bool, as_json: bool) -> None
         )
 
 
+@bench.command("codec")
+@click.option("--repeats", type=click.IntRange(1), default=7, show_default=True)
+@click.option("--quick", is_flag=True, help="Only n = 199,210 (a smoke run).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_codec_cmd(repeats: int, quick: bool, as_json: bool) -> None:
+    """Modular codec (integers mod 2^64) versus float codec: encode + decode of one flat vector."""
+    from .bench import CODEC_SIZES, bench_codec
+
+    result = bench_codec(
+        sizes=CODEC_SIZES[:1] if quick else CODEC_SIZES,
+        repeats=repeats,
+        progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
+    )
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"{'n':>10} {'float ms':>9} {'modular ms':>11} {'ratio':>6} {'key MB':>7}")
+    for r in result["results"]:
+        click.echo(
+            f"{r['n']:>10} {r['float_round_trip_s'] * 1e3:>9.2f} "
+            f"{r['modular_round_trip_s'] * 1e3:>11.2f} {r['modular_over_float']:>6.2f} "
+            f"{r['modular_key_bytes'] / 1e6:>7.1f}"
+        )
+
+
 @main.command("serve")
 @click.option(
     "--bind",

@@ -13,8 +13,12 @@ import numpy as np
 from . import _validation as v
 from .backends import ArrayBackend, make_backend
 from .errors import InvalidArgumentError
-from .keygen import draw_geometry, split_rng, validated_design
-from .keys import Keys
+from .keygen import (
+    draw_geometry,
+    split_rng,
+    validated_arithmetic_design,
+)
+from .keys import Keys, ModularKeys
 from .privacy import PrivacyReport, privacy_report
 from .privacy.precision import refuse_infeasible_precision
 from .probing import estimate_input_gain, probe_both, uses_public
@@ -26,6 +30,12 @@ class Immersion:
 
     Created by :func:`immerse`; ``imm.target`` is what goes to the cloud.
     """
+
+    keys: Any  # Keys (float arithmetic) or ModularKeys
+    _input_enc: Callable[[Any, Any], Any]
+    _state_enc: Callable[[Any], Any]
+    _state_dec: Callable[[Any], Any]
+    _output_dec: Callable[[Any], Any]
 
     def __init__(
         self,
@@ -122,8 +132,10 @@ def immerse(
     delta_input: float | None = None,
     delta_output: float | None = None,
     noise_mean: float = 0.0,
-    keys: Literal["auto", "dense", "block"] | Keys = "auto",
-    block_size: int = 32,
+    keys: Literal["auto", "dense", "block"] | Keys | ModularKeys = "auto",
+    block_size: int | None = None,
+    arithmetic: Literal["float", "modular"] = "float",
+    fraction_bits: int | None = None,
     tolerance: float | None = 1e-6,
     backend: str = "numpy",
     device: str | None = None,
@@ -153,12 +165,23 @@ def immerse(
         default 1e-5); ``noise_mean`` is the mean ``mu`` of ``s_k``.
     keys:
         ``"dense"``, ``"block"`` (structured, for large dimensions), ``"auto"`` (dense up to
-        512 immersed entries) or a :class:`Keys` object (drawn earlier, loaded, or user matrices).
+        512 immersed entries) or a :class:`Keys` object (drawn earlier, loaded, or user matrices;
+        a :class:`~immersion.keys.ModularKeys` object with ``arithmetic="modular"``).
     block_size:
-        Block size of structured keys (memory and time O(n * block_size)).
+        Block size of structured keys (memory and time O(n * block_size)); default 32 for float
+        keys, 16 for integer keys (each block is stored with its inverse).
+    arithmetic, fraction_bits:
+        ``"float"`` (default: float64 keys and Laplace/Gaussian noise, the options above) or
+        ``"modular"`` (:mod:`immersion.modular`): values cross the link as fixed-point integers
+        ``round(v 2^fraction_bits)`` (default 32) modulo ``2^64`` with integer keys and noise
+        uniform modulo ``2^64``; every element of ``y~`` and ``u~`` is uniform (per-element
+        epsilon 0) and decoding is bit-exact against the fixed-point twin. The noise-design
+        options above do not apply to it (a non-default value is refused); values whose
+        fixed-point form would wrap are refused with an error naming the signal.
     tolerance:
         Largest acceptable predicted decode error; settings that cannot meet it raise
         :class:`PrecisionError` naming the smallest feasible epsilons. ``None`` disables the check.
+        (Modular decoding is exact: every tolerance is met.)
     backend, device, dtype:
         ``"numpy"`` (float64 reference) or ``"torch"`` (``device="cpu"``/``"cuda"``, float32/float64).
     n_public, probe:
@@ -181,8 +204,20 @@ def immerse(
     >>> x1 = imm.decode_state(imm.target.step(xt, yt))
     >>> bool(np.allclose(x1, A @ [1.0, -1.0] + [0.0, 0.5], atol=1e-9))
     True
+
+    The same controller in modular arithmetic: uniform encodings, exact fixed-point decoding.
+
+    >>> imm = immerse(lambda x, y: A @ x + np.array([0.0, 1.0]) * y[0], lambda x, y: x[:1] + y,
+    ...               n_state=2, n_input=1, n_output=1, arithmetic="modular", fraction_bits=32,
+    ...               rng=0)
+    >>> xt, yt = imm.encode_state(np.array([1.0, -1.0])), imm.encode_input(np.array([0.5]))
+    >>> yt.dtype.name, imm.decode_output(imm.target.output(xt, yt), yt).tolist()
+    ('uint64', [1.5])
     """
-    dims, targets = validated_design(
+    dims, targets, fraction_bits, block_size = validated_arithmetic_design(
+        arithmetic=arithmetic,
+        fraction_bits=fraction_bits,
+        block_size=block_size,
         n_state=n_state,
         n_input=n_input,
         n_output=n_output,
@@ -198,7 +233,25 @@ def immerse(
         sensitivity_output=sensitivity_output,
         noise_mean=noise_mean,
     )
-    block_size = v.positive_int("block_size", block_size)
+    if targets is None:
+        assert fraction_bits is not None
+        return _immerse_modular(
+            f,
+            g,
+            dims,
+            keys=keys,
+            block_size=block_size,
+            fraction_bits=fraction_bits,
+            backend=(backend, device, dtype),
+            n_public=n_public,
+            probe=probe,
+            rng=rng,
+            secure=secure,
+        )
+    if isinstance(keys, ModularKeys):
+        raise InvalidArgumentError(
+            "keys", "are integer keys (modular arithmetic): pass arithmetic='modular'"
+        )
     if tolerance is not None:
         tolerance = v.positive_float("tolerance", tolerance)
     if n_public is not None:
@@ -228,7 +281,56 @@ def immerse(
     )
 
 
-def _checked_user_keys(keys: Keys, dims: dict[str, int]) -> Keys:
+def _immerse_modular(
+    f: Callable[..., Any],
+    g: Callable[..., Any],
+    dims: dict[str, int],
+    *,
+    keys: Any,
+    block_size: int,
+    fraction_bits: int,
+    backend: tuple[Any, Any, Any],
+    n_public: Any,
+    probe: Any,
+    rng: Any,
+    secure: bool,
+) -> Immersion:
+    """:func:`immerse` with ``arithmetic="modular"`` (numpy: f and g run in float64)."""
+    from .modular import ModularImmersion, ModularTarget
+
+    name, device, dtype = backend
+    for option, value, allowed in (
+        ("backend", name, ("numpy",)),
+        ("device", device, (None, "cpu")),
+        ("dtype", dtype, (None, "float64")),
+    ):
+        if value not in allowed:
+            raise InvalidArgumentError(
+                option,
+                f"modular arithmetic runs on numpy uint64 with f and g in float64; got {value!r}",
+            )
+    if n_public is not None:
+        n_public = v.positive_int("n_public", n_public)
+    be = make_backend("numpy")
+    key_rng, noise_rng = split_rng(rng, secure)
+    f_checked = CheckedFunction(f, "f", dims["n_state"], uses_public(f, "f"), be)
+    g_checked = CheckedFunction(g, "g", dims["n_output"], uses_public(g, "g"), be)
+    probe_both(f_checked, g_checked, dims["n_state"], dims["n_input"], n_public, probe, be)
+    if isinstance(keys, Keys):
+        raise InvalidArgumentError(
+            "keys", "are float keys: draw integer keys with draw_keys(..., arithmetic='modular')"
+        )
+    if isinstance(keys, ModularKeys):
+        drawn = _checked_user_keys(keys, dims)
+    else:
+        drawn = draw_geometry(keys, dims, block_size, key_rng, arithmetic="modular")
+    target = ModularTarget(f=f_checked, g=g_checked, keys=drawn, fraction_bits=fraction_bits)
+    return ModularImmersion(
+        keys=drawn, target=target, noise_rng=noise_rng, fraction_bits=fraction_bits
+    )
+
+
+def _checked_user_keys(keys: Any, dims: dict[str, int]) -> Any:
     """Keys given by the user: they must match f and g's dimensions and pass validation."""
     expected = {k: dims[k] for k in ("n_state", "n_input", "n_output")}
     got = {k: keys.dims[k] for k in expected}

@@ -6,18 +6,23 @@ import math
 import numbers
 import secrets
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from . import _validation as v
 from .errors import InvalidArgumentError
 from .keys import Keys
+
+if TYPE_CHECKING:
+    from .keys.modular import ModularKeys
 from .privacy import design_noise
 
 #: Largest immersed dimension for which ``keys="auto"`` draws dense keys (block keys are faster
 #: above: measured 5.7x at n = 1000).
 AUTO_DENSE_LIMIT = 512
+#: Default block size of float block keys.
+FLOAT_BLOCK_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -131,33 +136,88 @@ def split_rng(rng: Any, secure: bool) -> tuple[np.random.Generator, np.random.Ge
 
 
 def draw_geometry(
-    kind: Any, dims: dict[str, int], block_size: int, rng: np.random.Generator
-) -> Keys:
-    """Draw and validate keys (no noise law yet); ``kind`` is ``"auto"``, ``"dense"`` or ``"block"``."""
+    kind: Any,
+    dims: dict[str, int],
+    block_size: int,
+    rng: np.random.Generator,
+    *,
+    arithmetic: str = "float",
+) -> Any:
+    """Draw and validate keys (float: no noise law yet); ``kind`` is ``"auto"``, ``"dense"`` or
+    ``"block"``. ``arithmetic="modular"`` draws :class:`~immersion.keys.ModularKeys`.
+    """
+    from .keys.modular import ModularKeys
+
     kind = v.one_of("keys", kind, ("auto", "dense", "block"))
+    sizes = {n: dims[n] + dims["extra" + n[1:]] for n in ("n_state", "n_input", "n_output")}
+    biggest = max(sizes, key=lambda n: sizes[n])
+    size = sizes[biggest]
     if kind == "auto":
-        largest = max(
-            dims["n_state"] + dims["extra_state"],
-            dims["n_input"] + dims["extra_input"],
-            dims["n_output"] + dims["extra_output"],
-        )
-        kind = "dense" if largest <= AUTO_DENSE_LIMIT else "block"
-    biggest = max(("n_state", "n_input", "n_output"), key=lambda n: dims[n] + dims["extra" + n[1:]])
-    size = dims[biggest] + dims["extra" + biggest[1:]]
-    v.vector_fits(
-        biggest,
-        dims[biggest],
-        size * (size if kind == "dense" else min(block_size, size)),
-        "the keys",
-    )
+        kind = "dense" if size <= AUTO_DENSE_LIMIT else "block"
+    entries = size * (size if kind == "dense" else min(block_size, size))
+    # integer keys keep each block with its inverse (dense: K and K^-1 split in four matrices)
+    modular = arithmetic == "modular"
+    v.vector_fits(biggest, dims[biggest], 2 * entries if modular else entries, "the keys")
     try:
-        keys = Keys.draw(kind=kind, block_size=block_size, rng=rng, **dims)  # type: ignore[arg-type]
+        keys = (ModularKeys if modular else Keys).draw(
+            kind=kind,  # type: ignore[arg-type]
+            block_size=block_size,
+            rng=rng,
+            **dims,
+        )
     except MemoryError as exc:
         raise InvalidArgumentError(
             biggest, f"keys of these dimensions do not fit in memory ({exc})"
         ) from None
     keys.validate()
     return keys
+
+
+#: Options that shape the float arithmetic's noise and precision, with their defaults: under
+#: ``arithmetic="modular"`` (uniform noise modulo 2^64, per-element epsilon 0, exact decoding) a
+#: value other than the default is refused instead of silently ignored.
+FLOAT_ONLY_DEFAULTS: dict[str, Any] = {
+    "epsilon_input": 1e-3,
+    "epsilon_output": 1e-3,
+    "sensitivity_input": 1.0,
+    "sensitivity_output": 1.0,
+    "noise": "laplace",
+    "delta_input": None,
+    "delta_output": None,
+    "noise_mean": 0.0,
+}
+
+
+def checked_arithmetic(
+    arithmetic: Any, fraction_bits: Any, float_options: dict[str, Any]
+) -> tuple[str, int | None]:
+    """``(arithmetic, fraction_bits)`` checked against the other options (naming the bad one).
+
+    ``fraction_bits`` belongs to ``arithmetic="modular"`` (default 32); the noise-design options
+    in :data:`FLOAT_ONLY_DEFAULTS` belong to ``arithmetic="float"``.
+    """
+    from .integer import check_fraction_bits
+    from .modular import DEFAULT_FRACTION_BITS
+
+    arithmetic = v.one_of("arithmetic", arithmetic, ("float", "modular"))
+    if arithmetic == "float":
+        if fraction_bits is not None:
+            raise InvalidArgumentError(
+                "fraction_bits", "applies to arithmetic='modular' only (fixed-point integers)"
+            )
+        return arithmetic, None
+    for name, value in float_options.items():
+        default = FLOAT_ONLY_DEFAULTS[name]
+        if value is not default and not (
+            isinstance(value, type(default)) and not isinstance(value, bool) and value == default
+        ):
+            raise InvalidArgumentError(
+                name,
+                "applies to arithmetic='float' only: modular coding draws noise uniform modulo "
+                "2^64 (per-element epsilon 0 whatever the data) and decodes exactly",
+            )
+    fb = DEFAULT_FRACTION_BITS if fraction_bits is None else fraction_bits
+    return arithmetic, check_fraction_bits(fb)
 
 
 def validated_dims(**dims: Any) -> dict[str, int]:
@@ -193,6 +253,27 @@ def validated_design(
     return dims, NoiseTargets.validated(**targets)
 
 
+def validated_arithmetic_design(
+    *, arithmetic: Any, fraction_bits: Any, block_size: Any, **options: Any
+) -> tuple[dict[str, int], NoiseTargets | None, int | None, int]:
+    """What :func:`immerse` and :func:`draw_keys` check first.
+
+    Returns ``(dims, targets, fraction_bits, block_size)``: ``targets`` is None for the modular
+    arithmetic, ``fraction_bits`` is None for the float one.
+    """
+    name, bits = checked_arithmetic(
+        arithmetic, fraction_bits, {k: options[k] for k in FLOAT_ONLY_DEFAULTS}
+    )
+    block = v.positive_int("block_size", default_block_size(block_size, name))
+    if name == "modular":
+        dims = validated_dims(
+            **{k: val for k, val in options.items() if k not in FLOAT_ONLY_DEFAULTS}
+        )
+        return dims, None, bits, block
+    dims, targets = validated_design(**options)
+    return dims, targets, None, block
+
+
 def draw_keys(
     n_state: int,
     n_input: int,
@@ -210,23 +291,31 @@ def draw_keys(
     delta_output: float | None = None,
     noise_mean: float = 0.0,
     keys: Literal["auto", "dense", "block"] = "auto",
-    block_size: int = 32,
+    block_size: int | None = None,
+    arithmetic: Literal["float", "modular"] = "float",
     rng: Any = None,
     secure: bool = False,
-) -> Keys:
+) -> "Keys | ModularKeys":
     """Draw keys with their noise law designed for the targets, without an algorithm.
 
     Same options and defaults as :func:`immerse`; ``draw_keys(..., rng=s)`` gives the keys
     that ``immerse(..., rng=s)`` would draw. Save them with :func:`save_keys` and pass them to
     ``immerse(..., keys=...)`` later (their noise law is then used as is).
+    ``arithmetic="modular"`` draws integer keys invertible modulo 2^64
+    (:class:`~immersion.keys.ModularKeys`; the noise options do not apply).
 
     Examples
     --------
     >>> keys = draw_keys(3, 1, 1, epsilon_input=1e-2, rng=0)
     >>> keys.Pi1.shape, keys.noise_kind, keys.noise_scale > 0
     ((3, 1), 'laplace', True)
+    >>> draw_keys(3, 1, 1, arithmetic="modular", rng=0).Pi1.dtype.name
+    'uint64'
     """
-    dims, targets = validated_design(
+    dims, targets, _, block = validated_arithmetic_design(
+        arithmetic=arithmetic,
+        fraction_bits=None,
+        block_size=block_size,
         n_state=n_state,
         n_input=n_input,
         n_output=n_output,
@@ -242,7 +331,16 @@ def draw_keys(
         sensitivity_output=sensitivity_output,
         noise_mean=noise_mean,
     )
+    if targets is None:
+        return draw_geometry(keys, dims, block, split_rng(rng, secure)[0], arithmetic="modular")
     key_rng, _ = split_rng(rng, secure)
-    return targets.apply(
-        draw_geometry(keys, dims, v.positive_int("block_size", block_size), key_rng)
-    )
+    return targets.apply(draw_geometry(keys, dims, block, key_rng))
+
+
+def default_block_size(block_size: Any, arithmetic: str) -> Any:
+    """``block_size`` or, if None, 32 for float keys, 16 for integer keys (stored with inverses)."""
+    from .keys.modular import MODULAR_BLOCK_SIZE
+
+    if block_size is not None:
+        return block_size
+    return MODULAR_BLOCK_SIZE if arithmetic == "modular" else FLOAT_BLOCK_SIZE

@@ -80,6 +80,13 @@ class TargetAlgorithm:
     Holds no ``N1``, no ``Pi3_left`` and no noise generator (it pickles without them).
     """
 
+    # encoders and decoders of one arithmetic (float here, modulo 2^64 in a ModularTarget)
+    _state_in: Callable[[Any], Any]
+    _state_out: Callable[[Any], Any]
+    _input_in: Callable[[Any], Any]
+    _output_out: Callable[[Any], Any]
+    _mask: Callable[[Any], Any]
+
     def __init__(
         self, *, f: CheckedFunction, g: CheckedFunction, keys: Keys, backend: ArrayBackend
     ) -> None:

@@ -593,20 +593,32 @@ def run_known_plaintext(quick: bool = False, seed: int = 0) -> list[AttackResult
     return rows
 
 
+def _both(float_run: Callable[..., Any], modular_name: str) -> Callable[..., Any]:
+    """Rows of ``float_run`` followed by those of the modular runner ``modular_name``."""
+
+    def run(quick: bool = False, seed: int = 0) -> list[AttackResult]:
+        from . import modular
+
+        return [*float_run(quick=quick, seed=seed), *getattr(modular, modular_name)(quick, seed)]
+
+    return run
+
+
 def attack_specs() -> list[AttackSpec]:
-    """The two attacks, as registered by :mod:`immersion.builtin`."""
+    """The two attacks, on float and modular arithmetic (registered by :mod:`immersion.builtin`)."""
     return [
         AttackSpec(
             "subspace",
-            (SCHEME,),
-            run_subspace,
-            "eavesdropper: PCA on many y~ under one key removes the noise subspace range(N1)",
+            (SCHEME, "immerse-modular"),
+            _both(run_subspace, "run_subspace_modular"),
+            "eavesdropper: PCA on many y~ under one key removes the noise subspace range(N1); "
+            "modular: PCA and lattice reduction (LLL) on the stream",
         ),
         AttackSpec(
             "known-plaintext",
-            (SCHEME,),
-            run_known_plaintext,
-            "eavesdropper: least squares on n_input + extra_input known (y, y~) pairs gives "
-            "Pi1_left",
+            (SCHEME, "immerse-modular"),
+            _both(run_known_plaintext, "run_known_plaintext_modular"),
+            "eavesdropper: n_input + extra_input known (y, y~) pairs give Pi1_left (least squares; "
+            "modular: elimination modulo 2^64)",
         ),
     ]

@@ -1,7 +1,14 @@
-"""Secret keys: dense and block-structured codes, validation, save/load."""
+"""Secret keys: dense and block-structured codes (float and modulo 2^64), validation, save/load."""
 
 from .codes import DenseCode, DenseMask, StructuredCode, StructuredMask
 from .keys import Keys, NoiseLaw, draw_code
+from .modular import (
+    ModularBlockCode,
+    ModularDenseCode,
+    ModularKeys,
+    ModularMask,
+    draw_modular_code,
+)
 from .stats import RowStats
 from .store import code_arrays, load_keys, save_keys
 
@@ -9,6 +16,11 @@ __all__ = [
     "Keys",
     "NoiseLaw",
     "draw_code",
+    "ModularKeys",
+    "ModularDenseCode",
+    "ModularBlockCode",
+    "ModularMask",
+    "draw_modular_code",
     "DenseCode",
     "StructuredCode",
     "DenseMask",

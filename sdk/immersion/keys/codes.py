@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from .stats import RowStats, dense_row_stats
 from .structured import MixParams, OrthogonalTransform, structured_row_stats
+from .views import ExplicitShape, PositionedShape
 
 #: Above this many entries a dense view of a structured key is refused (it would not fit).
 MAX_DENSE_ENTRIES = 50_000_000
@@ -116,7 +117,7 @@ class StructuredDecoder:
 
 
 @dataclass(frozen=True, eq=False)
-class DenseCode:
+class DenseCode(ExplicitShape):
     """A code given by explicit ``Pi`` (n~ x n), ``Pi_left`` (n x n~) and ``N`` (n~ x m)."""
 
     pi: np.ndarray
@@ -126,29 +127,8 @@ class DenseCode:
     kind = "dense"
 
     @property
-    def n_signal(self) -> int:
-        return int(self.pi.shape[1])
-
-    @property
-    def n_total(self) -> int:
-        return int(self.pi.shape[0])
-
-    @property
-    def n_noise(self) -> int:
-        return int(self.noise_basis.shape[1])
-
-    @property
     def nbytes(self) -> int:
         return self.pi.nbytes + self.pi_left.nbytes + self.noise_basis.nbytes
-
-    def dense_pi(self) -> np.ndarray:
-        return self.pi
-
-    def dense_pi_left(self) -> np.ndarray:
-        return self.pi_left
-
-    def dense_noise_basis(self) -> np.ndarray:
-        return self.noise_basis
 
     @cached_property
     def _stats(self) -> RowStats:
@@ -180,7 +160,7 @@ class DenseCode:
 
 
 @dataclass(frozen=True, eq=False)
-class StructuredCode:
+class StructuredCode(PositionedShape):
     """A code ``Pi = a Q[:, signal_pos]``, ``N = Q[:, noise_pos]``, ``Pi_left = Q[:, signal_pos]^T / a``.
 
     ``Q`` is block-structured orthogonal; ``a`` (``signal_scale``) is a random positive scalar, so
@@ -194,18 +174,6 @@ class StructuredCode:
     signal_scale: float = 1.0
 
     kind = "block"
-
-    @property
-    def n_signal(self) -> int:
-        return int(self.signal_pos.shape[0])
-
-    @property
-    def n_total(self) -> int:
-        return self.mix.size
-
-    @property
-    def n_noise(self) -> int:
-        return int(self.noise_pos.shape[0])
 
     @property
     def nbytes(self) -> int:

@@ -16,6 +16,7 @@ from ..errors import InvalidArgumentError
 from .codes import Code, DenseCode, DenseMask, StructuredCode, StructuredMask, row_norms
 from .stats import RowStats
 from .structured import draw_structured_layout
+from .views import KeyViews
 
 NoiseKind = Literal["laplace", "gaussian"]
 Mask = DenseMask | StructuredMask
@@ -125,7 +126,7 @@ def draw_code(
 
 
 @dataclass(frozen=True, eq=False)
-class Keys:
+class Keys(KeyViews):
     """Secret keys of one immersion. Frozen; ``repr`` shows shapes and a fingerprint only.
 
     The dense views ``Pi1 .. Pi4``, ``N1``, ``Pi1_left .. Pi3_left`` are numpy arrays (for block
@@ -147,6 +148,9 @@ class Keys:
     mask: Mask
     noise: NoiseLaw | None = None
     mask_is_generated: bool = True
+
+    #: Float keys; :class:`immersion.keys.ModularKeys` has ``"modular"``.
+    arithmetic = "float"
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -330,34 +334,6 @@ class Keys:
 
     # ------------------------------------------------------------------ dense views
     @property
-    def Pi1(self) -> np.ndarray:
-        return self.input_code.dense_pi()
-
-    @property
-    def Pi1_left(self) -> np.ndarray:
-        return self.input_code.dense_pi_left()
-
-    @property
-    def N1(self) -> np.ndarray:
-        return self.input_code.dense_noise_basis()
-
-    @property
-    def Pi2(self) -> np.ndarray:
-        return self.state_code.dense_pi()
-
-    @property
-    def Pi2_left(self) -> np.ndarray:
-        return self.state_code.dense_pi_left()
-
-    @property
-    def Pi3(self) -> np.ndarray:
-        return self.output_code.dense_pi()
-
-    @property
-    def Pi3_left(self) -> np.ndarray:
-        return self.output_code.dense_pi_left()
-
-    @property
     def Pi4(self) -> np.ndarray:
         return self.mask.dense(self.input_code, self.output_code)  # type: ignore[arg-type]
 
@@ -396,21 +372,6 @@ class Keys:
         return self.mask.data_row_l1(self.input_code, self.output_code)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ identity
-    @property
-    def kind(self) -> str:
-        return self.input_code.kind
-
-    @property
-    def dims(self) -> dict[str, int]:
-        return {
-            "n_state": self.state_code.n_signal,
-            "n_input": self.input_code.n_signal,
-            "n_output": self.output_code.n_signal,
-            "extra_state": self.state_code.n_noise,
-            "extra_input": self.input_code.n_noise,
-            "extra_output": self.output_code.n_noise,
-        }
-
     @property
     def nbytes(self) -> int:
         """Memory held by the keys."""

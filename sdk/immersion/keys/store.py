@@ -16,13 +16,21 @@ from .structured import MixParams
 
 if TYPE_CHECKING:
     from .keys import Keys
+    from .modular import ModularKeys
 
+#: Format 1: float keys (unchanged since the first release; older versions read these files).
 MAGIC = b"IMMERSION-KEYS-1\n"
+#: Format 2: integer keys of the modular arithmetic (older versions refuse them by this header).
+MAGIC_MODULAR = b"IMMERSION-KEYS-2\n"
 _CODES = ("input", "state", "output")
 
 
 def code_arrays(code: Any) -> dict[str, np.ndarray]:
-    """Every array that defines one code (dense or structured), by a stable name."""
+    """Every array that defines one code (dense or block, float or integer), by a stable name."""
+    from .modular import ModularBlockCode, ModularDenseCode
+
+    if isinstance(code, (ModularDenseCode, ModularBlockCode)):
+        return code.arrays()
     if isinstance(code, DenseCode):
         return {"pi": code.pi, "pi_left": code.pi_left, "noise_basis": code.noise_basis}
     m = code.mix
@@ -59,8 +67,13 @@ def key_arrays(keys: "Keys") -> dict[str, np.ndarray]:
     return out
 
 
-def save_keys(keys: "Keys", path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+def save_keys(
+    keys: "Keys | ModularKeys", path: str | os.PathLike[str], *, overwrite: bool = False
+) -> Path:
     """Write ``keys`` to ``path`` (mode 0600), atomically: a crash never leaves a partial file.
+
+    Float keys are written in format 1 (``IMMERSION-KEYS-1``), integer keys of the modular
+    arithmetic in format 2 (``IMMERSION-KEYS-2``); :func:`load_keys` reads both.
 
     Examples
     --------
@@ -72,19 +85,129 @@ def save_keys(keys: "Keys", path: str | os.PathLike[str], *, overwrite: bool = F
     ('0o600', True)
     """
     from .keys import Keys
+    from .modular import ModularKeys
 
-    if not isinstance(keys, Keys):
+    if not isinstance(keys, (Keys, ModularKeys)):
         raise InvalidArgumentError("keys", f"expected a Keys object, got {type(keys).__name__}")
     target = writable_path(path, overwrite=overwrite, error=KeyFileError)
-    write_signed(target, MAGIC, keys_meta(keys), key_arrays(keys), prefix=".keys-")
+    if isinstance(keys, ModularKeys):
+        write_signed(target, MAGIC_MODULAR, modular_meta(keys), keys.arrays(), prefix=".keys-")
+    else:
+        write_signed(target, MAGIC, keys_meta(keys), key_arrays(keys), prefix=".keys-")
     return target
 
 
-def load_keys(path: str | os.PathLike[str]) -> "Keys":
-    """Read keys written by :func:`save_keys`; refuse truncated, altered or foreign files."""
+def load_keys(path: str | os.PathLike[str]) -> "Keys | ModularKeys":
+    """Read keys written by :func:`save_keys` (either format); refuse altered or foreign files."""
     source = as_path(path)
+    try:
+        with source.open("rb") as fh:
+            modular = fh.read(len(MAGIC_MODULAR)) == MAGIC_MODULAR
+    except OSError:
+        modular = False  # read_signed names the problem
+    if modular:
+        meta, arrays = read_signed(source, MAGIC_MODULAR, what="key", error=KeyFileError)
+        return modular_keys_from_arrays(meta, arrays, source=source)
     meta, arrays = read_signed(source, MAGIC, what="key", error=KeyFileError)
     return keys_from_arrays(meta, arrays, source=source)
+
+
+def modular_meta(keys: "ModularKeys") -> dict[str, Any]:
+    """The non-array part of integer keys (format 2), JSON-ready."""
+    return {
+        "format": 2,
+        "arithmetic": "modular",
+        "codes": {name: getattr(keys, f"{name}_code").kind for name in _CODES},
+    }
+
+
+def modular_keys_from_arrays(
+    meta: dict[str, Any], arrays: dict[str, np.ndarray], *, source: Path
+) -> "ModularKeys":
+    """Rebuild integer keys from :func:`modular_meta` and :meth:`ModularKeys.arrays`, validated."""
+    from .modular import ModularKeys, ModularMask
+
+    try:
+        if meta.get("format") != 2 or meta.get("arithmetic") != "modular":
+            raise ValueError(f"expected format 2 with modular arithmetic, got {meta!r}")
+        codes = {name: _modular_code(arrays, name, meta["codes"][name]) for name in _CODES}
+        n_out, n_noise = codes["output"].n_total, codes["input"].n_noise
+        weights = _uint(arrays["mask.weights"], 1)
+        source_idx = _index(arrays["mask.source"], n_noise)
+        if weights.shape != (n_out,) or source_idx.shape != (n_out,):
+            raise ValueError(f"mask: expected {n_out} weights and sources")
+        keys = ModularKeys(
+            codes["input"], codes["state"], codes["output"], ModularMask(weights, source_idx)
+        )
+        keys.validate()
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        raise KeyFileError(f"path: {source} is malformed ({exc})") from None
+    return keys
+
+
+def _uint(arr: np.ndarray, ndim: int) -> np.ndarray:
+    if arr.dtype != np.uint64 or arr.ndim != ndim:
+        raise ValueError(f"expected a uint64 {ndim}-D array, got {arr.dtype} of shape {arr.shape}")
+    return arr
+
+
+def _modular_code(arrays: dict[str, np.ndarray], name: str, kind: str) -> Any:
+    from .modular import ModularBlockCode, ModularDenseCode, ModularMix
+
+    a = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith(name + ".")}
+    if kind == "dense":
+        pi, pi_left = _uint(a["pi"], 2), _uint(a["pi_left"], 2)
+        noise_basis, noise_left = _uint(a["noise_basis"], 2), _uint(a["noise_left"], 2)
+        n_total, n_signal = pi.shape
+        n_noise = n_total - n_signal
+        if (
+            n_signal < 1
+            or n_noise < 1
+            or pi_left.shape != (n_signal, n_total)
+            or noise_basis.shape != (n_total, n_noise)
+            or noise_left.shape != (n_noise, n_total)
+        ):
+            raise ValueError(f"{name} code: matrix shapes do not fit")
+        return ModularDenseCode(pi, pi_left, noise_basis, noise_left)
+    if kind != "block":
+        raise ValueError(f"{name} code: unknown kind {kind!r}")
+    shear = _uint(a["shear"], 1)
+    size = shear.shape[0]
+    blocks, blocks_inv = _uint(a["blocks"], 3), _uint(a["blocks_inv"], 3)
+    tail, tail_inv = _uint(a["tail"], 2), _uint(a["tail_inv"], 2)
+    if (
+        blocks.shape != blocks_inv.shape
+        or blocks.shape[1:2] != blocks.shape[2:3]
+        or tail.shape != tail_inv.shape
+        or tail.shape[0] != tail.shape[1]
+        or blocks.shape[0] * blocks.shape[-1] + tail.shape[0] != size
+        or size < 2
+    ):
+        raise ValueError(f"{name} code: blocks {blocks.shape} and tail {tail.shape} do not fit")
+    group_ids = _index(a["group_ids"], size)
+    if (
+        group_ids.shape != (size,)
+        or group_ids[0] != 0
+        or not np.isin(np.diff(group_ids), (0, 1)).all()
+    ):
+        raise ValueError(f"{name} code: group ids are not contiguous groups 0, 1, ...")
+    pivot_rows = _index(a["pivot_rows"], size)
+    if pivot_rows.shape != (int(group_ids[-1]) + 1,) or not np.array_equal(
+        group_ids[pivot_rows], np.arange(pivot_rows.shape[0])
+    ):
+        raise ValueError(f"{name} code: expected one pivot row inside each group")
+    row_perm, signal_pos, noise_pos = (
+        _index(a[k], size) for k in ("row_perm", "signal_pos", "noise_pos")
+    )
+    if (
+        not signal_pos.size
+        or not noise_pos.size
+        or not np.array_equal(np.sort(row_perm), np.arange(size))
+        or not np.array_equal(np.sort(np.concatenate([signal_pos, noise_pos])), np.arange(size))
+    ):
+        raise ValueError(f"{name} code: row permutation or positions are not a permutation")
+    mix = ModularMix(blocks, blocks_inv, tail, tail_inv, shear, group_ids, pivot_rows, row_perm)
+    return ModularBlockCode(mix, signal_pos, noise_pos)
 
 
 def keys_meta(keys: "Keys") -> dict[str, Any]:

@@ -26,6 +26,21 @@ GUARANTEE = (
 )
 
 
+MODULAR_GUARANTEE = (
+    "Element-wise, per step and composed over any number of steps: every single entry of an "
+    "encoded input y~_k = Pi1 q(y_k) + N1 s_k (mod 2^64) and of an encoded output u~_k is uniform "
+    "modulo 2^64 whatever the data (each row of N1 and of Pi4 N1 has an odd entry and s_k is fresh "
+    "and uniform), so its law carries no information: per-element epsilon 0 for any two inputs "
+    "within the fixed-point range. Decoding is exact: outputs equal the fixed-point twin bit for "
+    "bit (values rounded to the grid 2^-f), with no precision traded for privacy. NOT protected: "
+    "the vector y~_k is not uniform (it lies in Pi1 q(y_k) + range(N1)); the cloud that runs the "
+    "target holds Pi1_left and Pi2_left and sees every input and state; n_input + extra_input "
+    "known (y, y~) pairs give Pi1_left by elimination modulo 2^64, and a stream of encodings of "
+    "small fixed-point values can be attacked by lattice reduction (THREAT_MODEL.md, immersion "
+    "audit)."
+)
+
+
 @dataclass(frozen=True)
 class PrivacyReport:
     """Per-element privacy of y~ and u~ and the predicted decoding error.
@@ -53,6 +68,7 @@ class PrivacyReport:
     decode_error_bound : float
         Predicted max abs error of a decoded output (and of one state step) for ``dtype``,
         including ``input_gain``, the estimated amplification of input errors by ``f`` and ``g``.
+        0 for modular arithmetic (exact against the fixed-point twin).
     max_encoded_input_entry, max_encoded_output_entry : float
         Largest expected entry of ``y~`` and ``u~`` (the precision model's estimate).
     input_gain : float
@@ -61,6 +77,12 @@ class PrivacyReport:
         What the epsilons mean and against whom (the threat model in one paragraph).
     epsilon_input_elements, epsilon_output_elements : np.ndarray
         The epsilon of every element of ``y~`` and ``u~`` (their maxima are the epsilons above).
+    arithmetic, fraction_bits, quantisation_step, largest_magnitude:
+        ``"float"`` (the last three None) or ``"modular"``: values are rounded to the grid
+        ``quantisation_step = 2^-fraction_bits`` (by at most half a step each time they cross the
+        link) and must stay below ``largest_magnitude = 2^(63 - fraction_bits)``. For modular
+        reports ``noise_scale`` is the width ``2^64`` of the uniform law, ``noise_mean`` is 0
+        (unused) and the sensitivities are the whole fixed-point range ``2 largest_magnitude``.
 
     Examples
     --------
@@ -91,6 +113,10 @@ class PrivacyReport:
     guarantee: str = GUARANTEE
     epsilon_input_elements: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     epsilon_output_elements: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    arithmetic: str = "float"
+    fraction_bits: int | None = None
+    quantisation_step: float | None = None
+    largest_magnitude: float | None = None
 
     def composed(self, steps: int, *, delta: float = 1e-6) -> dict[str, float]:
         """Per-element epsilon after ``steps`` encodings of the same element (dp-accounting).
@@ -125,6 +151,12 @@ class PrivacyReport:
             raise InvalidArgumentError(
                 "delta", f"expected 0 <= delta < 1 (> 0 for Gaussian noise), got {delta!r}"
             )
+        if self.arithmetic == "modular":  # i.i.d. uniform at every step, whatever the data
+            return {
+                "epsilon_input": self.epsilon_input,
+                "epsilon_output": self.epsilon_output,
+                "delta": delta,
+            }
         if self.noise == "laplace":
             return {
                 "epsilon_input": compose_laplace(self.epsilon_input, steps, delta),
@@ -194,4 +226,54 @@ def privacy_report(
         epsilon_output_elements=e_out,
         _multiplier_in=m_in,
         _multiplier_out=m_out,
+    )
+
+
+def modular_privacy_report(keys: Any, fraction_bits: int) -> PrivacyReport:
+    """The report of a modular immersion, recomputed from its integer keys.
+
+    Element ``i`` of ``y~`` is uniform modulo ``2^64`` (epsilon 0) when row ``i`` of ``N1`` has an
+    odd entry (proof in :mod:`immersion.keys.modular`); element ``j`` of ``u~ = Pi3 q(u) + Pi4 y~``
+    when its mask weight is odd (``Pi4 Pi1 = 0``, ``(Pi4 y~)_j = weight_j s[source_j]``). An element
+    without that property gets epsilon ``inf`` (no guarantee is claimed); drawn keys have none.
+    As every step draws fresh uniform noise, the sequence of values of one element over any
+    number of steps is i.i.d. uniform: composition leaves epsilon 0.
+
+    Examples
+    --------
+    >>> from immersion import draw_keys
+    >>> r = modular_privacy_report(draw_keys(2, 1, 1, arithmetic="modular", rng=0), 24)
+    >>> r.epsilon_input, r.epsilon_output, r.quantisation_step == 2.0**-24, r.decode_error_bound
+    (0.0, 0.0, True, 0.0)
+    >>> r.composed(10**6)["epsilon_input"]
+    0.0
+    """
+    from ..integer import MODULUS_BITS, largest_magnitude, quantisation_step
+
+    e_in = np.where(keys.input_code.odd_noise_rows(), 0.0, math.inf)
+    e_out = np.where(keys.mask.odd_rows(), 0.0, math.inf)
+    biggest = largest_magnitude(fraction_bits)
+    return PrivacyReport(
+        noise="uniform-mod-2^64",
+        noise_scale=float(2**MODULUS_BITS),
+        noise_mean=0.0,
+        epsilon_input=float(e_in.max()),
+        epsilon_output=float(e_out.max()),
+        epsilon_input_proven=float(e_in.max()),
+        epsilon_output_proven=float(e_out.max()),
+        delta_input=0.0,
+        delta_output=0.0,
+        sensitivity_input=2.0 * biggest,
+        sensitivity_output=2.0 * biggest,
+        dtype="uint64",
+        decode_error_bound=0.0,
+        max_encoded_input_entry=float(2**MODULUS_BITS - 1),
+        max_encoded_output_entry=float(2**MODULUS_BITS - 1),
+        guarantee=MODULAR_GUARANTEE,
+        epsilon_input_elements=e_in,
+        epsilon_output_elements=e_out,
+        arithmetic="modular",
+        fraction_bits=fraction_bits,
+        quantisation_step=quantisation_step(fraction_bits),
+        largest_magnitude=biggest,
     )
