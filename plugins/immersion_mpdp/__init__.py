@@ -61,7 +61,7 @@ __getattr__ = lazy_attributes(
 
 @hookimpl
 def immersion_register_fl_schemes() -> list[SchemeSpec]:
-    from .engine import run_mpdp
+    from .runner import run_mpdp
     from .options import MpdpOptions
 
     return [

@@ -426,29 +426,19 @@ def close_round(
     )
 
 
-def run_mpdp(
+def run_local(
     cfg: RunConfig,
     *,
-    engine: str = "local",
     progress: Callable[[str], None] | None = None,
     faults: FaultPlan | None = None,
     task: FederatedTask | None = None,
 ) -> MpdpResult:
-    """Train ``cfg`` with MP-DP beside plain FedSGD (same batches, same survivors every round);
-    with ``task``, on a user's bias-free ReLU MLP and data (local engine)."""
-    validate(cfg, task)
-    if engine == "flower" and task is not None:
-        raise InvalidArgumentError(
-            "engine",
-            "mpdp's Flower engine builds its clients from the SDK's datasets; "
-            "run a user's model and data with engine='local'",
-        )
-    if engine == "flower":
-        from .flower_engine import run_flower
+    """Train ``cfg`` with MP-DP in this process beside plain FedSGD (same batches, same survivors
+    every round); with ``task``, on a user's bias-free ReLU MLP and data.
 
-        return run_flower(cfg, progress=progress, faults=faults or FaultPlan())
-    if engine != "local":
-        raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
+    :func:`immersion_mpdp.runner.run_mpdp` picks this engine or Flower's.
+    """
+    validate(cfg, task)
     run = start(cfg, task)
     clients = {c.index: c for c in run.setup.clients}
     for t in range(cfg.rounds):

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from immersion_fl import flower_engine as fl_flower
-from immersion_fl.engine import RunConfig
+from immersion_fl.engine import EveryClientFailedError, RunConfig
 from immersion_fl.faults import FaultPlan
 from immersion_fl.flower_engine import arrays_record as _arrays
 from immersion_fl.flower_engine import flwr_types as _flwr_types
@@ -256,7 +256,7 @@ def flower_round(
             else:
                 nodes.leave_out(t, k, str(problem))
         if not uploads:
-            raise RuntimeError(f"round {t}: every client failed; nothing to aggregate")
+            raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
         gone = [k for k in members if k not in uploads]
         asked = engine.reveal_requests(gone, graph, uploads)
         requests = {
@@ -289,7 +289,7 @@ def flower_round(
 def serve(
     grid: Grid, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str], None] | None
 ) -> engine.MpdpResult:
-    """The ServerApp's work for ``cfg``: the server side of :func:`.engine.run_mpdp`."""
+    """The ServerApp's work for ``cfg``: the server side of :func:`.runner.run_mpdp`."""
     messages = {
         "cfg": cfg.to_json(),
         "faults": json.dumps([[c, t, k] for (c, t), k in plan.faults.items()]),
