@@ -48,21 +48,40 @@ def main() -> None:
     data = load_dataset("digits28", seed=0)
     parts = split_clients(data.y_train, args.clients, seed=0)
     clients = [(data.x_train[p], data.y_train[p]) for p in parts]
-    out = immersion_fl.run(model, clients, scheme=args.scheme, lr=0.05, rounds=args.rounds,
-                           local_epochs=args.local_epochs, batch_size=32, rng=0, compare_plain=True,
-                           test_data=(data.x_test, data.y_test), keys="block")
+    out = immersion_fl.run(
+        model,
+        clients,
+        scheme=args.scheme,
+        lr=0.05,
+        rounds=args.rounds,
+        local_epochs=args.local_epochs,
+        batch_size=32,
+        rng=0,
+        compare_plain=True,
+        test_data=(data.x_test, data.y_test),
+        keys="block",
+    )
     summary = out.summary()
     figures = {
-        "scheme": args.scheme, "n_params": summary["n_params"], "n_encoded": summary["n_encoded"],
-        "clients": args.clients, "rounds": args.rounds, "local_epochs": args.local_epochs,
+        "scheme": args.scheme,
+        "n_params": summary["n_params"],
+        "n_encoded": summary["n_encoded"],
+        "clients": args.clients,
+        "rounds": args.rounds,
+        "local_epochs": args.local_epochs,
         "round_time_ratio": summary["round_time_ratio"],
         "round_s_median": summary["round_s_median"],
         "plain_round_s_median": float(np.median(out.history.round_s_plain)),
         "max_abs_diff_vs_plain": summary["max_abs_diff_vs_plain"],
-        "accuracy": summary["accuracy"], "accuracy_plain": summary["accuracy_plain"],
+        "accuracy": summary["accuracy"],
+        "accuracy_plain": summary["accuracy_plain"],
         "epsilon_local": summary["epsilon_local"],
     }
-    print(json.dumps(figures) if args.json else "\n".join(f"  {k:24s} {v}" for k, v in figures.items()))
+    print(
+        json.dumps(figures)
+        if args.json
+        else "\n".join(f"  {k:24s} {v}" for k, v in figures.items())
+    )
 
 
 if __name__ == "__main__":

@@ -214,9 +214,9 @@ def test_run_audit_filters_fl_rows_by_scheme():
 
 
 def test_client_noise_only_delays_an_eavesdropper_that_estimates_range_n1():
-    """Full-size setting for sifl-m1 (m = 201 noise dimensions, 5 m noisy differences): projecting
-    out the top m principal directions recovers Pi1 (w_i - w_0) to a fraction of its size, from
-    noise 10^4 times larger."""
+    """Full-size setting for sifl-m1 (m = 201 noise dimensions, 5 m noisy differences):
+    projecting out the top m principal directions recovers Pi1 (w_i - w_0) to a fraction of its
+    size, from noise 10^4 times larger."""
     from immersion_fl.attacks import _difference_rows
 
     with single_thread():

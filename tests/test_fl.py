@@ -53,7 +53,8 @@ def test_every_scheme_and_optimizer_decodes_to_fedavg_every_round(scheme, optimi
 
 @pytest.mark.parametrize("scheme", RUNNER_SCHEMES)
 def test_every_scheme_with_its_own_rounds_equals_its_plain_reference_without_noise(scheme):
-    """Conformance of schemes that bring their own round protocol (e.g. mpdp): noise off, every round."""
+    """Conformance of schemes that bring their own round protocol (e.g. mpdp): noise off, every
+    round."""
     cfg = RunConfig.from_flat(
         dict(scheme=scheme, noise="off", hidden=(16,), clients=4, rounds=3, batch_size=64, seed=3)
     )
@@ -84,7 +85,8 @@ def test_block_keys_and_dirichlet_split_stay_exact():
 
 
 def test_target_optimizer_lift_is_exact_for_stateful_optimizers():
-    """Seed 000 section 7: decode once, run the optimizer in original coordinates, lift the change."""
+    """Seed 000 section 7: decode once, run the optimizer in original coordinates, lift the
+    change."""
     from immersion.backends import make_backend
     from immersion.keys import draw_code
 
@@ -319,7 +321,8 @@ def _free_port():
     "run_config", ["rounds=2 hidden='16'", "scheme='mpdp' noise='off' rounds=2 hidden='16'"]
 )
 def test_flower_deployment_runtime_on_loopback(tmp_path, flwr_available, run_config):
-    """SuperLink + two SuperNodes + `flwr run` on loopback, as the README documents (SIFL and MP-DP)."""
+    """SuperLink + two SuperNodes + `flwr run` on loopback, as the README documents (SIFL and
+    MP-DP)."""
     import os
     import re
     import shutil

@@ -64,7 +64,8 @@ def plain_fedavg(
     local_epochs: int,
     batch_size: int,
 ) -> list[torch.Tensor]:
-    """FedAvg written out with torch.optim, in-order batches: the reference (one vector per round)."""
+    """FedAvg written out with torch.optim, in-order batches: the reference (one vector per
+    round)."""
     global_model = copy.deepcopy(model)
     sizes = [len(y) for _, y in data]
     history = []
@@ -87,7 +88,7 @@ def plain_fedavg(
                     loss.backward()
                     opt.step()
             local_vectors.append(nn.utils.parameters_to_vector(local.parameters()).detach())
-        average = sum(n / sum(sizes) * v for n, v in zip(sizes, local_vectors))
+        average = sum(n / sum(sizes) * v for n, v in zip(sizes, local_vectors, strict=True))
         nn.utils.vector_to_parameters(average, global_model.parameters())
         history.append(average)
     return history
@@ -255,7 +256,8 @@ def test_mpdp_runs_on_a_users_bias_free_mlp_and_equals_fedsgd_without_noise():
         compare_plain=True,
     )
     assert max(out.history.diff_vs_plain) < 1e-12 and type(out.model) is nn.Sequential
-    # plain FedSGD on the MSE, written here: each client one in-order batch per round, unweighted mean
+    # plain FedSGD on the MSE, written here: each client one in-order batch per round, unweighted
+    # mean
     w = [p.detach().clone() for p in model.parameters()]
     for t in range(3):
         grads = []

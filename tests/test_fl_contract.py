@@ -40,7 +40,7 @@ LEGACY = Path(__file__).parent / "data" / "legacy"
 ENGINE = Path(__file__).parents[1] / "plugins" / "immersion_fl" / "engine.py"
 
 
-# ------------------------------------------------------------------------------------ scheme contract
+# ---------------------------------------------------------------------------------- scheme contract
 def test_every_weight_averaging_scheme_implements_the_scheme_abc():
     for name, spec in registry().fl_schemes.items():
         assert (spec.factory is None) != (spec.runner is None), name
@@ -74,7 +74,7 @@ def test_a_scheme_spec_takes_exactly_one_of_factory_and_runner():
         SchemeSpec(name="x", options=NoOptions, factory=lambda o, c: None, runner=lambda cfg: None)
 
 
-# ------------------------------------------------------------------------------------------- options
+# ------------------------------------------------------------------------------------------ options
 def test_each_scheme_owns_its_options_and_they_validate_themselves():
     assert RunConfig(scheme="sifl-m2").options == SiflOptions()
     assert RunConfig(scheme="mpdp").options == MpdpOptions()
@@ -137,7 +137,7 @@ def test_a_checkpoint_written_before_the_options_split_resumes_to_the_same_run(t
     assert json.loads(saved["cfg"])["format"] == 2  # rewritten in the new format
 
 
-# ----------------------------------------------------------------------------------------- optimizers
+# --------------------------------------------------------------------------------------- optimizers
 @pytest.mark.parametrize("make", [lambda: sgd(0.1), lambda: momentum(0.1), lambda: adam(0.1)])
 def test_optimizers_give_the_same_steps_on_numpy_and_torch(make):
     rng = np.random.default_rng(0)

@@ -23,7 +23,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("flwr")
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.app import (  # noqa: E402
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from immersion import InvalidArgumentError  # noqa: E402
 from immersion_fl import SiflStrategy, sifl_mod  # noqa: E402
@@ -63,7 +71,8 @@ def _context(node: int) -> Context:
 
 
 def local_train(msg: Message, node: int) -> Message:
-    """A user's train function: 3 steps of least squares on the node's data, from the received arrays."""
+    """A user's train function: 3 steps of least squares on the node's data, from the received
+    arrays."""
     arrays = msg.content["arrays"]
     w, b = arrays["w"].numpy().copy(), arrays["b"].numpy().copy()
     x, y = DATA[node]
@@ -119,9 +128,9 @@ def test_wrapper_and_mod_equal_plain_fedavg_every_round(scheme):
         FedAvg(min_available_nodes=3, min_train_nodes=3), scheme, min_samples=25, rng=1
     )
     private = _run(strategy, 4, sifl_mod)
-    assert [float(np.abs(a - b).max()) for a, b in zip(plain, private)] == pytest.approx(
-        [0.0] * 4, abs=1e-12
-    )
+    assert [
+        float(np.abs(a - b).max()) for a, b in zip(plain, private, strict=True)
+    ] == pytest.approx([0.0] * 4, abs=1e-12)
     if scheme != "sifl-rm":
         assert strategy.privacy()["epsilon_local"] == pytest.approx(1.0)
 
@@ -153,7 +162,7 @@ def test_the_wrapper_refuses_bad_arguments_and_float32_models():
         )
 
 
-# ------------------------------------------------------------------------------------ the quickstart app
+# ------------------------------------------------------------------------------- the quickstart app
 def _app_copy(tmp_path: Path, name: str, patched: bool) -> Path:
     app = tmp_path / name
     shutil.copytree(QUICKSTART, app)
@@ -169,7 +178,8 @@ from digitsexample import server_app, client_app
 server_app.DEFAULTS.update({{"final-model": sys.argv[1], "num-server-rounds": 2}})
 server_app.DEFAULTS.update({extra})
 run_simulation(server_app=server_app.app, client_app=client_app.app, num_supernodes=2,
-               backend_config={{"client_resources": {{"num_cpus": 1, "num_gpus": 0.0}}, "init_args": {{"num_cpus": 2}}}})
+               backend_config={{"client_resources": {{"num_cpus": 1, "num_gpus": 0.0}},
+                               "init_args": {{"num_cpus": 2}}}})
 """
 
 

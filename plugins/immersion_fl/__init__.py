@@ -4,13 +4,14 @@ Public API: :func:`run` (a user's torch module and data, :mod:`.api`), and for a
 of the user's own, :class:`SiflStrategy` and :func:`sifl_mod` (:mod:`.flower_native`).
 
 Registers the schemes ``fedavg``, ``sifl-m1``, ``sifl-m2``, ``sifl-rm``, the optimizers ``sgd``,
-``momentum``, ``adam``, the commands ``immersion fl run`` and ``immersion bench sifl``, and the audit's
-attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak`` (:mod:`.attacks`).
+``momentum``, ``adam``, the commands ``immersion fl run`` and ``immersion bench sifl``, and the
+audit's attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak``
+(:mod:`.attacks`). Registering imports neither torch nor Flower.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from immersion.hookspecs import (
     AttackSpec,
@@ -20,6 +21,13 @@ from immersion.hookspecs import (
     SchemeSpec,
     hookimpl,
 )
+
+if TYPE_CHECKING:
+    from flwr.app import Context, Message
+    from flwr.clientapp.typing import ClientAppCallable
+    from flwr.serverapp.strategy import Strategy
+
+    from .flower_native import SiflStrategy
 
 __all__ = ["run", "FederatedResult", "SiflStrategy", "sifl_mod"]
 
@@ -74,13 +82,13 @@ def immersion_register_fl_schemes() -> list[SchemeSpec]:
     ]
 
 
-def _sifl_strategy(strategy: Any, **options: Any) -> Any:
+def _sifl_strategy(strategy: Strategy, **options: Any) -> SiflStrategy:
     from .flower_native import SiflStrategy
 
     return SiflStrategy(strategy, **options)
 
 
-def _sifl_mod(msg: Any, context: Any, call_next: Any) -> Any:
+def _sifl_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
     from .flower_native import sifl_mod
 
     return sifl_mod(msg, context, call_next)

@@ -21,7 +21,12 @@ from .engine import FederatedTask, RunResult, progress_bar, run_federated
 from .models import FlatModel
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import torch
+    from immersion.hookspecs import SchemeSpec
+
+    from .config import SchemeOptions
 
 
 @dataclass
@@ -60,7 +65,7 @@ def run(
     batch_size: int,
     shuffle: bool = True,
     engine: str = "local",
-    rng: Any = None,
+    rng: int | np.random.Generator | None = None,
     test_data: tuple[Any, Any] | None = None,
     compare_plain: bool = False,
     client_timeout: float | None = None,
@@ -206,8 +211,9 @@ def check_module(model: Any) -> None:
     if buffers:
         raise InvalidArgumentError(
             "model",
-            f"has buffers {buffers[:3]} (e.g. BatchNorm running statistics), which federated averaging of "
-            "parameters does not carry; use a module without buffers (e.g. GroupNorm/LayerNorm instead of BatchNorm)",
+            f"has buffers {buffers[:3]} (e.g. BatchNorm running statistics), which federated "
+            "averaging of parameters does not carry; use a module without buffers (e.g. "
+            "GroupNorm/LayerNorm instead of BatchNorm)",
         )
     wrong = [f"{name} ({p.dtype})" for name, p in params if p.dtype != torch.float64]
     if wrong:
@@ -216,7 +222,7 @@ def check_module(model: Any) -> None:
         )
 
 
-def _torch() -> Any:
+def _torch() -> ModuleType:
     try:
         import torch
     except ImportError:
@@ -226,7 +232,7 @@ def _torch() -> Any:
     return torch
 
 
-def _scheme_spec(scheme: Any) -> Any:
+def _scheme_spec(scheme: object) -> SchemeSpec:
     from immersion.plugin_manager import registry
 
     if not isinstance(scheme, str):
@@ -234,7 +240,7 @@ def _scheme_spec(scheme: Any) -> Any:
     return registry().fl_scheme(scheme)
 
 
-def _scheme_options(spec: Any, values: dict[str, Any]) -> Any:
+def _scheme_options(spec: SchemeSpec, values: dict[str, Any]) -> SchemeOptions:
     import dataclasses
 
     known = {f.name for f in dataclasses.fields(spec.options)}
@@ -258,7 +264,9 @@ def _as_list(value: Any, argument: str) -> list[Any]:
     return items
 
 
-def client_tensors(index: int, item: Any, *, argument: str = "client_data") -> tuple[Any, Any]:
+def client_tensors(
+    index: int, item: Any, *, argument: str = "client_data"
+) -> tuple["torch.Tensor", "torch.Tensor"]:
     """``(X, Y)`` as float64 inputs and targets (int64 labels or float64 rows), checked.
 
     Parameters
@@ -269,6 +277,11 @@ def client_tensors(index: int, item: Any, *, argument: str = "client_data") -> t
         An ``(X, Y)`` pair of arrays or tensors, or a torch ``Dataset`` of ``(x, y)`` items.
     argument:
         The argument name for errors.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``X`` as float64 and ``Y`` as int64 class indices or float64 rows.
     """
     torch = _torch()
     where = f"client {index}" if index >= 0 else argument
@@ -315,7 +328,7 @@ def client_tensors(index: int, item: Any, *, argument: str = "client_data") -> t
     return x, y
 
 
-def _check_targets(clients: list[tuple[Any, Any]]) -> None:
+def _check_targets(clients: list[tuple["torch.Tensor", "torch.Tensor"]]) -> None:
     kinds = {(y.ndim, y.shape[1] if y.ndim == 2 else None) for _, y in clients}
     if len(kinds) > 1:
         raise InvalidArgumentError(
@@ -330,7 +343,7 @@ def _check_targets(clients: list[tuple[Any, Any]]) -> None:
         )
 
 
-def _seed(rng: Any) -> int:
+def _seed(rng: object) -> int:
     if rng is None:
         return secrets.randbits(62)
     if isinstance(rng, np.random.Generator):

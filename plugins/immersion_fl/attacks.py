@@ -1,22 +1,25 @@
-"""Audit rows for federated learning by immersion (seeds 000 and 003): ``immersion audit --scheme sifl-m1``.
+"""Audit rows for federated learning by immersion (seeds 000 and 003).
 
-Three attacks, each measured on small federations (digits, an MLP with a tiny hidden layer, a few
-clients with one local step per round: the leaks are algebraic, so the model size only sets how many
-samples an attacker needs):
+``immersion audit --scheme sifl-m1`` runs three attacks on small federations (digits, an MLP with
+a tiny hidden layer, a few clients with one local step per round):
 
-* ``shared-noise-difference`` (``sifl-m1``, ``sifl-m2``, ``sifl-rm``): every upload of a round carries
-  the same round noise (seed 000 eq. 19 and the target optimizer's lift, eq. 20: ``w~_i = Pi1 w_i + N1
-  r_t``), so ``w~_i - w~_k = Pi1 (w_i - w_k)`` is noise-free. Measured: the noise left in a difference
-  (an auditor's figure), what an attacker without keys computes (the rank of the differences over
-  rounds, in the detail; cosines between client model differences, exact because ``Pi1 = a Q_S`` is a
-  scaled isometry here) and what one client's kit gives (collusion: every local model). Mitigations,
-  each in its own rows with a measured cost: ``client-noise`` (each client adds its own noise in
-  ``ker(Pi1_left)``, :func:`immersion_fl.schemes.kernel_noise`; ``RunConfig(client_noise=True)``) and
-  ``secure-aggregation`` (pairwise 64-bit masks that cancel in the sum, simulated in process).
-* ``client-decodes`` (``sifl-m1``, ``sifl-m2``, ``sifl-rm``): a client's kit decodes the broadcast
-  (eq. 21 is what the target optimizer needs), so every client learns the global model every round.
-* ``m2-scalar-leak`` (``sifl-m2``): the server's ``w_bar = w Pi2 + Pi1_left R2 N2`` (eq. 25) gives ``w``
-  up to a scalar from the least-norm combination of its ``p`` columns, for ``p = 2`` and beyond.
+* ``shared-noise-difference`` (``sifl-m1``, ``sifl-m2``, ``sifl-rm``): every upload of a round
+  carries the same round noise, so the difference of two uploads is noise-free
+  (:func:`run_shared_noise_difference`); mitigations ``client-noise`` and ``secure-aggregation``
+  (:func:`secure_sum`), each with a measured cost.
+* ``client-decodes`` (the same schemes): a client's kit decodes the global model every round
+  (:func:`run_client_decodes`).
+* ``m2-scalar-leak`` (``sifl-m2``): the server's ``w_bar`` gives ``w`` up to a scalar
+  (:func:`run_m2_scalar_leak`).
+
+Notes
+-----
+What every row measures, its baseline and verdict rule, and how the mitigations are simulated are
+described in ``docs/notes/sifl_audit.md``; the measured figures are in THREAT_MODEL.md.
+
+References
+----------
+Seed 000, Algorithms 1-2, eqs. 19-21, 25, 31-32 and section 7; seed 003 (random-matrix SIFL).
 """
 
 from __future__ import annotations
@@ -25,21 +28,27 @@ import contextlib
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 from immersion.audit import AttackResult
 
+if TYPE_CHECKING:
+    import torch
+
+    from .client import Client
+    from .schemes import ClientKit, SiflM1
+
 DIFFERENCE_SCHEMES = ("sifl-m1", "sifl-m2", "sifl-rm")
 
 
-# ---------------------------------------------------------------------------------------------- federations
+# -------------------------------------------------------------------------------------- federations
 @contextlib.contextmanager
 def single_thread() -> Iterator[None]:
     """Torch and BLAS on one thread while an attack runs (restored after).
 
-    The audit's matrices and models are tiny: on a busy 2-core machine two threads made a training step
-    2-9x and an SVD 15x slower than one thread did here.
+    The audit's matrices and models are tiny, and more threads made its steps slower here
+    (docs/notes/sifl_audit.md).
     """
     import torch
 
@@ -60,34 +69,37 @@ def single_thread() -> Iterator[None]:
 class _Recorder:
     """A client that remembers the local model it trained last (the ground truth of the audit)."""
 
-    def __init__(self, client: Any) -> None:
+    #: The local model of the last :meth:`train` call.
+    last: torch.Tensor
+
+    def __init__(self, client: Client) -> None:
         self.client = client
         self.index = client.index
         self.n_samples = client.n_samples
-        self.last: Any = None
 
-    def train(self, w_start: Any, round_t: int) -> Any:
+    def train(self, w_start: torch.Tensor, round_t: int) -> torch.Tensor:
         self.last = self.client.train(w_start, round_t)
         return self.last
 
 
 @dataclass
 class _Federation:
-    scheme: Any
+    scheme: SiflM1
     clients: list[_Recorder]
     weights: list[float]
     n_params: int
-    w0: Any
+    w0: torch.Tensor
 
 
 @dataclass
 class _Round:
-    """What one round showed: the broadcast, each upload, each true local model, the true global model."""
+    """What one round showed: the broadcast, each upload, each true local model, the true global
+    model."""
 
-    broadcast: Any
-    uploads: list[Any]
-    local: list[Any]
-    global_model: Any
+    broadcast: torch.Tensor
+    uploads: list[torch.Tensor]
+    local: list[torch.Tensor]
+    global_model: torch.Tensor
     seconds: float
     masked: list[np.ndarray] = field(
         default_factory=list
@@ -109,7 +121,7 @@ def _federation(
     epsilon_local: float = 1.0,
 ) -> _Federation:
     from .engine import RunConfig, Server, task_from_config
-    from .schemes import SiflOptions
+    from .schemes import SiflM1, SiflOptions
 
     cfg = RunConfig(
         scheme=scheme,
@@ -122,11 +134,13 @@ def _federation(
     )
     task = task_from_config(cfg)
     server = Server.create(cfg, task, task.sizes)
-    recorders = [_Recorder(c) for c in task.clients(cfg, server.scheme.model_norm_bound)]
-    server.scheme.client_entropy = seed  # type: ignore[attr-defined]  # reproducible client noise
+    sifl = server.scheme
+    assert isinstance(sifl, SiflM1), sifl  # the audited schemes are SIFL's
+    recorders = [_Recorder(c) for c in task.clients(cfg, sifl.model_norm_bound)]
+    sifl.client_entropy = seed  # reproducible client noise
     sizes = task.sizes
     return _Federation(
-        server.scheme, recorders, [s / sum(sizes) for s in sizes], task.model.n_params, task.w0
+        sifl, recorders, [s / sum(sizes) for s in sizes], task.model.n_params, task.w0
     )
 
 
@@ -135,22 +149,38 @@ def _pair_seed(seed: int, round_t: int, client: int) -> bytes:
 
 
 def secure_sum(
-    uploads: list[Any], weights: list[float], round_t: int, *, seed: int = 0
-) -> tuple[list[np.ndarray], Any]:
-    """Secure aggregation of the weighted uploads: each client masks ``weight_i w~_i`` and the aggregator
-    sums, so it sees one-time-padded vectors and only their sum in the clear.
+    uploads: list[torch.Tensor], weights: list[float], round_t: int, *, seed: int = 0
+) -> tuple[list[np.ndarray], torch.Tensor]:
+    """Secure aggregation of the weighted uploads: each client masks ``weight_i w~_i`` and the
+    aggregator sums, so it sees one-time-padded vectors and only their sum in the clear.
 
-    Each client makes an X25519 key pair per round (:class:`immersion_mpdp.agreement.KeyAgreement`, its
-    private key derived from ``seed`` for reproducibility), converts its weighted upload to two-limb
-    fixed point (2^-60 resolution, :func:`immersion_mpdp.ddp.to_fixed`) and adds, mod 2^64, a pairwise
-    AES-CTR mask per other client, with opposite signs on the two sides, so the masks cancel exactly in
-    the sum. No dropout recovery and no double masking (Bonawitz et al.): an in-process simulation of
-    what the aggregator sees, not a protocol.
+    Each client makes an X25519 key pair per round (:class:`immersion_mpdp.agreement.KeyAgreement`,
+    its private key derived from ``seed``), converts its weighted upload to two-limb fixed point
+    (2^-60 resolution, :func:`immersion_mpdp.ddp.to_fixed`) and adds, mod 2^64, a pairwise AES-CTR
+    mask per other client, with opposite signs on the two sides, so the masks cancel exactly in the
+    sum.
+
+    Parameters
+    ----------
+    uploads:
+        The clients' uploads ``w~_i`` of one round.
+    weights:
+        Their aggregation weights ``|D_i| / |D|``.
+    round_t:
+        The round (key pairs are fresh every round).
+    seed:
+        Derives the clients' private keys (reproducible simulation).
 
     Returns
     -------
     masked, total
-        The masked uploads (uint64, two words per number) and the unmasked weighted sum (float64 tensor).
+        The masked uploads (uint64, two words per number) and the unmasked weighted sum (a float64
+        tensor).
+
+    Notes
+    -----
+    No dropout recovery and no double masking (Bonawitz et al.): an in-process simulation of what
+    the aggregator sees, not a protocol.
     """
     import torch
     from immersion_mpdp.agreement import KeyAgreement
@@ -176,7 +206,8 @@ def secure_sum(
 
 
 def _play(fed: _Federation, round_t: int, *, secure: bool = False, seed: int = 0) -> _Round:
-    """One round of the scheme; with ``secure`` the server updates from the securely aggregated sum."""
+    """One round of the scheme; with ``secure`` the server updates from the securely aggregated
+    sum."""
     scheme = fed.scheme
     start = time.perf_counter()
     received = scheme.broadcast(round_t)
@@ -213,14 +244,14 @@ def _rounds_for(n_samples_needed: int, clients: int) -> int:
     return -(-n_samples_needed // (clients - 1))
 
 
-# ---------------------------------------------------------------------------------------------- measures
-def _numpy(x: Any) -> np.ndarray:
+# ----------------------------------------------------------------------------------------- measures
+def _numpy(x: torch.Tensor | np.ndarray) -> np.ndarray:
     return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
 def _rank_ratio(rows: list[np.ndarray], r: int) -> float | None:
-    """``sigma_{r+1} / sigma_1`` of the stacked rows: at rounding level iff they lie in an r-dim subspace
-    (None with r rows or fewer)."""
+    """``sigma_{r+1} / sigma_1`` of the stacked rows: at rounding level iff they lie in an r-dim
+    subspace (None with r rows or fewer)."""
     s = np.linalg.svd(np.array(rows), compute_uv=False)
     return float(s[r] / s[0]) if len(s) > r else None
 
@@ -239,9 +270,13 @@ def _cosines(rows: list[np.ndarray]) -> np.ndarray:
 
 def _differences(
     views: list[_Round],
-) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
-    """Within-round upload differences ``w~_i - w~_0`` and the true ``w_i - w_0``, grouped per round."""
-    enc, true, enc_per_round, true_per_round = [], [], [], []
+) -> tuple[list[np.ndarray], list[np.ndarray], list[list[np.ndarray]], list[list[np.ndarray]]]:
+    """Within-round upload differences ``w~_i - w~_0`` and the true ``w_i - w_0``: flat, then
+    grouped per round."""
+    enc: list[np.ndarray] = []
+    true: list[np.ndarray] = []
+    enc_per_round: list[list[np.ndarray]] = []
+    true_per_round: list[list[np.ndarray]] = []
     for v in views:
         e = [_numpy(u - v.uploads[0]) for u in v.uploads[1:]]
         t = [_numpy(w - v.local[0]) for w in v.local[1:]]
@@ -255,8 +290,9 @@ def _differences(
 def _cosine_error(
     enc_rounds: list[list[np.ndarray]], true_rounds: list[list[np.ndarray]]
 ) -> tuple[float, float]:
-    """Max abs error of the cosines between the clients' model differences read from ``enc_rounds``, and
-    the spread of the true cosines (max abs deviation from their mean: the error of a constant guess)."""
+    """Max abs error of the cosines between the clients' model differences read from
+    ``enc_rounds``, and the spread of the true cosines (max abs deviation from their mean: the
+    error of a constant guess)."""
     errors, truth = [], []
     for e, t in zip(enc_rounds, true_rounds, strict=True):
         errors.append(np.abs(_cosines(e) - _cosines(t)))
@@ -291,13 +327,14 @@ def _independent_encodings(
 
 
 def _pca_residual(
-    rows: list[np.ndarray], true: list[np.ndarray], m: int, kit: Any
+    rows: list[np.ndarray], true: list[np.ndarray], m: int, kit: ClientKit
 ) -> tuple[float, float] | None:
-    """Remove the top-``m`` principal directions of the noisy differences (the attacker's estimate of
-    ``range(N1)``, ``m = n~ - n`` being public) and compare with the noise-free ``Pi1 (w_i - w_0)``.
+    """Remove the top-``m`` principal directions of the noisy differences (the attacker's estimate
+    of ``range(N1)``, ``m = n~ - n`` being public) and compare with the noise-free
+    ``Pi1 (w_i - w_0)``.
 
-    Returns ``(||projected - Pi1 d||_F / ||Pi1 d||_F, the same without the projection)``, or None with
-    ``m`` samples or fewer (the estimate needs more samples than noise dimensions).
+    Returns ``(||projected - Pi1 d||_F / ||Pi1 d||_F, the same without the projection)``, or None
+    with ``m`` samples or fewer (the estimate needs more samples than noise dimensions).
     """
     import torch
 
@@ -322,10 +359,10 @@ def _regroup(flat: list[np.ndarray], like: list[list[np.ndarray]]) -> list[list[
     return out
 
 
-def _collusion(views: list[_Round], kit: Any) -> tuple[float, float, float]:
-    """Client 0's kit against the others' uploads: (max error decoding each upload, the same through the
-    difference ``w_0 + Pi1_left (w~_i - w~_0)``, the error of the colluder's guess without uploads: the
-    global model). Sizes are maxima over rounds and clients 1..K-1."""
+def _collusion(views: list[_Round], kit: ClientKit) -> tuple[float, float, float]:
+    """Client 0's kit against the others' uploads: (max error decoding each upload, the same
+    through the difference ``w_0 + Pi1_left (w~_i - w~_0)``, the error of the colluder's guess
+    without uploads: the global model). Sizes are maxima over rounds and clients 1..K-1."""
     direct = via_difference = guess = 0.0
     for v in views:
         for upload, w in zip(v.uploads[1:], v.local[1:], strict=True):
@@ -338,9 +375,12 @@ def _collusion(views: list[_Round], kit: Any) -> tuple[float, float, float]:
     return direct, via_difference, guess
 
 
-def _collusion_secure(views: list[_Round], kit: Any, weights: list[float]) -> tuple[float, float]:
-    """Client 0's kit under secure aggregation: (error of its best estimate of client i, the mean of the
-    others from the sum minus its own share; error of decoding client i's masked upload as it is)."""
+def _collusion_secure(
+    views: list[_Round], kit: ClientKit, weights: list[float]
+) -> tuple[float, float]:
+    """Client 0's kit under secure aggregation: (error of its best estimate of client i, the mean
+    of the others from the sum minus its own share; error of decoding client i's masked upload as
+    it is)."""
     import torch
     from immersion_mpdp.ddp import from_fixed
 
@@ -357,36 +397,39 @@ def _collusion_secure(views: list[_Round], kit: Any, weights: list[float]) -> tu
 
 
 def _verdict(value: float, baseline: float, *, exact: float) -> str:
-    """``leaks`` at or below ``exact``; ``resists`` at half the baseline or more; ``partial`` between."""
+    """``leaks`` at or below ``exact``; ``resists`` at half the baseline or more; ``partial``
+    between."""
     if value <= exact:
         return "leaks"
     return "resists" if value >= 0.5 * baseline else "partial"
 
 
-# ---------------------------------------------------------------------------------------------- attack 1
+# ----------------------------------------------------------------------------------------- attack 1
 def run_shared_noise_difference(*, quick: bool = False, seed: int = 0) -> list[AttackResult]:
     """Shared round noise cancels in the difference of two uploads (seed 000 eqs. 19-20, seed 003).
 
     An aggregator (or an eavesdropper on the uploads) subtracts two uploads of one round:
-    ``w~_i - w~_k = Pi1 (w_i - w_k)``. Rows per scheme (R rounds, K clients, differences ``w~_i - w~_0``):
+    ``w~_i - w~_k = Pi1 (w_i - w_k)``. Rows per scheme: the noise left in a difference (with the
+    attacker's rank test in the detail), the cosines between the clients' model differences read
+    without any key, and what one colluding client's kit decodes; each again with the mitigations
+    ``client-noise`` (plus a row projecting out the attacker's estimate of ``range(N1)``) and
+    ``secure-aggregation`` (:func:`secure_sum`), with their measured costs.
 
-    1. *Noise left* (the auditor's measure, it uses the kit): ``rms ||P_N d|| / rms ||P_N w~_0||`` with
-       ``P_N = I - Pi1 Pi1_left``. Baseline: the same local models encoded with independent noise draws
-       (about sqrt 2). The detail holds the attacker's *rank test*: stacked over rounds, the differences'
-       spectrum falls to rounding level after the rank of the true model differences (one fixed subspace
-       of ``range(Pi1)``), visible once the attacker holds more differences than that rank.
-    2. *Geometry, no key.* The keys here have ``Pi1 = a Q_S`` (orthonormal columns times one scalar), so a
-       noise-free difference keeps angles: the cosines between ``w_i - w_0`` and ``w_j - w_0`` come out
-       exact. Baseline: the same on the independently encoded differences.
-    3. *Collusion.* Client 0's kit decodes every other client's local model from its upload (``Pi1_left``
-       removes all of ``range(N1)``, eq. 21; the difference route ``w_0 + Pi1_left (w~_i - w~_0)`` too).
-       Baseline: the colluder's guess without the uploads, the global model.
+    Parameters
+    ----------
+    quick:
+        Smaller federations and no projection row (a smoke run).
+    seed:
+        Seeds the federations, the baselines' noise and the simulated key agreement.
 
-    Mitigations, in rows of their own with measured cost: ``client-noise`` (the server's decode, eq. 21,
-    or eq. 25 column by column in M2, removes any noise in ``ker(Pi1_left)``, so each client can add its
-    own; one more row then projects out the top ``n~ - n`` principal directions of the differences, the
-    attacker's estimate of ``range(N1)``) and ``secure-aggregation`` (the aggregator sees only masked
-    uploads and their sum, :func:`secure_sum`).
+    Returns
+    -------
+    list of AttackResult
+        The rows of ``sifl-m1``, ``sifl-m2`` and ``sifl-rm``.
+
+    Notes
+    -----
+    Every row, baseline and verdict rule is described in ``docs/notes/sifl_audit.md``.
     """
     hidden, clients, pca_factor = ((1,), 8, 0) if quick else ((4,), 10, 5)
     rows: list[AttackResult] = []
@@ -398,10 +441,13 @@ def run_shared_noise_difference(*, quick: bool = False, seed: int = 0) -> list[A
     return rows
 
 
-def _noise_left(enc_rounds: list[list[np.ndarray]], first: list[np.ndarray], kit: Any) -> float:
-    """``rms ||P_N (w~_i - w~_0)|| / rms ||P_N w~_0||`` over rounds and clients: the noise left in a
-    difference (its part in ``ker(Pi1_left)``, ``P_N = I - Pi1 Pi1_left``) relative to the noise of one
-    upload. An auditor's measure (it needs the kit); the attacker-side tests are the rank and cosine ones."""
+def _noise_left(
+    enc_rounds: list[list[np.ndarray]], first: list[np.ndarray], kit: ClientKit
+) -> float:
+    """``rms ||P_N (w~_i - w~_0)|| / rms ||P_N w~_0||`` over rounds and clients: the noise left in
+    a difference (its part in ``ker(Pi1_left)``, ``P_N = I - Pi1 Pi1_left``) relative to the noise
+    of one upload. An auditor's measure (it needs the kit); the attacker-side tests are the rank
+    and cosine ones."""
     import torch
 
     from .schemes import kernel_noise
@@ -415,7 +461,8 @@ def _noise_left(enc_rounds: list[list[np.ndarray]], first: list[np.ndarray], kit
 
 
 def _client_noise_seconds(fed: _Federation, repeats: int = 20) -> float:
-    """Median time of one client's extra work with ``client_noise``: draw ``z``, ``z - Pi1 (Pi1_left z)``."""
+    """Median time of one client's extra work with ``client_noise``: draw ``z``,
+    ``z - Pi1 (Pi1_left z)``."""
     import torch
 
     from .schemes import kernel_noise
@@ -477,15 +524,15 @@ def _difference_rows(
     direct, via_diff, guess = _collusion(views, kit)
     n_direct, n_via, _ = _collusion(noisy, noisy_fed.scheme.kit)
     sec_best, sec_naive = _collusion_secure(views, kit, base.weights)
-    collusion = {
+    collusion: dict[str | None, tuple[float, dict[str, Any]]] = {
         None: (direct, {"via_difference": via_diff}),
         "client-noise": (
             n_direct,
             {
                 "via_difference": n_via,
                 "reading": (
-                    "no help against a kit holder: the client noise lies in ker(Pi1_left), which every client "
-                    "computes from its kit (kernel_noise needs nothing else)"
+                    "no help against a kit holder: the client noise lies in ker(Pi1_left), which "
+                    "every client computes from its kit (kernel_noise needs nothing else)"
                 ),
             },
         ),
@@ -494,9 +541,9 @@ def _difference_rows(
             {
                 "decoding_a_masked_upload_error": sec_naive,
                 "reading": (
-                    "the estimate is the mean of the other clients (sum minus own share); the sum stays exact and "
-                    "decodable, so with K - 1 colluders (or K = 2) the last model is exact: secure aggregation "
-                    "hides who, not the sum"
+                    "the estimate is the mean of the other clients (sum minus own share); the sum "
+                    "stays exact and decodable, so with K - 1 colluders (or K = 2) the last model "
+                    "is exact: secure aggregation hides who, not the sum"
                 ),
             },
         ),
@@ -511,18 +558,19 @@ def _difference_rows(
     costs = {
         None: None,
         "client-noise": (
-            f"client work +{t_kernel * 1e3:.2f} ms per upload (draw z, z - Pi1 Pi1_left z), {clients} "
-            f"uploads = {clients * t_kernel / t_base:.1%} of a {t_base * 1e3:.1f} ms round of this tiny "
-            f"model; round time measured x{t_noisy / t_base:.2f} (median of {n_rounds}, busy machine); "
-            f"accuracy: none, the decoded model still equals FedAvg (max |w - w_fedavg| "
-            f"{_fedavg_gap(noisy):.1e}); epsilon_local unchanged (post-processing)"
+            f"client work +{t_kernel * 1e3:.2f} ms per upload (draw z, z - Pi1 Pi1_left z), "
+            f"{clients} uploads = {clients * t_kernel / t_base:.1%} of a {t_base * 1e3:.1f} ms "
+            f"round of this tiny model; round time measured x{t_noisy / t_base:.2f} (median of "
+            f"{n_rounds}, busy machine); accuracy: none, the decoded model still equals FedAvg "
+            f"(max |w - w_fedavg| {_fedavg_gap(noisy):.1e}); epsilon_local unchanged "
+            f"(post-processing)"
         ),
         "secure-aggregation": (
-            f"round time x{t_secure / t_base:.2f} ({t_secure * 1e3:.1f} ms vs {t_base * 1e3:.1f} ms: "
-            f"X25519 and {clients - 1} AES-CTR masks per client, compute only, no extra round trips "
-            f"or dropout recovery); uploads 2x the bytes (two 64-bit words per number); masked sum "
-            f"exact to {max(v.secure_error for v in views):.1e}, decoded model equals FedAvg "
-            f"(max |w - w_fedavg| {_fedavg_gap(views):.1e})"
+            f"round time x{t_secure / t_base:.2f} ({t_secure * 1e3:.1f} ms vs "
+            f"{t_base * 1e3:.1f} ms: X25519 and {clients - 1} AES-CTR masks per client, compute "
+            f"only, no extra round trips or dropout recovery); uploads 2x the bytes (two 64-bit "
+            f"words per number); masked sum exact to {max(v.secure_error for v in views):.1e}, "
+            f"decoded model equals FedAvg (max |w - w_fedavg| {_fedavg_gap(views):.1e})"
         ),
     }
     setting = {
@@ -568,8 +616,12 @@ def _difference_rows(
                 cost,
                 {
                     **setting,
-                    "baseline_is": "the same local models encoded with independent noise draws (about sqrt 2)",
-                    "verdict_rule": "leaks at rounding level, resists from half the noise of one upload",
+                    "baseline_is": (
+                        "the same local models encoded with independent noise draws (about sqrt 2)"
+                    ),
+                    "verdict_rule": (
+                        "leaks at rounding level, resists from half the noise of one upload"
+                    ),
                     "attacker_rank_test": rank_test,
                 },
             )
@@ -589,8 +641,11 @@ def _difference_rows(
                     **setting,
                     "baseline_is": "the same on differences with independent noise draws",
                     "true_cosine_spread": spread,
-                    "reading": "Pi1 = a Q_S is a scaled isometry: a noise-free difference gives every angle and norm ratio "
-                    "between client updates (which clients hold similar data)",
+                    "reading": (
+                        "Pi1 = a Q_S is a scaled isometry: a noise-free difference gives every "
+                        "angle and norm ratio between client updates (which clients hold similar "
+                        "data)"
+                    ),
                 },
             )
         )
@@ -612,11 +667,14 @@ def _difference_rows(
                         "rounds": len(noisy),
                         "samples": len(noisy_enc),
                         "baseline_is": "the same error without the projection (noise over signal)",
-                        "reading": "the client noise lives in the fixed m-dim range(N1), orthogonal to range(Pi1): "
-                        "an eavesdropper estimates it from more than m noisy differences and projects it "
-                        "out; the residual falls like sqrt(m / samples) (sifl-m1, n = 310, m = 201, "
-                        "synthetic differences with the measured spread: 0.73, 0.34, 0.14, 0.08 at 400, "
-                        "2000, 10000, 40000 samples)",
+                        "reading": (
+                            "the client noise lives in the fixed m-dim range(N1), orthogonal to "
+                            "range(Pi1): an eavesdropper estimates it from more than m noisy "
+                            "differences and projects it out; the residual falls like "
+                            "sqrt(m / samples) (sifl-m1, n = 310, m = 201, synthetic differences "
+                            "with the measured spread: 0.73, 0.34, 0.14, 0.08 at 400, 2000, 10000, "
+                            "40000 samples)"
+                        ),
                     },
                 )
             )
@@ -625,7 +683,8 @@ def _difference_rows(
             AttackResult(
                 a,
                 scheme_name,
-                "max abs error of other clients' local models decoded with a colluding client's kit",
+                "max abs error of other clients' local models decoded with a colluding "
+                "client's kit",
                 value,
                 guess,
                 _verdict(value, guess, exact=1e-6),
@@ -646,15 +705,27 @@ def _fedavg_gap(views: list[_Round]) -> float:
     return max(v.gap for v in views)
 
 
-# ---------------------------------------------------------------------------------------------- attack 2
+# ----------------------------------------------------------------------------------------- attack 2
 def run_client_decodes(*, quick: bool = False, seed: int = 0) -> list[AttackResult]:
-    """A client decodes the global model every round with its kit (seed 000 Algorithm 1 and section 7).
+    """A client decodes the global model every round with its kit (seed 000 Algorithm 1 and
+    section 7).
 
-    The target optimizer needs ``w = Pi1_left w~`` (eq. 21; in M2 first ``w~ = w' Pi2^R``, eq. 32), so the
-    kit that every client holds is a decoding key: it gives the global model every round, and the round
-    noise ``N1 r_t = (I - Pi1 Pi1_left) w~`` too. Metric: max abs error of the client's decoded model
-    against the true global model (FedAvg of the true local models) over the rounds; baseline: the error
-    of guessing the initial model (public), and in the detail of guessing zeros.
+    The target optimizer needs ``w = Pi1_left w~`` (eq. 21; in M2 first ``w~ = w' Pi2^R``,
+    eq. 32), so the kit that every client holds is a decoding key: it gives the global model every
+    round, and the round noise ``N1 r_t = (I - Pi1 Pi1_left) w~`` too.
+
+    Parameters
+    ----------
+    quick:
+        Fewer rounds (a smoke run).
+    seed:
+        Seeds the federations.
+
+    Returns
+    -------
+    list of AttackResult
+        One row per scheme: the max abs error of the client's decoded model against the true
+        global model over the rounds; baseline: guessing the (public) initial model.
     """
     from .schemes import kernel_noise
 
@@ -698,30 +769,49 @@ def run_client_decodes(*, quick: bool = False, seed: int = 0) -> list[AttackResu
                         "clients": 4,
                         "hidden": [16],
                         "n_params": fed.n_params,
-                        "baseline_is": "max |w_t - w_0| over rounds: guessing the (public) initial model",
+                        "baseline_is": (
+                            "max |w_t - w_0| over rounds: guessing the (public) initial model"
+                        ),
                         "guess_zeros_error": zeros,
                         "round_noise_relative_error": noise_error,
-                        "mitigation": "none in the scheme: the target optimizer decodes the broadcast, so the kit "
-                        "(Pi1, Pi1_left; Pi2^R in M2) is a decoding key; neither client_noise nor "
-                        "secure aggregation changes the broadcast",
+                        "mitigation": (
+                            "none in the scheme: the target optimizer decodes the broadcast, so "
+                            "the kit (Pi1, Pi1_left; Pi2^R in M2) is a decoding key; neither "
+                            "client_noise nor secure aggregation changes the broadcast"
+                        ),
                     },
                 )
             )
     return rows
 
 
-# ---------------------------------------------------------------------------------------------- attack 3
+# ----------------------------------------------------------------------------------------- attack 3
 def run_m2_scalar_leak(*, quick: bool = False, seed: int = 0) -> list[AttackResult]:
-    """The M2 server recovers ``w`` up to a scalar from ``w_bar = w Pi2 + Pi1_left R2 N2`` (seed 000 eq. 25).
+    """The M2 server recovers ``w`` up to a scalar from ``w_bar = w Pi2 + Pi1_left R2 N2`` (seed
+    000 eq. 25).
 
-    ``N2`` has ``p - 1`` rows and ``N2 Pi2^R = 0``, so one combination of the ``p`` columns of ``w_bar``
-    (the one along ``Pi2^R``) is exactly ``w``; the server does not hold ``Pi2^R``, but the aggregator's
-    noise is large and nearly orthogonal to ``w``, so the least-norm unit combination (the left singular
-    vector of ``w_bar`` for its smallest singular value; for ``p = 2`` the projection used in
-    ``tests/test_fl.py``) lands on ``w`` up to scale and sign. Metric: ``|cos|`` of that combination with
-    the true ``w`` (minimum over rounds); baseline: the best ``|cos|`` of a single column. Measured for
-    ``p = 2`` and larger ``p`` (more columns do not hide ``w``), and at a weaker ``epsilon_local``.
+    ``N2`` has ``p - 1`` rows and ``N2 Pi2^R = 0``, so one combination of the ``p`` columns of
+    ``w_bar`` (the one along ``Pi2^R``) is exactly ``w``; the server does not hold ``Pi2^R``, but
+    the aggregator's noise is large and nearly orthogonal to ``w``, so the least-norm unit
+    combination (the left singular vector of ``w_bar`` for its smallest singular value) lands on
+    ``w`` up to scale and sign.
+
+    Parameters
+    ----------
+    quick:
+        Fewer settings and rounds (a smoke run).
+    seed:
+        Seeds the federations.
+
+    Returns
+    -------
+    list of AttackResult
+        One row per setting (``p = 2`` and larger, and a weaker ``epsilon_local``): ``|cos|`` of
+        that combination with the true ``w`` (minimum over rounds); baseline: the best ``|cos|``
+        of a single column.
     """
+    from .schemes import SiflM2
+
     settings = (
         [(2, 1.0), (3, 1.0)] if quick else [(2, 1.0), (3, 1.0), (5, 1.0), (10, 1.0), (2, 100.0)]
     )
@@ -732,17 +822,17 @@ def run_m2_scalar_leak(*, quick: bool = False, seed: int = 0) -> list[AttackResu
             fed = _federation(
                 "sifl-m2", seed=seed, hidden=(32,), clients=4, batch_size=64, p=p, epsilon_local=eps
             )
+            scheme = fed.scheme
+            assert isinstance(scheme, SiflM2), scheme
             cos, single, exact = 1.0, 0.0, 0.0
             for t in range(rounds):
                 view = _play(fed, t)
-                w_bar, w = _numpy(fed.scheme.w_bar), _numpy(view.global_model)
+                w_bar, w = _numpy(scheme.w_bar), _numpy(view.global_model)
                 u, _, _ = np.linalg.svd(w_bar, full_matrices=False)
                 combo = u[:, -1] @ w_bar
                 cos = min(cos, _abs_cos(combo, w))
                 single = max(single, max(_abs_cos(c, w) for c in w_bar))
-                exact = max(
-                    exact, float(np.abs(_numpy(fed.scheme.pi2_right[:, 0]) @ w_bar - w).max())
-                )
+                exact = max(exact, float(np.abs(_numpy(scheme.pi2_right[:, 0]) @ w_bar - w).max()))
             rows.append(
                 AttackResult(
                     "m2-scalar-leak",
@@ -757,11 +847,13 @@ def run_m2_scalar_leak(*, quick: bool = False, seed: int = 0) -> list[AttackResu
                         "rounds": rounds,
                         "clients": 4,
                         "n_params": fed.n_params,
-                        "noise_scale": fed.scheme.noise_scale,
+                        "noise_scale": scheme.noise_scale,
                         "baseline_is": "max |cos| of a single column of w_bar with w",
                         "with_a_clients_pi2_right_error": exact,
-                        "reading": "w up to scale and sign; with any client's Pi2^R (every client holds it) the "
-                        "server decodes w exactly (w_bar Pi2^R = w)",
+                        "reading": (
+                            "w up to scale and sign; with any client's Pi2^R (every client holds "
+                            "it) the server decodes w exactly (w_bar Pi2^R = w)"
+                        ),
                     },
                 )
             )

@@ -11,13 +11,16 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from immersion import KeyFileError
 from immersion._files import npz_bytes, write_private
 
 from .config import RunConfig
+
+if TYPE_CHECKING:
+    from .engine import Server
 
 HISTORY = (
     "accuracy",
@@ -40,7 +43,15 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
 
 
 class Checkpoint:
-    """``DIR/keys.npz`` (once) and ``DIR/state.npz`` (every round), both 0600."""
+    """``DIR/keys.npz`` (once) and ``DIR/state.npz`` (every round), both 0600.
+
+    Parameters
+    ----------
+    folder:
+        The checkpoint folder (created, owner-only).
+    cfg:
+        The run; a checkpoint of another configuration is refused on load.
+    """
 
     def __init__(self, folder: Path, cfg: RunConfig) -> None:
         self.folder = folder
@@ -49,10 +60,19 @@ class Checkpoint:
         folder.mkdir(parents=True, exist_ok=True)
         os.chmod(folder, 0o700)
 
-    def _keys(self, server: Any) -> dict[str, np.ndarray]:
+    def _keys(self, server: Server) -> dict[str, np.ndarray]:
         return server.scheme.key_arrays()
 
-    def save(self, server: Any, next_round: int) -> None:
+    def save(self, server: Server, next_round: int) -> None:
+        """Write the server state and history (and the keys, once).
+
+        Parameters
+        ----------
+        server:
+            The run's server.
+        next_round:
+            The round a resumed run starts with.
+        """
         keys = self._keys(server)
         if keys and not (self.folder / "keys.npz").exists():
             write_private(self.folder / "keys.npz", npz_bytes(keys), prefix=".ckpt-")
@@ -70,8 +90,14 @@ class Checkpoint:
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         write_private(self.folder / "state.npz", npz_bytes(arrays), prefix=".ckpt-")
 
-    def load(self, server: Any) -> int:
-        """Restore ``server``; return the next round to run."""
+    def load(self, server: Server) -> int:
+        """Restore ``server``; return the next round to run.
+
+        Parameters
+        ----------
+        server:
+            A server re-created from the same configuration (its keys must match the saved ones).
+        """
         path = self.folder / "state.npz"
         try:
             with np.load(path, allow_pickle=False) as data:
@@ -85,7 +111,8 @@ class Checkpoint:
                 "privacy",
             } <= set(meta):
                 raise ValueError("no checkpoint metadata")
-        except Exception as exc:  # noqa: BLE001 - missing, truncated or altered: numpy's npy/zip parsers raise many kinds
+        # missing, truncated or altered: numpy's npy/zip parsers raise many kinds
+        except Exception as exc:  # noqa: BLE001
             raise KeyFileError(
                 f"checkpoint: cannot read {path} ({type(exc).__name__}: {exc})"
             ) from None

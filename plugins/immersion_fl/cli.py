@@ -41,7 +41,8 @@ def _model_name(value: str) -> str:
 
 @click.group("fl")
 def fl_group() -> None:
-    """Federated learning: immersion (seeds 000, 003) and model perturbation (seed 004, --scheme mpdp)."""
+    """Federated learning: immersion (seeds 000, 003) and model perturbation (seed 004,
+    --scheme mpdp)."""
 
 
 @fl_group.command("run")
@@ -52,7 +53,8 @@ def fl_group() -> None:
     default="mlp",
     show_default=True,
     callback=lambda ctx, param, value: _model_name(value),
-    help="linear, mlp, cnn, cnn2, or your own as package.module:function returning a float64 nn.Module.",
+    help="linear, mlp, cnn, cnn2, or your own as package.module:function returning a float64 "
+    "nn.Module.",
 )
 @click.option("--hidden", default="200,200", show_default=True, help="MLP hidden layer sizes.")
 @click.option("--clients", type=click.IntRange(1), default=10, show_default=True)
@@ -64,8 +66,8 @@ def fl_group() -> None:
     "--dataset",
     default="digits",
     show_default=True,
-    help="digits, digits28, mnist:PATH, fashion:PATH, or your own as package.module:function returning "
-    "(X, Y) or (X, Y, X_test, Y_test).",
+    help="digits, digits28, mnist:PATH, fashion:PATH, or your own as package.module:function "
+    "returning (X, Y) or (X, Y, X_test, Y_test).",
 )
 @click.option("--split", type=click.Choice(["iid", "dirichlet"]), default="iid", show_default=True)
 @click.option(
@@ -101,7 +103,8 @@ def fl_group() -> None:
     type=click.Choice(["auto", "laplace", "gaussian", "on", "off"]),
     default="auto",
     show_default=True,
-    help="SIFL: laplace or gaussian (auto: laplace). mpdp, sgd-dp, gsgd-dp, gd-dp: on or off (auto: on).",
+    help="SIFL: laplace or gaussian (auto: laplace). mpdp, sgd-dp, gsgd-dp, gd-dp: on or off "
+    "(auto: on).",
 )
 @click.option(
     "--delta",
@@ -116,7 +119,8 @@ def fl_group() -> None:
     type=FiniteFloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
-    help="mpdp: per-round epsilon (seed 004 Eq. 23); sgd-dp, gsgd-dp, gd-dp: total over all rounds.",
+    help="mpdp: per-round epsilon (seed 004 Eq. 23); sgd-dp, gsgd-dp, gd-dp: total over all "
+    "rounds.",
 )
 @click.option(
     "--grad-clip",
@@ -129,7 +133,8 @@ def fl_group() -> None:
     "--sigma2",
     type=FiniteFloatRange(min=0),
     default=None,
-    help="sgd-dp, gsgd-dp, gd-dp: per-user noise variance (WF-NA floor); default: calibrated to --epsilon.",
+    help="sgd-dp, gsgd-dp, gd-dp: per-user noise variance (WF-NA floor); default: calibrated to "
+    "--epsilon.",
 )
 @click.option(
     "--graph",
@@ -148,14 +153,16 @@ def fl_group() -> None:
     type=FiniteFloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
-    help="mpdp: assumed per-record sensitivity (the paper's S_f = 1; the run reports the observed one).",
+    help="mpdp: assumed per-record sensitivity (the paper's S_f = 1; the run reports the observed "
+    "one).",
 )
 @click.option(
     "--clip",
     type=FiniteFloatRange(min=0, min_open=True),
     default=100.0,
     show_default=True,
-    help="Client model norm bound C (sensitivity 2C/|D_i|, seed 000 Remark 3; the paper uses 1000).",
+    help="Client model norm bound C (sensitivity 2C/|D_i|, seed 000 Remark 3; the paper uses "
+    "1000).",
 )
 @click.option(
     "--keys", type=click.Choice(["auto", "dense", "block"]), default="auto", show_default=True
@@ -172,7 +179,8 @@ def fl_group() -> None:
     type=click.Choice(["local", "flower"]),
     default="local",
     show_default=True,
-    help="local: clients in this process; flower: Flower ClientApps on Flower's simulation runtime.",
+    help="local: clients in this process; flower: Flower ClientApps on Flower's simulation "
+    "runtime.",
 )
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option(
@@ -214,7 +222,8 @@ def fl_run(
     resume: bool,
     **options: Any,
 ) -> None:
-    """Train a model federatedly with a SIFL scheme beside plain FedAvg, or with mpdp beside plain FedSGD."""
+    """Train a model federatedly with a SIFL scheme beside plain FedAvg, or with mpdp beside plain
+    FedSGD."""
     from .engine import EveryClientFailedError, RunConfig, progress_bar, run_federated
     from .faults import FaultPlan
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .models import FlatModel
 from .optimizers import GradientTransformation, clip_to_norm
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -36,8 +39,8 @@ class Client:
     """
 
     index: int
-    x: Any
-    y: Any
+    x: "torch.Tensor"
+    y: "torch.Tensor"
     model: FlatModel
     optimizer: GradientTransformation
     local_epochs: int
@@ -52,7 +55,13 @@ class Client:
         return int(len(self.y))
 
     def batches(self, round_t: int) -> list[np.ndarray]:
-        """The mini-batch indices of one round (same for every scheme: equality needs it)."""
+        """The mini-batch indices of one round (same for every scheme: equality needs it).
+
+        Parameters
+        ----------
+        round_t:
+            The round (seeds the order with ``seed`` and ``index``).
+        """
         rng = np.random.default_rng([self.seed, round_t, self.index])
         out = []
         for _ in range(self.local_epochs):
@@ -62,8 +71,16 @@ class Client:
             ]
         return out
 
-    def train(self, w0: Any, round_t: int) -> Any:
-        """K local epochs of the optimizer from ``w0`` (its state starts fresh each round)."""
+    def train(self, w0: "torch.Tensor", round_t: int) -> "torch.Tensor":
+        """K local epochs of the optimizer from ``w0`` (its state starts fresh each round).
+
+        Parameters
+        ----------
+        w0:
+            The model to start from (original coordinates).
+        round_t:
+            The round (sets the batch order, :meth:`batches`).
+        """
         w = w0.clone()
         state = self.optimizer.init(w)
         for idx in self.batches(round_t):

@@ -18,9 +18,12 @@ import json
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, TypeVar
 
 from immersion import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from immersion.hookspecs import SchemeSpec
 
 T = TypeVar("T", bound="SchemeOptions")
 
@@ -146,7 +149,8 @@ def check_int(name: str, value: Any, low: int) -> None:
 def check_real(
     name: str, value: Any, *, low: float, high: float = float("inf"), open_low: bool = True
 ) -> None:
-    """Refuse a value that is not a finite real in ``(low, high)`` (``[low, high)`` if not ``open_low``).
+    """Refuse a value that is not a finite real in ``(low, high)`` (``[low, high)`` if not
+    ``open_low``).
 
     Parameters
     ----------
@@ -254,7 +258,8 @@ class RunConfig:
         elif type(self.options) is not expected:
             raise InvalidArgumentError(
                 "options",
-                f"scheme {self.scheme!r} takes {expected.__name__}, got {type(self.options).__name__}",
+                f"scheme {self.scheme!r} takes {expected.__name__}, "
+                f"got {type(self.options).__name__}",
             )
         if not isinstance(self.hidden, tuple):
             object.__setattr__(self, "hidden", tuple(self.hidden))
@@ -360,7 +365,7 @@ def options_class(scheme: str) -> type[SchemeOptions]:
     return registry().fl_scheme(scheme).options
 
 
-def _schemes() -> dict[str, Any]:
+def _schemes() -> dict[str, SchemeSpec]:
     from immersion.plugin_manager import registry
 
     return registry().fl_schemes

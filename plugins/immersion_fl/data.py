@@ -1,4 +1,5 @@
-"""Data for the federated-learning demos: sklearn's bundled digits, or local IDX files (MNIST-style).
+"""Data for the federated-learning demos: sklearn's bundled digits, or local IDX files (MNIST
+style).
 
 Nothing is downloaded. ``digits`` (8x8) can be upsampled to 28x28 so that the papers' model sizes
 (MLP 784-200-200-10, CNN, CNN2) run without MNIST.
@@ -19,7 +20,17 @@ from immersion import InvalidArgumentError
 
 @dataclass(frozen=True)
 class Dataset:
-    """Images in [0, 1] with shape (N, 1, H, W) and integer labels, split into train and test."""
+    """Images in [0, 1] with shape (N, 1, H, W) and integer labels, split into train and test.
+
+    Parameters
+    ----------
+    x_train, y_train:
+        Training images and labels.
+    x_test, y_test:
+        Held-out images and labels.
+    name:
+        ``digits8``, ``digits28``, ``mnist`` or ``fashion``.
+    """
 
     x_train: np.ndarray
     y_train: np.ndarray
@@ -29,10 +40,12 @@ class Dataset:
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
+        """``(1, H, W)``."""
         return tuple(self.x_train.shape[1:])  # type: ignore[return-value]
 
     @property
     def n_classes(self) -> int:
+        """The number of classes (largest label + 1)."""
         return int(max(self.y_train.max(), self.y_test.max())) + 1
 
 
@@ -45,7 +58,17 @@ def _resize(images: np.ndarray, size: int) -> np.ndarray:
 
 
 def load_digits_dataset(*, size: int = 8, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
-    """sklearn's bundled 1,797 8x8 digits, scaled to [0, 1]; ``size=28`` upsamples them."""
+    """sklearn's bundled 1,797 8x8 digits, scaled to [0, 1]; ``size=28`` upsamples them.
+
+    Parameters
+    ----------
+    size:
+        Image side (8: as bundled; otherwise a bilinear resize).
+    test_fraction:
+        The share held out for testing.
+    seed:
+        Seeds the train/test split.
+    """
     try:
         from sklearn.datasets import load_digits
     except ImportError:
@@ -97,7 +120,15 @@ def _find(folder: Path, stem: str) -> Path:
 
 
 def load_idx_dataset(folder: str | Path, *, name: str = "mnist") -> Dataset:
-    """MNIST or Fashion-MNIST from the four standard IDX files in ``folder`` (plain or .gz)."""
+    """MNIST or Fashion-MNIST from the four standard IDX files in ``folder`` (plain or .gz).
+
+    Parameters
+    ----------
+    folder:
+        The folder with ``train-images-idx3-ubyte`` and the three other files.
+    name:
+        The dataset's name in the result.
+    """
     root = Path(folder)
     if not root.is_dir():
         raise InvalidArgumentError("dataset", f"{root} is not a folder with IDX files")
@@ -123,7 +154,15 @@ def load_idx_dataset(folder: str | Path, *, name: str = "mnist") -> Dataset:
 
 
 def load_dataset(spec: str, *, seed: int = 0) -> Dataset:
-    """``digits``, ``digits28``, ``mnist:PATH`` or ``fashion:PATH``."""
+    """``digits``, ``digits28``, ``mnist:PATH`` or ``fashion:PATH``.
+
+    Parameters
+    ----------
+    spec:
+        The dataset name (with a folder for the IDX datasets).
+    seed:
+        Seeds digits' train/test split.
+    """
     if spec in ("digits", "digits8"):
         return load_digits_dataset(seed=seed)
     if spec == "digits28":
@@ -140,6 +179,19 @@ def split_clients(
     labels: np.ndarray, n_clients: int, *, split: str = "iid", alpha: float = 0.5, seed: int = 0
 ) -> list[np.ndarray]:
     """Indices of each client's data: ``iid`` (equal random shares) or ``dirichlet`` label skew.
+
+    Parameters
+    ----------
+    labels:
+        The class of every sample.
+    n_clients:
+        How many clients share the data.
+    split:
+        ``"iid"`` or ``"dirichlet"``.
+    alpha:
+        The Dirichlet concentration (smaller: more skew).
+    seed:
+        Seeds the split.
 
     Examples
     --------

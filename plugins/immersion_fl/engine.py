@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from immersion import ImmersionError, InvalidArgumentError
@@ -29,6 +29,9 @@ from .models import FlatModel, build_model
 from .optimizers import GradientTransformation
 from .scheme import Scheme, SchemeContext
 from .schemes import FedAvg, client_upload
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "EveryClientFailedError",
@@ -49,7 +52,8 @@ class EveryClientFailedError(ImmersionError):
 
 
 def optimizer_by_name(name: str, lr: float) -> GradientTransformation:
-    """A registered optimizer (``sgd``, ``momentum``, ``adam`` or a plugin's) with learning rate ``lr``.
+    """A registered optimizer (``sgd``, ``momentum``, ``adam`` or a plugin's) with learning rate
+    ``lr``.
 
     Parameters
     ----------
@@ -114,17 +118,25 @@ class FederatedTask:
         Held-out ``(x, y)`` to report accuracy on every round, or None.
     shuffle:
         A fresh batch order every epoch (True) or in-order batches (False).
+    device:
+        Where the model, data and initial vector live (:meth:`to` moves them).
     """
 
     model: FlatModel
-    client_data: list[tuple[Any, Any]]
-    w0: Any
-    test: tuple[Any, Any] | None = None
+    client_data: list[tuple["torch.Tensor", "torch.Tensor"]]
+    w0: "torch.Tensor"
+    test: tuple["torch.Tensor", "torch.Tensor"] | None = None
     shuffle: bool = True
     device: str = "cpu"
 
     def to(self, device: str) -> "FederatedTask":
-        """The task with its model, data and initial vector on ``device`` (e.g. ``"cuda"``)."""
+        """The task with its model, data and initial vector on ``device`` (e.g. ``"cuda"``).
+
+        Parameters
+        ----------
+        device:
+            A torch device name.
+        """
         move = lambda pair: (pair[0].to(device), pair[1].to(device))  # noqa: E731
         self.model.module.to(device)
         return FederatedTask(
@@ -144,7 +156,19 @@ class FederatedTask:
     def client(
         self, cfg: RunConfig, index: int, optimizer: GradientTransformation, clip: float | None
     ) -> Client:
-        """Client ``index`` training with ``optimizer`` under ``cfg``'s epochs, batches and seed."""
+        """Client ``index`` training with ``optimizer`` under ``cfg``'s epochs, batches and seed.
+
+        Parameters
+        ----------
+        cfg:
+            The run (local epochs, batch size, seed).
+        index:
+            The client's position in :attr:`client_data`.
+        optimizer:
+            Its local optimizer.
+        clip:
+            The norm bound its trained model is projected onto, or None.
+        """
         x, y = self.client_data[index]
         return Client(
             index,
@@ -160,7 +184,15 @@ class FederatedTask:
         )
 
     def clients(self, cfg: RunConfig, clip: float | None) -> list[Client]:
-        """Every client (the same objects serve the scheme and its plain twin: same batches)."""
+        """Every client (the same objects serve the scheme and its plain twin: same batches).
+
+        Parameters
+        ----------
+        cfg:
+            The run (optimizer, learning rate, local epochs, batch size, seed).
+        clip:
+            The scheme's model norm bound, or None.
+        """
         optimizer = optimizer_by_name(cfg.optimizer, cfg.lr)
         return [self.client(cfg, i, optimizer, clip) for i in range(len(self.client_data))]
 
@@ -168,7 +200,13 @@ class FederatedTask:
 def task_from_config(cfg: RunConfig) -> FederatedTask:
     """The runner's task: ``cfg.model`` on ``cfg.dataset`` split over ``cfg.clients`` clients,
     initial weights from ``cfg.seed`` (the same on every engine). Either may name user code as
-    ``package.module:function`` (:func:`user_task`)."""
+    ``package.module:function`` (:func:`user_task`).
+
+    Parameters
+    ----------
+    cfg:
+        The run.
+    """
     import torch
 
     if uses_user_code(cfg):
@@ -197,7 +235,13 @@ def task_from_config(cfg: RunConfig) -> FederatedTask:
 
 
 def uses_user_code(cfg: RunConfig) -> bool:
-    """Whether ``cfg.model`` or ``cfg.dataset`` is an import path to the user's code."""
+    """Whether ``cfg.model`` or ``cfg.dataset`` is an import path to the user's code.
+
+    Parameters
+    ----------
+    cfg:
+        The run.
+    """
     from immersion.imports import is_import_path
 
     return is_import_path(cfg.model) or _user_dataset(cfg.dataset)
@@ -215,7 +259,13 @@ def user_task(cfg: RunConfig) -> FederatedTask:
     ``torch.manual_seed(cfg.seed)``; returns a float64 ``nn.Module``) and ``--dataset pkg.mod:load``
     (called with no arguments; returns ``(X, Y)`` or ``(X, Y, X_test, Y_test)``, ``Y`` as class
     indices or probability rows), split over ``cfg.clients`` clients by ``cfg.split``. The SDK's
-    names may be mixed in: an SDK dataset with a user model, or the reverse."""
+    names may be mixed in: an SDK dataset with a user model, or the reverse.
+
+    Parameters
+    ----------
+    cfg:
+        The run (``model`` and ``dataset`` name the user's code or the SDK's).
+    """
     import torch
     from immersion.imports import call_loader, is_import_path
 
@@ -254,8 +304,8 @@ def user_task(cfg: RunConfig) -> FederatedTask:
         model = FlatModel(
             build_model(
                 cfg.model,
-                image_shape=image_shape,
-                n_classes=n_classes,  # type: ignore[arg-type]
+                image_shape=image_shape,  # type: ignore[arg-type]  # 3 entries: (C, H, W)
+                n_classes=n_classes,
                 hidden=cfg.hidden,
             )
         )
@@ -267,7 +317,31 @@ def user_task(cfg: RunConfig) -> FederatedTask:
 
 @dataclass
 class RunResult:
-    """Per-round figures of one run (and of the plain reference run beside it)."""
+    """Per-round figures of one run (and of the plain reference run beside it).
+
+    Parameters
+    ----------
+    config:
+        The run.
+    accuracy, loss:
+        Held-out accuracy and mean loss of the decoded global model, per round.
+    accuracy_plain, loss_plain:
+        The same for the plain twin (``compare_plain``).
+    diff_vs_plain:
+        ``max |w - w_plain|`` per round.
+    round_s, round_s_plain:
+        Seconds per round of the scheme and of its plain twin.
+    n_params, n_encoded:
+        Model size and encoded size.
+    key_bytes:
+        Bytes of key material the server holds.
+    privacy:
+        The scheme's privacy figures (:meth:`~immersion_fl.scheme.Scheme.privacy`).
+    dropped:
+        One ``{"round", "client", "reason"}`` entry per client left out of a round.
+    final_model:
+        The decoded global model after the last round.
+    """
 
     config: RunConfig
     accuracy: list[float] = field(default_factory=list)
@@ -282,7 +356,7 @@ class RunResult:
     key_bytes: int = 0
     privacy: dict[str, Any] = field(default_factory=dict)
     dropped: list[dict[str, Any]] = field(default_factory=list)
-    final_model: Any = None
+    final_model: "torch.Tensor | None" = None
 
     def summary(self) -> dict[str, Any]:
         """The JSON object of ``immersion fl run --json``."""
@@ -319,13 +393,30 @@ class RunResult:
 
 @dataclass
 class Server:
-    """Server-side state of a run: the scheme, FedAvg beside it, the held-out data and the history."""
+    """Server-side state of a run: the scheme, FedAvg beside it, the held-out data and the
+    history (:meth:`create` builds one).
+
+    Parameters
+    ----------
+    cfg:
+        The run.
+    model:
+        The model, to evaluate the global model on ``test``.
+    scheme:
+        The scheme, set up (keys drawn).
+    plain:
+        Plain FedAvg in lockstep (``compare_plain``), or None.
+    test:
+        Held-out ``(x, y)``, or None.
+    result:
+        The history, filled round by round.
+    """
 
     cfg: RunConfig
     model: FlatModel
     scheme: Scheme
     plain: Scheme | None
-    test: tuple[Any, Any] | None
+    test: tuple["torch.Tensor", "torch.Tensor"] | None
     result: RunResult
 
     @classmethod
@@ -337,7 +428,20 @@ class Server:
         *,
         device: str | None = None,
     ) -> "Server":
-        """Draw keys and set up the scheme; with ``client_sizes`` also calibrate the noise (else later)."""
+        """Draw keys and set up the scheme; with ``client_sizes`` also calibrate the noise (else
+        later, :meth:`calibrate`).
+
+        Parameters
+        ----------
+        cfg:
+            The run (scheme, options, seed, ``compare_plain``).
+        task:
+            The learning problem (model and initial vector).
+        client_sizes:
+            The clients' |D_i|, or None to calibrate later.
+        device:
+            The torch device of keys and models (default ``"cpu"``).
+        """
         backend = make_backend("torch", dtype="float64", device=device or "cpu")
         context = SchemeContext(backend=backend, rng=np.random.default_rng([cfg.seed, 1]))
         scheme = make_scheme(cfg.scheme, cfg.options, context)
@@ -358,7 +462,13 @@ class Server:
         return server
 
     def calibrate(self, client_sizes: list[int]) -> None:
-        """Design the round noise and record the privacy figures (needs the clients' |D_i|)."""
+        """Design the round noise and record the privacy figures.
+
+        Parameters
+        ----------
+        client_sizes:
+            The clients' dataset sizes |D_i|.
+        """
         self.scheme.design_noise(client_sizes)
         self.result.privacy = self.scheme.privacy(client_sizes)
 
@@ -369,7 +479,17 @@ class Server:
         seconds_plain: float | None,
         progress: Callable[[str], None] | None,
     ) -> None:
-        """The round's figures: accuracy (with held-out data), distance to the plain twin."""
+        """The round's figures: accuracy (with held-out data), distance to the plain twin.
+
+        Parameters
+        ----------
+        t:
+            The round.
+        seconds, seconds_plain:
+            Its duration for the scheme and for the plain twin (None without one).
+        progress:
+            Called with one line for the round, or None.
+        """
         res = self.result
         res.round_s.append(seconds)
         if self.test is not None:
@@ -427,9 +547,8 @@ def _round(
     if not uploads:
         raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
     total = sum(kept)
-    scheme.server_update(
-        scheme.aggregate(uploads, [n / total for n in kept])
-    )  # |D_i| / |D| over survivors
+    # |D_i| / |D| over survivors
+    scheme.server_update(scheme.aggregate(uploads, [n / total for n in kept]))
     return time.perf_counter() - start
 
 
@@ -444,7 +563,30 @@ def train_rounds(
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Rounds ``first .. cfg.rounds - 1`` (or up to ``stop_after``) of the scheme, with its plain
-    twin in lockstep on the same clients and batches; checkpoint after every round if ``store``."""
+    twin in lockstep on the same clients and batches; checkpoint after every round if ``store``.
+
+    Parameters
+    ----------
+    server:
+        The server (:meth:`Server.create`), calibrated.
+    clients:
+        Every client (:meth:`FederatedTask.clients`).
+    plan:
+        Client failures to inject (tests, demos).
+    first:
+        The first round to run (a resumed run starts later).
+    stop_after:
+        End after that many rounds (to simulate an interruption).
+    store:
+        Where to checkpoint after every round, or None.
+    progress:
+        Called with one line per round.
+
+    Returns
+    -------
+    RunResult
+        ``server.result``, with the final decoded model.
+    """
     cfg, plan = server.cfg, plan or FaultPlan()
     sizes = [c.n_samples for c in clients]
     last = cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)
@@ -483,7 +625,8 @@ def run_federated(
     stop_after: int | None = None,
     task: FederatedTask | None = None,
 ) -> RunResult:
-    """Run ``cfg.scheme`` for ``cfg.rounds`` rounds, with plain FedAvg in lockstep if ``compare_plain``.
+    """Run ``cfg.scheme`` for ``cfg.rounds`` rounds, with plain FedAvg in lockstep if
+    ``compare_plain``.
 
     Parameters
     ----------
@@ -503,6 +646,11 @@ def run_federated(
         End after that many rounds (to simulate an interruption).
     task:
         The learning problem (default: :func:`task_from_config`).
+
+    Returns
+    -------
+    RunResult
+        The per-round figures and the final decoded model.
     """
     from immersion.plugin_manager import registry
 
@@ -550,8 +698,18 @@ def codec_seconds_per_round(cfg: RunConfig, *, repeats: int = 5) -> float:
 
     Per round: the server's noisy encode and its decode, and for every client one decode and one
     lift (seed 000 Algorithm 1); for M2 also the aggregator's coding and the clients' ``Pi2^R``.
-    The wall-clock ratio of two training runs on this 2-core machine moves by +-30 % between
-    runs; this figure does not depend on the training time.
+
+    Parameters
+    ----------
+    cfg:
+        The run (scheme, model, dataset, clients).
+    repeats:
+        Timed repetitions; the best is kept.
+
+    Notes
+    -----
+    The wall-clock ratio of two whole training runs moved by +-30 % between runs on a 2-core
+    machine; this figure does not depend on the training time.
     """
     task = task_from_config(cfg)
     server = Server.create(cfg, task, [1] * cfg.clients)
@@ -564,7 +722,7 @@ def codec_seconds_per_round(cfg: RunConfig, *, repeats: int = 5) -> float:
         index, n_samples = 0, 1
 
         @staticmethod
-        def train(w_start: Any, round_t: int) -> Any:
+        def train(w_start: "torch.Tensor", round_t: int) -> "torch.Tensor":
             return w
 
     best = float("inf")
@@ -578,12 +736,25 @@ def codec_seconds_per_round(cfg: RunConfig, *, repeats: int = 5) -> float:
 
 
 def stderr_progress(message: str) -> None:
-    """Progress lines on stderr (stdout stays for --json)."""
+    """Progress lines on stderr (stdout stays for --json).
+
+    Parameters
+    ----------
+    message:
+        One progress line.
+    """
     print(f"[fl] {message}", file=sys.stderr, flush=True)
 
 
 def progress_bar(total: int) -> Callable[[str], None]:
-    """A progress callback drawing a bar on stderr (one line per round when stderr is not a terminal)."""
+    """A progress callback drawing a bar on stderr (one line per round when stderr is not a
+    terminal).
+
+    Parameters
+    ----------
+    total:
+        The number of rounds.
+    """
     from immersion.progress import Progress
 
     bar = Progress(total, "rounds")

@@ -16,9 +16,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from immersion import InvalidArgumentError
+
+if TYPE_CHECKING:
+    import torch
 
 LOG = logging.getLogger("immersion.fl")
 FAULT_KINDS = (
@@ -32,13 +35,25 @@ FAULT_KINDS = (
 
 @dataclass(frozen=True)
 class FaultPlan:
-    """Faults to inject, by (client index, round)."""
+    """Faults to inject, by (client index, round).
+
+    Parameters
+    ----------
+    faults:
+        ``{(client, round): kind}`` with kind in ``FAULT_KINDS``.
+    """
 
     faults: dict[tuple[int, int], str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, items: tuple[str, ...] | list[str]) -> "FaultPlan":
-        """From ``CLIENT:ROUND:KIND`` strings (the CLI's ``--inject-fault``)."""
+        """From ``CLIENT:ROUND:KIND`` strings (the CLI's ``--inject-fault``).
+
+        Parameters
+        ----------
+        items:
+            The strings.
+        """
         out = {}
         for item in items:
             parts = item.split(":")
@@ -55,7 +70,17 @@ class FaultPlan:
         return cls(out)
 
     def apply(self, client: int, round_t: int, work: Callable[[], Any], timeout_s: float) -> Any:
-        """Run ``work`` as the client would, with the planned fault, if any."""
+        """Run ``work`` as the client would, with the planned fault, if any.
+
+        Parameters
+        ----------
+        client, round_t:
+            Who runs it, and when.
+        work:
+            The client's work (returns its upload).
+        timeout_s:
+            The round's time limit (a ``timeout`` fault sleeps past it).
+        """
         kind = self.faults.get((client, round_t))
         if kind == "raise":
             raise RuntimeError(f"injected fault: client {client} crashed")
@@ -70,8 +95,16 @@ class FaultPlan:
         return upload
 
 
-def upload_problem(upload: Any, expected_shape: tuple[int, ...]) -> str | None:
-    """Why an upload cannot be aggregated, or None if it can."""
+def upload_problem(upload: "torch.Tensor", expected_shape: tuple[int, ...]) -> str | None:
+    """Why an upload cannot be aggregated, or None if it can.
+
+    Parameters
+    ----------
+    upload:
+        A client's upload.
+    expected_shape:
+        The scheme's upload shape.
+    """
     shape = tuple(getattr(upload, "shape", ()))
     if shape != expected_shape:
         return f"wrong shape {shape}, expected {expected_shape}"
@@ -91,7 +124,25 @@ def run_client(
     dropped: list[dict[str, Any]],
     pool: ThreadPoolExecutor | None,
 ) -> Any:
-    """One client's upload, or None (logged and recorded in ``dropped``) if it failed."""
+    """One client's upload, or None (logged and recorded in ``dropped``) if it failed.
+
+    Parameters
+    ----------
+    index, round_t:
+        The client and the round.
+    work:
+        The client's work (returns its upload).
+    plan:
+        Faults to inject.
+    timeout_s:
+        Seconds the client may take (None: no limit).
+    expected_shape:
+        The scheme's upload shape.
+    dropped:
+        Where a failure is recorded.
+    pool:
+        The executor that enforces ``timeout_s`` (None without a limit).
+    """
     limit = math.inf if timeout_s is None else timeout_s
     try:
         if pool is None:
@@ -101,7 +152,7 @@ def run_client(
     except FutureTimeout:
         reason = f"timed out after {timeout_s:g} s"
         upload = None
-    except Exception as exc:  # noqa: BLE001 - any client failure leaves that client out of the round
+    except Exception as exc:  # noqa: BLE001 - any client failure leaves it out of the round
         reason = f"raised {type(exc).__name__}: {exc}"
         upload = None
     else:

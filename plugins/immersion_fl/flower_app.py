@@ -1,4 +1,5 @@
-"""Module-level Flower apps for Flower's deployment runtime (SuperLink + SuperNodes), via ``flwr run``.
+"""Module-level Flower apps for Flower's deployment runtime (SuperLink + SuperNodes), via
+``flwr run``.
 
 The run configuration comes from ``[tool.flwr.app.config]`` (or ``flwr run --run-config``), with
 the :class:`~immersion_fl.engine.RunConfig` field names (``hidden`` as "200,200"). Each SuperNode
@@ -21,15 +22,22 @@ from .flower_engine import client_train, serve
 if TYPE_CHECKING:
     from flwr.app import Context, Message
     from flwr.serverapp import Grid
+    from immersion.hookspecs import FlowerHooks
 
 
 def config_from_run_config(run_config: dict[str, Any]) -> RunConfig:
     """A RunConfig from Flower's flat run config (common fields and the scheme's options; unknown
-    keys are refused, naming them)."""
+    keys are refused, naming them).
+
+    Parameters
+    ----------
+    run_config:
+        ``context.run_config``: RunConfig field names and the scheme's option names.
+    """
     return RunConfig.from_flat(run_config)
 
 
-def _scheme_hooks(scheme: str) -> Any:
+def _scheme_hooks(scheme: str) -> FlowerHooks | None:
     """The Flower hooks of a scheme with its own rounds (``SchemeSpec.flower``), or None."""
     from immersion.plugin_manager import registry
 
@@ -43,7 +51,15 @@ client_app = ClientApp()
 
 @client_app.train()
 def train(msg: "Message", context: "Context") -> "Message":
-    """SIFL/FedAvg messages, or those of a scheme with its own rounds (kind ``scheme/phase``)."""
+    """SIFL/FedAvg messages, or those of a scheme with its own rounds (kind ``scheme/phase``).
+
+    Parameters
+    ----------
+    msg:
+        The server's message.
+    context:
+        The node's context (``partition-id`` in its node config; state between rounds).
+    """
     scheme, namespaced, _ = str(msg.content["config"]["kind"]).partition("/")
     hooks = _scheme_hooks(scheme) if namespaced else None
     return hooks.client(msg, context) if hooks is not None else client_train(msg, context)
@@ -51,7 +67,15 @@ def train(msg: "Message", context: "Context") -> "Message":
 
 @server_app.main()
 def main(grid: "Grid", context: "Context") -> None:
-    """Run the configured scheme and print its summary as one JSON line."""
+    """Run the configured scheme and print its summary as one JSON line.
+
+    Parameters
+    ----------
+    grid:
+        The Flower grid of the run's SuperNodes.
+    context:
+        The run's context (``run_config`` holds the configuration).
+    """
     cfg = config_from_run_config(dict(context.run_config))
     hooks = _scheme_hooks(cfg.scheme)
     work = hooks.server if hooks is not None else serve

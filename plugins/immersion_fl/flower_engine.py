@@ -41,8 +41,11 @@ from .scheme import Scheme
 from .schemes import ClientKit, client_upload
 
 if TYPE_CHECKING:
-    from flwr.app import ArrayRecord, Context, Message
-    from flwr.serverapp import Grid
+    from types import ModuleType
+
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
 
 LOG = logging.getLogger("immersion.fl")
 
@@ -50,7 +53,7 @@ LOG = logging.getLogger("immersion.fl")
 ClientFactory = Callable[[RunConfig, int, "float | None"], Client]
 
 
-def _flwr() -> Any:
+def _flwr() -> tuple[ModuleType, ModuleType, ModuleType, ModuleType]:
     try:
         import flwr  # noqa: F401
         from flwr import app as flwr_app
@@ -60,7 +63,9 @@ def _flwr() -> Any:
     return flwr_app, serverapp, clientapp, simulation
 
 
-def flwr_types() -> tuple[Any, Any, Any, Any, Any]:
+def flwr_types() -> tuple[
+    type[Array], type[ArrayRecord], type[ConfigRecord], type[Message], type[RecordDict]
+]:
     """Flower's ``(Array, ArrayRecord, ConfigRecord, Message, RecordDict)`` (imported lazily)."""
     flwr_app = _flwr()[0]
     return (
@@ -76,7 +81,18 @@ _TASK_CACHE: dict[str, FederatedTask] = {}
 
 
 def client_from_config(cfg: RunConfig, index: int, clip: float | None) -> Client:
-    """Node ``index``'s Client from the SDK's model and dataset names (task built once per process)."""
+    """Node ``index``'s Client from the SDK's model and dataset names (task built once per
+    process).
+
+    Parameters
+    ----------
+    cfg:
+        The run.
+    index:
+        The node's partition id.
+    clip:
+        The scheme's model norm bound, or None.
+    """
     key = cfg.to_json()
     if key not in _TASK_CACHE:
         _TASK_CACHE[key] = task_from_config(cfg)
@@ -85,7 +101,13 @@ def client_from_config(cfg: RunConfig, index: int, clip: float | None) -> Client
 
 
 def arrays_record(payload: dict[str, np.ndarray]) -> "ArrayRecord":
-    """An ArrayRecord of contiguous numpy arrays."""
+    """An ArrayRecord of contiguous numpy arrays.
+
+    Parameters
+    ----------
+    payload:
+        Name -> array.
+    """
     flwr_app = _flwr()[0]
     return flwr_app.ArrayRecord(
         {k: flwr_app.Array(np.ascontiguousarray(v)) for k, v in payload.items()}
@@ -93,7 +115,8 @@ def arrays_record(payload: dict[str, np.ndarray]) -> "ArrayRecord":
 
 
 def _await_nodes(grid: "Grid", count: int, seconds: float = 120.0) -> list[int]:
-    deadline, nodes = time.time() + seconds, []
+    deadline = time.time() + seconds
+    nodes: list[int] = []
     while len(nodes) < count and time.time() < deadline:
         nodes = sorted(grid.get_node_ids())
         time.sleep(0.05)
@@ -108,7 +131,21 @@ def serve(
     progress: Callable[[str], None] | None,
     task: FederatedTask | None = None,
 ) -> RunResult:
-    """The ServerApp's work for ``cfg`` (simulation and deployment runtimes alike)."""
+    """The ServerApp's work for ``cfg`` (simulation and deployment runtimes alike).
+
+    Parameters
+    ----------
+    grid:
+        The Flower grid of the run's nodes.
+    cfg:
+        The run.
+    plan:
+        Client failures to inject (sent to the nodes in the handshake).
+    progress:
+        Called with one line per round.
+    task:
+        A user's learning problem (default: :func:`~immersion_fl.engine.task_from_config`).
+    """
     import torch
 
     flwr_app = _flwr()[0]
@@ -199,11 +236,23 @@ def make_client_train(
 ) -> Callable[["Message", "Context"], "Message"]:
     """The ClientApp's ``train``: handshake (keep the kit), then one round of :func:`client_upload`.
 
-    ``client_for(cfg, index, clip)`` builds the node's client (default: from the SDK's model and
-    dataset names; :func:`immersion_fl.api.run` passes the user's own data).
+    Parameters
+    ----------
+    client_for:
+        ``client_for(cfg, index, clip)`` builds the node's client (default: from the SDK's model
+        and dataset names; :func:`immersion_fl.api.run` passes the user's own data).
     """
 
     def client_train(msg: "Message", context: "Context") -> "Message":
+        """Answer a handshake (keep the kit and the run) or a round (upload).
+
+        Parameters
+        ----------
+        msg:
+            The server's message (``config["kind"]``: ``handshake`` or ``train``).
+        context:
+            The node's context (``partition-id``; the kit and the run in ``state``).
+        """
         import torch
         from immersion.backends import make_backend
 
@@ -249,7 +298,7 @@ def make_client_train(
     return client_train
 
 
-def _node_client(client_for: ClientFactory, run: Any, index: int) -> Client:
+def _node_client(client_for: ClientFactory, run: ConfigRecord, index: int) -> Client:
     clip = float(run["clip"])
     return client_for(RunConfig.from_json(run["cfg"]), index, None if clip < 0 else clip)
 
@@ -265,12 +314,24 @@ def build_apps(
     sink: dict[str, Any],
     faults: FaultPlan | None = None,
     server_work: Callable[..., Any] | None = None,
-    client_work: Callable[[Any, Any], Any] | None = None,
-) -> tuple[Any, Any]:
+    client_work: Callable[[Message, Context], Message] | None = None,
+) -> tuple[ServerApp, ClientApp]:
     """A ServerApp and a ClientApp for ``cfg``; the ServerApp leaves its result in ``sink``.
 
-    ``server_work(grid, cfg, plan=, progress=)`` and ``client_work(msg, context)`` default to this
-    module's :func:`serve` and :func:`client_train`; a scheme with its own rounds passes its own.
+    Parameters
+    ----------
+    cfg:
+        The run.
+    progress:
+        Called with one line per round.
+    sink:
+        Receives the ServerApp's result under ``"result"``.
+    faults:
+        Client failures to inject.
+    server_work, client_work:
+        ``server_work(grid, cfg, plan=, progress=)`` and ``client_work(msg, context)``; default
+        to this module's :func:`serve` and :func:`client_train` (a scheme with its own rounds
+        passes its own).
     """
     _, serverapp, clientapp, _ = _flwr()
     server_app, client_app = serverapp.ServerApp(), clientapp.ClientApp()
@@ -290,12 +351,25 @@ def run_flower(
     progress: Callable[[str], None] | None = None,
     faults: FaultPlan | None = None,
     server_work: Callable[..., Any] | None = None,
-    client_work: Callable[[Any, Any], Any] | None = None,
+    client_work: Callable[[Message, Context], Message] | None = None,
     task: FederatedTask | None = None,
 ) -> Any:
     """Run ``cfg`` on Flower's simulation runtime (Ray backend) with ``cfg.clients`` virtual nodes
-    (Ray gets no more CPUs than there are nodes); ``server_work``/``client_work`` as in :func:`build_apps`.
-    With ``task`` (a user's model and data) the nodes train on its client data."""
+    (Ray gets no more CPUs than there are nodes).
+
+    Parameters
+    ----------
+    cfg, progress, faults, server_work, client_work:
+        As in :func:`build_apps`.
+    task:
+        A user's model and data: the nodes train on its client data (then neither
+        ``server_work`` nor ``client_work`` may be given).
+
+    Returns
+    -------
+    RunResult or a scheme's own result
+        What the ServerApp's work returned.
+    """
     _, _, _, simulation = _flwr()
     sink: dict[str, Any] = {}
     if task is not None:

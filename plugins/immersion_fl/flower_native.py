@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 from flwr.app import (
@@ -46,6 +46,7 @@ from .scheme import SchemeContext
 from .schemes import ClientKit, SiflM1, SiflOptions
 
 if TYPE_CHECKING:
+    import torch
     from flwr.clientapp.typing import ClientAppCallable
     from flwr.serverapp import Grid
 
@@ -58,7 +59,21 @@ SIFL_SCHEMES = ("sifl-m1", "sifl-m2", "sifl-rm")
 
 
 class Layout:
-    """Names, shapes and dtypes of the user's ArrayRecord, and the flat vector they make."""
+    """Names, shapes and dtypes of the user's ArrayRecord, and the flat vector they make.
+
+    Parameters
+    ----------
+    entries:
+        ``(name, shape, dtype string)`` of every array, in the record's order.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> layout = Layout([("w", (2, 2), "<f8"), ("b", (2,), "<f8")])
+    >>> record = layout.unflatten(np.arange(6.0))
+    >>> layout.flatten(record).tolist(), Layout.from_json(layout.to_json()).sizes
+    ([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [4, 2])
+    """
 
     def __init__(self, entries: list[tuple[str, tuple[int, ...], str]]) -> None:
         self.entries = entries
@@ -66,7 +81,13 @@ class Layout:
 
     @classmethod
     def of(cls, arrays: ArrayRecord) -> "Layout":
-        """The layout of ``arrays``; refuses arrays other than float64 (exact decoding needs it)."""
+        """The layout of ``arrays``; refuses arrays other than float64 (exact decoding needs it).
+
+        Parameters
+        ----------
+        arrays:
+            The user's model as a Flower ArrayRecord.
+        """
         entries = []
         for name, array in arrays.items():
             value = array.numpy()
@@ -85,13 +106,25 @@ class Layout:
 
     @classmethod
     def from_json(cls, text: str) -> "Layout":
-        """Read :meth:`to_json`'s output."""
+        """Read :meth:`to_json`'s output.
+
+        Parameters
+        ----------
+        text:
+            The JSON text.
+        """
         return cls(
             [(str(n), tuple(int(s) for s in shape), str(d)) for n, shape, d in json.loads(text)]
         )
 
     def flatten(self, arrays: ArrayRecord) -> np.ndarray:
-        """One float64 vector from ``arrays`` (in the layout's order; names and shapes checked)."""
+        """One float64 vector from ``arrays`` (in the layout's order; names and shapes checked).
+
+        Parameters
+        ----------
+        arrays:
+            A record with this layout's names and shapes.
+        """
         names = [name for name, _, _ in self.entries]
         if list(arrays.keys()) != names:
             raise InvalidArgumentError(
@@ -108,7 +141,13 @@ class Layout:
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def unflatten(self, vector: np.ndarray) -> ArrayRecord:
-        """The user's ArrayRecord from one vector."""
+        """The user's ArrayRecord from one vector.
+
+        Parameters
+        ----------
+        vector:
+            A flat vector of the layout's total size.
+        """
         out, start = {}, 0
         for (name, shape, dtype), size in zip(self.entries, self.sizes, strict=True):
             out[name] = Array(
@@ -148,11 +187,11 @@ class SiflStrategy(Strategy):
 
     def __init__(
         self,
-        strategy: Any,
+        strategy: Strategy,
         scheme: str = "sifl-m1",
         *,
         min_samples: int | None = None,
-        rng: Any = None,
+        rng: int | np.random.Generator | None = None,
         **options: Any,
     ) -> None:
         if scheme not in SIFL_SCHEMES:
@@ -186,7 +225,8 @@ class SiflStrategy(Strategy):
         self.strategy.summary()
 
     def privacy(self) -> dict[str, Any]:
-        """The scheme's per-element privacy figures (None entries before keys or without ``min_samples``)."""
+        """The scheme's per-element privacy figures (None entries before keys or without
+        ``min_samples``)."""
         if self.scheme is None or self.min_samples is None:
             return {"epsilon_local": None, "epsilon_global": None}
         return self.scheme.privacy([self.min_samples])
@@ -215,9 +255,8 @@ class SiflStrategy(Strategy):
         for message in out:
             content = message.content
             if new and KIT not in content:
-                content[KIT] = (
-                    self._kit
-                )  # the RecordDict may be shared by every message of the round
+                # the RecordDict may be shared by every message of the round
+                content[KIT] = self._kit
         self._nodes_with_kit |= {m.metadata.dst_node_id for m in new}
         return out
 
@@ -247,27 +286,40 @@ class SiflStrategy(Strategy):
         Parameters
         ----------
         server_round:
-            The round (1-based, as Flower counts).
+            The round, from 1.
         arrays:
-            The global model in the user's layout.
+            The user's global model (decoded).
         config:
-            The round's ConfigRecord (the layout is added to it).
+            The round's configuration (the layout is added to it).
         grid:
             The Flower grid the wrapped strategy samples nodes from.
+
+        Returns
+        -------
+        Iterable[Message]
+            The wrapped strategy's messages carrying the encoded model (and the kit, once per
+            node).
         """
         return self._configure("train", server_round, arrays, config, grid)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """The wrapped strategy averages the encoded uploads; decode the result into the user's arrays.
+        """The wrapped strategy averages the encoded uploads; decode the result into the user's
+        arrays.
 
         Parameters
         ----------
         server_round:
-            The round (1-based).
+            The round, from 1.
         replies:
-            The nodes' replies (encoded uploads and metrics).
+            The nodes' replies (encoded uploads, from :func:`sifl_mod`).
+
+        Returns
+        -------
+        tuple
+            The decoded global model as the user's ArrayRecord (None if nothing was aggregated)
+            and the wrapped strategy's metrics.
         """
         aggregated, metrics = self.strategy.aggregate_train(server_round, replies)
         if aggregated is None or self.scheme is None or self.layout is None:
@@ -289,14 +341,8 @@ class SiflStrategy(Strategy):
 
         Parameters
         ----------
-        server_round:
-            The round (1-based, as Flower counts).
-        arrays:
-            The global model in the user's layout.
-        config:
-            The round's ConfigRecord (the layout is added to it).
-        grid:
-            The Flower grid the wrapped strategy samples nodes from.
+        server_round, arrays, config, grid:
+            As in :meth:`configure_train`.
         """
         return self._configure("evaluate", server_round, arrays, config, grid)
 
@@ -307,10 +353,8 @@ class SiflStrategy(Strategy):
 
         Parameters
         ----------
-        server_round:
-            The round (1-based).
-        replies:
-            The nodes' evaluation replies.
+        server_round, replies:
+            As in :meth:`aggregate_train` (the replies carry metrics only).
         """
         return self.strategy.aggregate_evaluate(server_round, replies)
 
@@ -355,10 +399,9 @@ def sifl_mod(msg: Message, ctxt: Context, call_next: "ClientAppCallable") -> Mes
     key = _arrays_key(msg)
     received = torch.as_tensor(msg.content[key][ENCODED].numpy())
     encoded, w_start = kit.open(received)
-    content = RecordDict(
-        {k: v for k, v in msg.content.items() if k != KIT}
-    )  # the received content may be
-    content[key] = layout.unflatten(w_start.numpy())  # shared (in-process runtimes): never edit it
+    # the received content may be shared (in-process runtimes): never edit it
+    content = RecordDict({k: v for k, v in msg.content.items() if k != KIT})
+    content[key] = layout.unflatten(w_start.numpy())
     msg.content = content
     reply = call_next(msg, ctxt)
     if reply.has_error() or msg.metadata.message_type != "train":
@@ -373,7 +416,7 @@ def sifl_mod(msg: Message, ctxt: Context, call_next: "ClientAppCallable") -> Mes
     return reply
 
 
-def _first_arrays(msg: Message) -> Any:
+def _first_arrays(msg: Message) -> Mapping[str, Array]:
     records = list(msg.content.array_records.values())
     return records[0] if records else {}
 
@@ -394,7 +437,7 @@ def _arrays(payload: dict[str, np.ndarray]) -> ArrayRecord:
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in payload.items()})
 
 
-def _torch_vector(values: np.ndarray) -> Any:
+def _torch_vector(values: np.ndarray) -> "torch.Tensor":
     import torch
 
     return torch.as_tensor(values, dtype=torch.float64)

@@ -12,12 +12,18 @@ compare a scheme with plain FedAvg step by step).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from immersion import InvalidArgumentError
 
+if TYPE_CHECKING:
+    from types import ModuleType
 
-def _torch() -> Any:
+    import torch
+    from torch.nn import Module
+
+
+def _torch() -> ModuleType:
     try:
         import torch
     except ImportError:
@@ -33,8 +39,19 @@ def build_model(
     image_shape: tuple[int, int, int],
     n_classes: int,
     hidden: tuple[int, ...] = (200, 200),
-) -> Any:
+) -> torch.nn.Module:
     """A torch ``nn.Module`` (float64) for ``name`` in ``linear``, ``mlp``, ``cnn``, ``cnn2``.
+
+    Parameters
+    ----------
+    name:
+        The model name.
+    image_shape:
+        ``(channels, height, width)`` of the inputs.
+    n_classes:
+        The number of outputs.
+    hidden:
+        Hidden layer sizes (``mlp`` only).
 
     Examples
     --------
@@ -53,7 +70,7 @@ def build_model(
     elif name == "mlp":
         if not hidden or any(k < 1 for k in hidden):
             raise InvalidArgumentError("hidden", f"expected positive layer sizes, got {hidden}")
-        layers: list[Any] = [nn.Flatten()]
+        layers: list[Module] = [nn.Flatten()]
         width = c * h * w
         for k in hidden:
             layers += [nn.Linear(width, k), nn.ReLU()]
@@ -100,16 +117,28 @@ def build_model(
     return model.to(torch.float64)
 
 
-def count_parameters(model: Any) -> int:
-    """Number of trainable parameters."""
+def count_parameters(model: torch.nn.Module) -> int:
+    """Number of trainable parameters.
+
+    Parameters
+    ----------
+    model:
+        A torch module.
+    """
     return int(sum(p.numel() for p in model.parameters()))
 
 
 @dataclass
 class FlatModel:
-    """A module evaluated at a flat parameter vector: loss gradients and accuracy (torch.func)."""
+    """A module evaluated at a flat parameter vector: loss gradients and accuracy (torch.func).
 
-    module: Any
+    Parameters
+    ----------
+    module:
+        The torch module; its parameters' order and shapes define the flat vector.
+    """
+
+    module: torch.nn.Module
 
     def __post_init__(self) -> None:
         torch = _torch()
@@ -119,34 +148,71 @@ class FlatModel:
         self._sizes = [p.numel() for _, p in self.module.named_parameters()]
         self.n_params = sum(self._sizes)
 
-    def initial_vector(self, seed: int) -> Any:
-        """Deterministic initial parameters (torch's default initialisers under ``seed``)."""
+    def initial_vector(self, seed: int) -> torch.Tensor:
+        """Deterministic initial parameters (torch's default initialisers under ``seed``).
+
+        Parameters
+        ----------
+        seed:
+            Seeds torch's initialisers (the global torch generator is restored after).
+        """
         torch = self._torch
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             for layer in self.module.modules():
                 if hasattr(layer, "reset_parameters"):
-                    layer.reset_parameters()
+                    layer.reset_parameters()  # type: ignore[operator]  # Module.__getattr__
         return torch.nn.utils.parameters_to_vector(self.module.parameters()).detach().clone()
 
-    def _params(self, vector: Any) -> dict[str, Any]:
+    def _params(self, vector: torch.Tensor) -> dict[str, torch.Tensor]:
         chunks = self._torch.split(vector, self._sizes)
         return {n: c.view(s) for n, c, s in zip(self._names, chunks, self._shapes, strict=True)}
 
-    def logits(self, vector: Any, x: Any) -> Any:
+    def logits(self, vector: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The module's output on ``x`` with parameters ``vector``.
+
+        Parameters
+        ----------
+        vector:
+            A flat parameter vector.
+        x:
+            A batch of inputs.
+        """
         return self._torch.func.functional_call(self.module, self._params(vector), (x,))
 
-    def loss_and_grad(self, vector: Any, x: Any, y: Any) -> tuple[float, Any]:
+    def loss_and_grad(
+        self, vector: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[float, torch.Tensor]:
         """Mean cross-entropy (against class indices or probability rows ``y``) and its gradient
-        with respect to the flat vector."""
+        with respect to the flat vector.
+
+        Parameters
+        ----------
+        vector:
+            A flat parameter vector.
+        x, y:
+            A batch of inputs and targets.
+        """
         torch = self._torch
         w = vector.detach().requires_grad_(True)
         loss = torch.nn.functional.cross_entropy(self.logits(w, x), y)
         (grad,) = torch.autograd.grad(loss, w)
         return float(loss.detach()), grad
 
-    def evaluate(self, vector: Any, x: Any, y: Any, *, batch: int = 2048) -> tuple[float, float]:
-        """(accuracy, mean loss) on ``x, y`` (class indices, or rows whose argmax is the class)."""
+    def evaluate(
+        self, vector: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, batch: int = 2048
+    ) -> tuple[float, float]:
+        """(accuracy, mean loss) on ``x, y`` (class indices, or rows whose argmax is the class).
+
+        Parameters
+        ----------
+        vector:
+            A flat parameter vector.
+        x, y:
+            Inputs and targets.
+        batch:
+            Rows evaluated at once.
+        """
         torch = self._torch
         correct, total_loss = 0, 0.0
         with torch.no_grad():

@@ -27,16 +27,22 @@ Optax, ``optax/_src/base.py`` (``GradientTransformation``, ``chain``) and
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar, Union
 
 import numpy as np
 from immersion import InvalidArgumentError
 from immersion.backends import backend_of
 
-#: A numpy array or a torch tensor (the same code serves both).
-Array = Any
+if TYPE_CHECKING:
+    import torch
 
-#: Any optimizer state: a named tuple, or a tuple of them (a chain's).
+#: A numpy array or a torch tensor (the same code serves both).
+Array = Union[np.ndarray, "torch.Tensor"]
+#: One of the two, the same throughout a call (a result of its arguments' type).
+ArrayT = TypeVar("ArrayT", np.ndarray, "torch.Tensor")
+
+#: An optimizer's state: a named tuple, or a tuple of them (a chain's). Each transformation's
+#: ``update`` takes its own state type, so the common type stays open, as in Optax.
 OptState = Any
 
 
@@ -61,21 +67,41 @@ class EmptyState(NamedTuple):
 
 
 class TraceState(NamedTuple):
-    """Heavy-ball momentum: the running ``trace`` (velocity)."""
+    """The state of :func:`momentum`.
+
+    Parameters
+    ----------
+    trace:
+        The running velocity ``v``.
+    """
 
     trace: Array
 
 
 class AdamState(NamedTuple):
-    """Adam's step ``count`` and first and second moments ``mu``, ``nu`` (Kingma and Ba)."""
+    """The state of :func:`adam` (Kingma and Ba).
 
-    count: int
+    Parameters
+    ----------
+    count:
+        Steps taken (for the bias correction).
+    mu, nu:
+        The first and second moment estimates.
+    """
+
+    count: int  # type: ignore[assignment]  # shadows tuple.count, as Optax's ScaleByAdamState
     mu: Array
     nu: Array
 
 
 class DpAggregateState(NamedTuple):
-    """The noise generator of :func:`dp_aggregate` (advanced by every update)."""
+    """The state of :func:`dp_aggregate`.
+
+    Parameters
+    ----------
+    rng:
+        The noise generator (advanced by every update).
+    """
 
     rng: np.random.Generator
 
@@ -269,7 +295,9 @@ def clip_by_norm(max_norm: float) -> GradientTransformation:
     return GradientTransformation(lambda params: EmptyState(), update)
 
 
-def dp_aggregate(noise_std: float, *, rng: Any) -> GradientTransformation:
+def dp_aggregate(
+    noise_std: float, *, rng: int | np.integer | np.random.Generator
+) -> GradientTransformation:
     """Average per-example updates (first axis) and add ``N(0, noise_std^2 I)`` to the mean.
 
     With clipped rows this is the SGD-DP / GD-DP upload of seed 001 (Table 1, isotropic rows:

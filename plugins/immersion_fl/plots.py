@@ -7,7 +7,16 @@ from typing import Any
 
 
 def write_fl_plots(result: Any, folder: Path) -> list[Path]:
-    """Write ``accuracy.png`` and ``loss.png``; return their paths."""
+    """Write ``accuracy.png`` and ``loss.png``; return their paths.
+
+    Parameters
+    ----------
+    result:
+        A run's result with per-round ``accuracy``, ``loss`` and their ``_plain`` twins
+        (:class:`~immersion_fl.engine.RunResult` or a scheme runner's own).
+    folder:
+        Where to write (created).
+    """
     import matplotlib
 
     matplotlib.use("Agg")

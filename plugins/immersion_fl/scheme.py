@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     import torch
     from immersion.backends import ArrayBackend
 
+    from .schemes import ClientKit
+
 
 class LocalTrainer(Protocol):
     """A client as a scheme sees it: an index, a dataset size and local training."""
@@ -37,7 +39,15 @@ class LocalTrainer(Protocol):
         """|D_i|, the size of its training set."""
 
     def train(self, w_start: "torch.Tensor", round_t: int) -> "torch.Tensor":
-        """The model after this round's local training from ``w_start`` (original coordinates)."""
+        """The model after this round's local training from ``w_start`` (original coordinates).
+
+        Parameters
+        ----------
+        w_start:
+            The model local training starts from (decoded, in original coordinates).
+        round_t:
+            The round (seeds the batch order).
+        """
 
 
 @dataclass(frozen=True)
@@ -76,28 +86,58 @@ class Scheme(ABC):
     #: Whether each client may add noise of its own that decoding removes (``client_noise``).
     supports_client_noise: ClassVar[bool] = False
 
+    #: The size of an encoded model (the upload length).
     n_encoded: int = 0
+    #: Bytes of key material the server holds.
     key_bytes: int = 0
     #: What a client holds to run :meth:`client_upload` (SIFL's ``ClientKit``), or None.
-    kit: Any = None
+    kit: "ClientKit | None" = None
 
     @abstractmethod
     def setup(self, w0: "torch.Tensor") -> None:
-        """Draw keys for the initial model ``w0`` and set the server state."""
+        """Draw keys for the initial model ``w0`` and set the server state.
+
+        Parameters
+        ----------
+        w0:
+            The initial flat parameter vector.
+        """
 
     @abstractmethod
     def broadcast(self, round_t: int) -> "torch.Tensor":
-        """What the server sends every client in round ``round_t``."""
+        """What the server sends every client in round ``round_t``.
+
+        Parameters
+        ----------
+        round_t:
+            The round, from 0.
+        """
 
     @abstractmethod
     def client_upload(
         self, client: LocalTrainer, received: "torch.Tensor", round_t: int
     ) -> "torch.Tensor":
-        """One client's upload from the broadcast ``received`` (identical on every engine)."""
+        """One client's upload from the broadcast ``received`` (identical on every engine).
+
+        Parameters
+        ----------
+        client:
+            The client's local training.
+        received:
+            What :meth:`broadcast` returned.
+        round_t:
+            The round.
+        """
 
     @abstractmethod
     def server_update(self, aggregated: "torch.Tensor") -> None:
-        """Fold the aggregator's output into the server state (e.g. decode, seed 000 eq. 21)."""
+        """Fold the aggregator's output into the server state (e.g. decode, seed 000 eq. 21).
+
+        Parameters
+        ----------
+        aggregated:
+            What :meth:`aggregate` returned.
+        """
 
     @abstractmethod
     def global_model(self) -> "torch.Tensor":
@@ -109,7 +149,13 @@ class Scheme(ABC):
 
     @abstractmethod
     def restore(self, state: dict[str, np.ndarray]) -> None:
-        """Restore :meth:`state`'s output."""
+        """Restore :meth:`state`'s output.
+
+        Parameters
+        ----------
+        state:
+            A saved server state.
+        """
 
     @property
     def upload_shape(self) -> tuple[int, ...]:
@@ -117,22 +163,56 @@ class Scheme(ABC):
         return (self.n_encoded,)
 
     def weighted_sum(self, uploads: list["torch.Tensor"], weights: list[float]) -> "torch.Tensor":
-        """``sum_i a_i w_i`` with ``sum_i a_i = 1`` (the aggregation of seed 000 eq. 2)."""
-        return sum(w * u for w, u in zip(weights, uploads, strict=True))  # type: ignore[return-value]
+        """``sum_i a_i w_i`` with ``sum_i a_i = 1`` (the aggregation of seed 000 eq. 2).
+
+        Parameters
+        ----------
+        uploads:
+            The clients' uploads.
+        weights:
+            Their weights ``a_i = |D_i| / |D|`` (over the clients that answered).
+        """
+        return sum(  # type: ignore[return-value]  # sum() starts at 0
+            w * u for w, u in zip(weights, uploads, strict=True)
+        )
 
     def aggregator_code(self, w_sum: "torch.Tensor") -> "torch.Tensor":
-        """What the aggregator forwards after summing (identity; SIFL M2 codes it, eq. 31)."""
+        """What the aggregator forwards after summing (identity; SIFL M2 codes it, eq. 31).
+
+        Parameters
+        ----------
+        w_sum:
+            :meth:`weighted_sum`'s output.
+        """
         return w_sum
 
     def aggregate(self, uploads: list["torch.Tensor"], weights: list[float]) -> "torch.Tensor":
-        """:meth:`weighted_sum` then :meth:`aggregator_code`."""
+        """:meth:`weighted_sum` then :meth:`aggregator_code`.
+
+        Parameters
+        ----------
+        uploads, weights:
+            As in :meth:`weighted_sum`.
+        """
         return self.aggregator_code(self.weighted_sum(uploads, weights))
 
-    def design_noise(self, sizes: list[int]) -> None:
-        """Calibrate the round noise from the clients' dataset sizes (nothing to design here)."""
+    def design_noise(self, sizes: list[int]) -> None:  # noqa: B027 - an optional capability
+        """Calibrate the round noise from the clients' dataset sizes (nothing to design here).
+
+        Parameters
+        ----------
+        sizes:
+            The clients' dataset sizes |D_i|.
+        """
 
     def privacy(self, sizes: list[int]) -> dict[str, Any]:
-        """Per-element privacy figures given the clients' dataset sizes (none here)."""
+        """Per-element privacy figures given the clients' dataset sizes (none here).
+
+        Parameters
+        ----------
+        sizes:
+            The clients' dataset sizes |D_i|.
+        """
         return {"epsilon_local": None, "epsilon_global": None}
 
     def kit_arrays(self) -> dict[str, np.ndarray]:

@@ -14,17 +14,23 @@ would see (used to evaluate accuracy and to compare with FedAvg).
   (``m = n + 1``: one noise column, ``M = Pi1_left``, ``G = Pi1``) and a fresh offset each round
   (unit scale: the paper gives neither a scale nor a DP analysis, so no epsilon is reported).
 
-Options: :class:`SiflOptions` (one object for the three). ``client_noise=True`` (all three SIFL schemes) adds to each upload fresh noise of the client's own in
-``ker(Pi1_left) = range(N1)`` (:func:`kernel_noise`): the server's decode (eq. 21; eq. 25 in M2, column
-by column) removes it exactly, and the difference of two uploads is no longer noise-free (the round
-noise ``N1 r_t`` is shared, THREAT_MODEL.md). It does not protect against a holder of any client kit.
+Options: :class:`SiflOptions` (one object for the three). ``client_noise=True`` (all three SIFL
+schemes) adds to each upload fresh noise of the client's own in ``ker(Pi1_left) = range(N1)``
+(:func:`kernel_noise`): the server's decode (eq. 21; eq. 25 in M2, column by column) removes it
+exactly, and the difference of two uploads is no longer noise-free (the round noise ``N1 r_t`` is
+shared, THREAT_MODEL.md). It does not protect against a holder of any client kit.
+
+References
+----------
+Seed 000 (SIFL), Algorithms 1-2, eqs. 19-21, 25-33, Theorems 1-2, Remark 3 and section 7; seed 003
+(random-matrix SIFL).
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
 from immersion import InvalidArgumentError
@@ -38,10 +44,18 @@ from immersion.privacy import (
 from scipy.linalg import null_space
 
 from .config import NoOptions, SchemeOptions, check_int, check_real
+from .optimizers import ArrayT
 from .scheme import LocalTrainer, Scheme, SchemeContext
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import torch
+    from immersion.backends import ArrayBackend
+    from immersion.keys import StructuredCode
+
+#: A linear map on tensors: ``Pi1`` (encode) or ``Pi1_left`` (decode) of a client kit.
+TensorMap = Callable[["torch.Tensor"], "torch.Tensor"]
 
 #: Code arrays that describe the noise basis N1: the server keeps them, clients never get them.
 NOISE_ARRAYS = frozenset({"noise_basis", "noise_pos", "flat_pos"})
@@ -50,15 +64,31 @@ NOISE_ARRAYS = frozenset({"noise_basis", "noise_pos", "flat_pos"})
 @dataclass
 class ClientKit:
     """What a client holds to run the target optimizer: ``Pi1`` (lift), ``Pi1_left`` (decode),
-    and for M2 the aggregator's ``Pi2^R`` (seed 000 notes section 1: clients can decode)."""
+    and for M2 the aggregator's ``Pi2^R`` (seed 000 notes section 1: clients can decode).
 
-    encode: Any
-    decode: Any
-    pi2_right: Any = None
+    Parameters
+    ----------
+    encode:
+        ``w -> Pi1 w`` (no noise).
+    decode:
+        ``w~ -> Pi1_left w~`` (seed 000 eq. 21).
+    pi2_right:
+        M2's ``Pi2^R`` as a vector of ``p`` entries (eq. 32), or None (M1, random-matrix SIFL).
+    """
+
+    encode: TensorMap
+    decode: TensorMap
+    pi2_right: "torch.Tensor | None" = None
 
     def open(self, received: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
         """``(w~, w)`` from a broadcast: M2's ``p`` columns give ``w~ = w' Pi2^R`` (eq. 32);
-        ``w = Pi1_left w~`` is the one decode the target optimizer needs (seed 000 section 7)."""
+        ``w = Pi1_left w~`` is the one decode the target optimizer needs (seed 000 section 7).
+
+        Parameters
+        ----------
+        received:
+            The broadcast: one encoded vector, or M2's ``p`` encoded columns as rows.
+        """
         encoded = (
             received
             if (self.pi2_right is None or received.dim() == 1)
@@ -69,20 +99,46 @@ class ClientKit:
     def lift(
         self, encoded: "torch.Tensor", w_start: "torch.Tensor", w_end: "torch.Tensor"
     ) -> "torch.Tensor":
-        """The upload after local training from ``w_start`` to ``w_end``: :func:`lift_change`."""
+        """The upload after local training from ``w_start`` to ``w_end``: :func:`lift_change`.
+
+        Parameters
+        ----------
+        encoded:
+            ``w~``, the encoded model the client received (:meth:`open`).
+        w_start, w_end:
+            The decoded model before and after local training.
+        """
         return lift_change(encoded, w_start, w_end, self.encode)
 
     @staticmethod
-    def arrays(code: Any, pi2_right: np.ndarray | None) -> dict[str, np.ndarray]:
-        """The kit as plain arrays (sent once in the handshake); ``N1`` is not among them."""
+    def arrays(
+        code: "DenseCode | StructuredCode", pi2_right: np.ndarray | None
+    ) -> dict[str, np.ndarray]:
+        """The kit as plain arrays (sent once in the handshake); ``N1`` is not among them.
+
+        Parameters
+        ----------
+        code:
+            The server's code (:func:`immersion.keys.draw_code`).
+        pi2_right:
+            M2's ``Pi2^R`` (``p x 1``), or None.
+        """
         out = {k: v for k, v in code_arrays(code).items() if k not in NOISE_ARRAYS}
         if pi2_right is not None:
             out["pi2_right"] = pi2_right
         return out
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], backend: Any) -> "ClientKit":
-        """Rebuild a kit on the client side (Flower engine)."""
+    def from_arrays(cls, arrays: dict[str, np.ndarray], backend: "ArrayBackend") -> "ClientKit":
+        """Rebuild a kit on the client side (Flower engine).
+
+        Parameters
+        ----------
+        arrays:
+            :meth:`arrays`' output.
+        backend:
+            The array backend the kit computes with (torch, float64).
+        """
         from immersion.keys.codes import (
             DenseDecoder,
             DenseEncoder,
@@ -108,21 +164,30 @@ class ClientKit:
         return cls(enc, dec, pi2_right)
 
 
-def kernel_noise(kit: ClientKit, z: Any) -> Any:
+def kernel_noise(kit: ClientKit, z: "torch.Tensor") -> "torch.Tensor":
     """``(I - Pi1 Pi1_left) z``: the part of ``z`` in ``ker(Pi1_left)``, from the client kit alone.
 
     Keys drawn here have ``Pi1 = a Q_S`` and ``N1 = Q_N`` with ``Q`` orthogonal, so this is the
-    orthogonal projection onto ``range(N1)``; for any left inverse it lies in ``ker(Pi1_left)``, which is
-    all exact decoding needs (seed 000 eq. 21: ``Pi1_left (Pi1 w + N1 r + e) = w`` for every such ``e``).
-    With ``z ~ N(0, sigma^2 I)`` the result has the law of ``N1 s`` with ``s ~ N(0, sigma^2 I_m)``; with
-    Laplace ``z`` each element is a mix of ``n~`` Laplace variables (same variance as ``(N1 s)_j``).
+    orthogonal projection onto ``range(N1)``; for any left inverse it lies in ``ker(Pi1_left)``,
+    which is all exact decoding needs (seed 000 eq. 21: ``Pi1_left (Pi1 w + N1 r + e) = w`` for
+    every such ``e``). With ``z ~ N(0, sigma^2 I)`` the result has the law of ``N1 s`` with
+    ``s ~ N(0, sigma^2 I_m)``; with Laplace ``z`` each element is a mix of ``n~`` Laplace variables
+    (same variance as ``(N1 s)_j``).
+
+    Parameters
+    ----------
+    kit:
+        The client's kit.
+    z:
+        A vector of the encoded size ``n~``.
 
     Examples
     --------
     >>> import torch
     >>> from immersion.backends import make_backend
     >>> from immersion.keys import draw_code
-    >>> code, be = draw_code(4, 3, kind="dense", rng=0), make_backend("torch", dtype="float64", device="cpu")
+    >>> code = draw_code(4, 3, kind="dense", rng=0)
+    >>> be = make_backend("torch", dtype="float64", device="cpu")
     >>> kit = ClientKit(code.encoder(be), code.decoder(be))
     >>> e = kernel_noise(kit, torch.ones(7, dtype=torch.float64))
     >>> bool(kit.decode(e).abs().max() < 1e-12)
@@ -131,8 +196,20 @@ def kernel_noise(kit: ClientKit, z: Any) -> Any:
     return z - kit.encode(kit.decode(z))
 
 
-def lift_change(encoded: Any, before: Any, after: Any, encoder: Any) -> Any:
-    """Target-optimizer lift (seed 000 eq. 20 summed over the local steps): ``w~ - Pi1 (w_before - w_after)``.
+def lift_change(
+    encoded: ArrayT, before: ArrayT, after: ArrayT, encoder: Callable[[ArrayT], ArrayT]
+) -> ArrayT:
+    """Target-optimizer lift (seed 000 eq. 20 summed over the local steps):
+    ``w~ - Pi1 (w_before - w_after)``.
+
+    Parameters
+    ----------
+    encoded:
+        ``w~``, the encoded model the local training started from.
+    before, after:
+        The decoded model before and after local training.
+    encoder:
+        ``d -> Pi1 d``.
 
     Examples
     --------
@@ -143,11 +220,24 @@ def lift_change(encoded: Any, before: Any, after: Any, encoder: Any) -> Any:
     return encoded - encoder(before - after)
 
 
-def client_upload(kit: ClientKit | None, client: LocalTrainer, received: Any, round_t: int) -> Any:
+def client_upload(
+    kit: ClientKit | None, client: LocalTrainer, received: "torch.Tensor", round_t: int
+) -> "torch.Tensor":
     """One client's round, identical on every engine.
 
     FedAvg (no kit): train from the broadcast model. SIFL: recover ``w~`` (M2: ``w' Pi2^R``,
     eq. 32), decode once, train with the ordinary optimizer, lift the change (seed 000 section 7).
+
+    Parameters
+    ----------
+    kit:
+        The client's kit, or None (FedAvg).
+    client:
+        Its local training.
+    received:
+        The server's broadcast.
+    round_t:
+        The round (seeds the client's batch order).
     """
     if kit is None:
         return client.train(received, round_t)
@@ -239,34 +329,83 @@ class SiflOptions(SchemeOptions):
 
 
 class FedAvg(Scheme):
-    """Plain federated averaging (seed 000 eq. 2): the reference every scheme is compared with."""
+    """Plain federated averaging (seed 000 eq. 2): the reference every scheme is compared with.
+
+    Examples
+    --------
+    >>> import torch
+    >>> s = FedAvg()
+    >>> s.setup(torch.zeros(2, dtype=torch.float64))
+    >>> s.broadcast(0).tolist(), s.upload_shape
+    ([0.0, 0.0], (2,))
+    """
 
     name = "fedavg"
+    #: The server's model (set by :meth:`setup`).
+    w: "torch.Tensor"
 
     def __init__(self) -> None:
         self.kit: ClientKit | None = None
-        self.w: Any = None
 
-    def setup(self, w0: Any) -> None:
+    def setup(self, w0: "torch.Tensor") -> None:
+        """Keep a copy of the initial model.
+
+        Parameters
+        ----------
+        w0:
+            As in :meth:`Scheme.setup <immersion_fl.scheme.Scheme.setup>`.
+        """
         self.w = w0.clone()
         self.n_encoded = int(w0.numel())
 
-    def broadcast(self, round_t: int) -> Any:
+    def broadcast(self, round_t: int) -> "torch.Tensor":
+        """The global model, in the clear.
+
+        Parameters
+        ----------
+        round_t:
+            The round (unused).
+        """
         return self.w
 
-    def client_upload(self, client: LocalTrainer, received: Any, round_t: int) -> Any:
+    def client_upload(
+        self, client: LocalTrainer, received: "torch.Tensor", round_t: int
+    ) -> "torch.Tensor":
+        """The client's locally trained model (:func:`client_upload`).
+
+        Parameters
+        ----------
+        client, received, round_t:
+            As in :meth:`Scheme.client_upload <immersion_fl.scheme.Scheme.client_upload>`.
+        """
         return client_upload(self.kit, client, received, round_t)
 
-    def server_update(self, aggregated: Any) -> None:
+    def server_update(self, aggregated: "torch.Tensor") -> None:
+        """The weighted mean of the uploads is the new global model.
+
+        Parameters
+        ----------
+        aggregated:
+            The aggregator's output.
+        """
         self.w = aggregated
 
-    def global_model(self) -> Any:
+    def global_model(self) -> "torch.Tensor":
+        """The global model."""
         return self.w
 
     def state(self) -> dict[str, np.ndarray]:
+        """``{"w": the global model}``."""
         return {"w": self.w.cpu().numpy()}
 
     def restore(self, state: dict[str, np.ndarray]) -> None:
+        """Restore :meth:`state`'s output.
+
+        Parameters
+        ----------
+        state:
+            As in :meth:`Scheme.restore <immersion_fl.scheme.Scheme.restore>`.
+        """
         self.w = _torch().as_tensor(state["w"])
 
 
@@ -291,6 +430,8 @@ class SiflM1(FedAvg):
 
     name = "sifl-m1"
     supports_client_noise: ClassVar[bool] = True
+    #: What every client holds (set by :meth:`setup`).
+    kit: ClientKit
 
     def __init__(
         self,
@@ -308,15 +449,22 @@ class SiflM1(FedAvg):
         self.epsilon_local, self.client_noise = options.epsilon_local, options.client_noise
         self.rng, self.backend = context.rng, context.backend
         self.noise_scale = 1.0
-        self.client_entropy: int | None = (
-            None  # simulation only: seeds the clients' noise (None: OS entropy)
-        )
+        #: Simulation only: seeds the clients' noise (None: OS entropy).
+        self.client_entropy: int | None = None
 
     @property
     def model_norm_bound(self) -> float | None:
+        """The clients' model norm bound ``C`` (``clip``; seed 000 Remark 3)."""
         return self.clip
 
-    def setup(self, w0: Any) -> None:
+    def setup(self, w0: "torch.Tensor") -> None:
+        """Draw the keys (dense or block-structured) for ``w0``'s size and keep ``w0``.
+
+        Parameters
+        ----------
+        w0:
+            As in :meth:`Scheme.setup <immersion_fl.scheme.Scheme.setup>`.
+        """
         n = int(w0.numel())
         kind = self.options.keys
         if kind == "auto":
@@ -326,7 +474,8 @@ class SiflM1(FedAvg):
             raise InvalidArgumentError(
                 "keys",
                 f"dense keys for a model of {n:,} parameters (+{self.extra}) need about "
-                f"{dense_bytes / 2**30:.1f} GiB; use keys='block' (O(n * block_size) memory) or 'auto'",
+                f"{dense_bytes / 2**30:.1f} GiB; use keys='block' (O(n * block_size) memory) "
+                "or 'auto'",
             )
         self.code = draw_code(
             n, self.extra, kind=kind, block_size=self.options.block_size, rng=self.rng
@@ -343,17 +492,26 @@ class SiflM1(FedAvg):
         self._os_entropy = secrets.randbits(64)
 
     def key_arrays(self) -> dict[str, np.ndarray]:
+        """The code's arrays (``N1`` included), for a checkpoint's integrity check."""
         return code_arrays(self.code)
 
-    def client_upload(self, client: LocalTrainer, received: Any, round_t: int) -> Any:
-        """:func:`client_upload`, plus with ``client_noise`` the client's own noise in ``ker(Pi1_left)``.
+    def client_upload(
+        self, client: LocalTrainer, received: "torch.Tensor", round_t: int
+    ) -> "torch.Tensor":
+        """:func:`client_upload`, plus with ``client_noise`` the client's own noise in
+        ``ker(Pi1_left)``.
 
-        ``z`` has the round noise's law and scale per entry (``noise``, ``noise_scale``), so each element
-        has the variance of the broadcast's round noise (M1, RM: that of the upload's too; M2's upload
-        noise is scaled by ``||Pi2^R||``). ``epsilon_local`` is unchanged (independent noise added to a
-        DP release is post-processing); ``privacy()`` adds ``epsilon_difference``. In this in-process
-        simulation client ``i`` seeds its generator with ``(client_entropy, round, i)``; a deployment
-        draws it on the client, from its own entropy.
+        ``z`` has the round noise's law and scale per entry (``noise``, ``noise_scale``), so each
+        element has the variance of the broadcast's round noise (M1, RM: that of the upload's too;
+        M2's upload noise is scaled by ``||Pi2^R||``). ``epsilon_local`` is unchanged (independent
+        noise added to a DP release is post-processing); ``privacy()`` adds ``epsilon_difference``.
+        In this in-process simulation client ``i`` seeds its generator with
+        ``(client_entropy, round, i)``; a deployment draws it on the client, from its own entropy.
+
+        Parameters
+        ----------
+        client, received, round_t:
+            As in :meth:`Scheme.client_upload <immersion_fl.scheme.Scheme.client_upload>`.
         """
         upload = client_upload(self.kit, client, received, round_t)
         if not self.client_noise:
@@ -368,15 +526,16 @@ class SiflM1(FedAvg):
         )
         return upload + kernel_noise(self.kit, z)
 
-    def _fresh_noise(self, rows: tuple[int, ...] = ()) -> Any:
+    def _fresh_noise(self, rows: tuple[int, ...] = ()) -> "torch.Tensor":
         return self._draw(rows + (self.code.n_noise,))
 
-    def _draw(self, shape: tuple[int, ...]) -> Any:
+    def _draw(self, shape: tuple[int, ...]) -> "torch.Tensor":
         draw = self._noise.laplace if self.noise == "laplace" else self._noise.normal
         return draw(shape, 0.0, self.noise_scale)
 
     def _sensitivity_rows(self, delta_w: float) -> np.ndarray:
-        """Per-element data sensitivity: ``||Pi1^j||_1 Delta_1`` (Laplace) or ``||Pi1^j||_2 Delta_2`` (Gaussian)."""
+        """Per-element data sensitivity: ``||Pi1^j||_1 Delta_1`` (Laplace) or
+        ``||Pi1^j||_2 Delta_2`` (Gaussian)."""
         stats = self.code.row_stats()
         return (stats.l1_signal if self.noise == "laplace" else stats.l2_signal) * delta_w
 
@@ -385,14 +544,29 @@ class SiflM1(FedAvg):
             return laplace_epsilon(sensitivity, sigma_bar, 1.0)  # eq. 41
         return gaussian_epsilon(sensitivity, sigma_bar, self.delta)  # eq. 44
 
-    def broadcast(self, round_t: int) -> Any:
+    def broadcast(self, round_t: int) -> "torch.Tensor":
+        """``Pi1 w + N1 r_t`` with a fresh offset every round (seed 000 eq. 19).
+
+        Parameters
+        ----------
+        round_t:
+            The round (the noise stream advances on every call).
+        """
         return self._encode_noisy(self.w, self._fresh_noise())  # eq. 19, fresh offset every round
 
-    def encode_for_clients(self, w: Any) -> Any:
-        """``Pi1 w + N1 r`` with fresh round noise (eq. 19's code for any model ``w``; a kit decodes it)."""
+    def encode_for_clients(self, w: "torch.Tensor") -> "torch.Tensor":
+        """``Pi1 w + N1 r`` with fresh round noise (eq. 19's code for any model ``w``; a kit
+        decodes it).
+
+        Parameters
+        ----------
+        w:
+            A flat model vector (original coordinates).
+        """
         return self._encode_noisy(w, self._fresh_noise())
 
     def kit_arrays(self) -> dict[str, np.ndarray]:
+        """``Pi1`` and ``Pi1_left`` as arrays (never ``N1``); refused with ``client_noise``."""
         self._refuse_client_noise_remotely()
         return ClientKit.arrays(self.code, None)
 
@@ -405,6 +579,7 @@ class SiflM1(FedAvg):
             )
 
     def state(self) -> dict[str, np.ndarray]:
+        """The global model, the noise generator's state and the noise scale."""
         return {
             "w": self.w.cpu().numpy(),
             "noise": np.frombuffer(self._noise.get_state(), dtype=np.uint8),
@@ -412,11 +587,25 @@ class SiflM1(FedAvg):
         }
 
     def restore(self, state: dict[str, np.ndarray]) -> None:
+        """Restore :meth:`state`'s output.
+
+        Parameters
+        ----------
+        state:
+            As in :meth:`Scheme.restore <immersion_fl.scheme.Scheme.restore>`.
+        """
         self.w = _torch().as_tensor(state["w"])
         self._noise.set_state(state["noise"].tobytes())
         self.noise_scale = float(state["noise_scale"][0])
 
-    def server_update(self, aggregated: Any) -> None:
+    def server_update(self, aggregated: "torch.Tensor") -> None:
+        """Decode the aggregate: ``w = Pi1_left w~`` (seed 000 eq. 21).
+
+        Parameters
+        ----------
+        aggregated:
+            The weighted sum of the encoded uploads.
+        """
         self.w = self._decode(aggregated)  # eq. 21
 
     def _noise_rows(self) -> np.ndarray:
@@ -425,7 +614,13 @@ class SiflM1(FedAvg):
 
     def design_noise(self, sizes: list[int]) -> None:
         """Noise scale meeting ``epsilon_local`` at the worst element (seed 000 eq. 41 or eq. 44;
-        Remark 3: Delta = 2C/|D_i|). Without a DP claim (sifl-rm) the offset keeps unit scale."""
+        Remark 3: Delta = 2C/|D_i|). Without a DP claim (sifl-rm) the offset keeps unit scale.
+
+        Parameters
+        ----------
+        sizes:
+            The clients' dataset sizes |D_i|.
+        """
         if not self.report_dp:
             return
         sens = self._sensitivity_rows(2 * self.clip / min(sizes))
@@ -444,6 +639,11 @@ class SiflM1(FedAvg):
         """Per-element epsilon of uploads (Delta = 2C/|D_i|) and of the broadcast (Delta = 2C/|D|).
 
         M1 re-encodes the decoded global model with the same law, so eq. 41/44 applies to both.
+
+        Parameters
+        ----------
+        sizes:
+            The clients' dataset sizes |D_i|.
         """
         if not self.report_dp:
             return {"epsilon_local": None, "epsilon_global": None}
@@ -461,13 +661,14 @@ class SiflM1(FedAvg):
         return out
 
     def _epsilon_difference(self, sizes: list[int]) -> float | None:
-        """Per-element epsilon of the difference of two uploads with ``client_noise`` (Gaussian only).
+        """Per-element epsilon of the difference of two uploads with ``client_noise`` (Gaussian
+        only).
 
         The shared round noise cancels; what is left is ``N1 (s_i - s_k)`` with independent
         ``s ~ N(0, sigma^2 I_m)`` (see :func:`kernel_noise`), so eq. 44 applies with
-        ``sigma_bar_j = sqrt(2) sigma ||N1^j||_2`` and the sensitivity of one upload. For Laplace the
-        client noise is not the law of seed 000 Theorem 1: no epsilon is claimed (None). Without
-        ``client_noise`` the difference is noise-free (no finite epsilon).
+        ``sigma_bar_j = sqrt(2) sigma ||N1^j||_2`` and the sensitivity of one upload. For Laplace
+        the client noise is not the law of seed 000 Theorem 1: no epsilon is claimed (None).
+        Without ``client_noise`` the difference is noise-free (no finite epsilon).
         """
         if self.noise != "gaussian":
             return None
@@ -477,11 +678,22 @@ class SiflM1(FedAvg):
 
 
 class SiflM2(SiflM1):
-    """SIFL M2: aggregator coding ``w' = w~ Pi2 + R2 N2`` with ``p >= 2`` columns (seed 000 eqs. 22-33)."""
+    """SIFL M2: aggregator coding ``w' = w~ Pi2 + R2 N2`` with ``p >= 2`` columns (seed 000
+    eqs. 22-33). Parameters as :class:`SiflM1`'s (``options.p`` sets the columns)."""
 
     name = "sifl-m2"
+    #: The server's n x p matrix, as p rows (None before the first aggregation).
+    w_bar: "torch.Tensor | None"
 
-    def setup(self, w0: Any) -> None:
+    def setup(self, w0: "torch.Tensor") -> None:
+        """Draw the keys of :class:`SiflM1`, then the aggregator's ``Pi2`` (1 x p),
+        ``Pi2^R`` and ``N2`` (``N2 Pi2^R = 0``).
+
+        Parameters
+        ----------
+        w0:
+            As in :meth:`Scheme.setup <immersion_fl.scheme.Scheme.setup>`.
+        """
         self.p = self.options.p
         super().setup(w0)
         torch = _torch()
@@ -496,10 +708,17 @@ class SiflM2(SiflM1):
         )
         self._pi2_right_array = pi2_right
         self.kit = ClientKit(self._encode, self._decode, self.pi2_right[:, 0])
-        self.w_bar: Any = None  # the server's n x p matrix (as p rows)
+        self.w_bar = None
         self.key_bytes += pi2.nbytes + pi2_right.nbytes + n2.nbytes
 
-    def broadcast(self, round_t: int) -> Any:
+    def broadcast(self, round_t: int) -> "torch.Tensor":
+        """Round 0: M1's ``Pi1 w + N1 r``; then the ``p`` encoded columns of ``w_bar`` (eq. 26).
+
+        Parameters
+        ----------
+        round_t:
+            The round.
+        """
         if self.w_bar is None:  # round 0: a plain M1 vector
             return super().broadcast(round_t)
         return self._encode_noisy(
@@ -507,25 +726,47 @@ class SiflM2(SiflM1):
         )  # eq. 26: p encoded columns
 
     def kit_arrays(self) -> dict[str, np.ndarray]:
+        """M1's kit plus ``Pi2^R``."""
         self._refuse_client_noise_remotely()
         return ClientKit.arrays(self.code, self._pi2_right_array)
 
     def state(self) -> dict[str, np.ndarray]:
+        """M1's state plus ``w_bar`` (after round 0)."""
         out = super().state()
         if self.w_bar is not None:
             out["w_bar"] = self.w_bar.cpu().numpy()
         return out
 
     def restore(self, state: dict[str, np.ndarray]) -> None:
+        """Restore :meth:`state`'s output.
+
+        Parameters
+        ----------
+        state:
+            As in :meth:`Scheme.restore <immersion_fl.scheme.Scheme.restore>`.
+        """
         super().restore(state)
         self.w_bar = _torch().as_tensor(state["w_bar"]) if "w_bar" in state else None
 
-    def aggregator_code(self, w_sum: Any) -> Any:
-        """``w' = w~ Pi2 + R2 N2`` with fresh ``R2`` (eq. 31), as ``p`` rows."""
+    def aggregator_code(self, w_sum: "torch.Tensor") -> "torch.Tensor":
+        """``w' = w~ Pi2 + R2 N2`` with fresh ``R2`` (eq. 31), as ``p`` rows.
+
+        Parameters
+        ----------
+        w_sum:
+            The weighted sum of the encoded uploads.
+        """
         r2 = self._draw((self.p - 1, self.code.n_total))
         return self.pi2[0][:, None] * w_sum[None, :] + self.n2.T @ r2
 
-    def server_update(self, aggregated: Any) -> None:
+    def server_update(self, aggregated: "torch.Tensor") -> None:
+        """``w_bar = Pi1_left w'`` column by column (eq. 25: the server decodes ``Pi1`` only).
+
+        Parameters
+        ----------
+        aggregated:
+            The aggregator's ``p`` coded rows.
+        """
         self.w_bar = self._decode(aggregated)  # eq. 25: decode Pi1 only, p rows
 
     def _pi2_right_norm(self) -> float:
@@ -536,7 +777,13 @@ class SiflM2(SiflM1):
 
     def privacy(self, sizes: list[int]) -> dict[str, Any]:
         """Eq. 41/44 (local) and eq. 42/53 (global, the paper's summed form, which seed000 notes
-        section 12 show to be optimistic: the true element std is the root of the sum of squares)."""
+        section 12 show to be optimistic: the true element std is the root of the sum of squares).
+
+        Parameters
+        ----------
+        sizes:
+            The clients' dataset sizes |D_i|.
+        """
         out = super().privacy(sizes)
         stats = self.code.row_stats()
         pi1_left_norm = (
@@ -553,32 +800,58 @@ class SiflM2(SiflM1):
         out["epsilon_global"] = float(self._epsilons(sens, denom[:, None]).max())
         return out
 
-    def global_model(self) -> Any:
+    def global_model(self) -> "torch.Tensor":
         """``w = w_bar Pi2^R``: what a holder of Pi2^R (clients, aggregator) decodes."""
         return self.pi2_right[:, 0] @ self.w_bar if self.w_bar is not None else self.w
 
 
-def _torch() -> Any:
+def _torch() -> ModuleType:
     import torch
 
     return torch
 
 
 def fedavg_scheme(options: NoOptions, context: SchemeContext) -> FedAvg:
-    """Plain FedAvg (the reference)."""
+    """Plain FedAvg (the reference).
+
+    Parameters
+    ----------
+    options:
+        None to set (:class:`~immersion_fl.config.NoOptions`).
+    context:
+        Unused (FedAvg draws no keys).
+    """
     return FedAvg()
 
 
 def sifl_m1_scheme(options: SiflOptions, context: SchemeContext) -> SiflM1:
-    """SIFL M1 with the paper's ``n~ - n = 201`` by default."""
+    """SIFL M1 with the paper's ``n~ - n = 201`` by default.
+
+    Parameters
+    ----------
+    options, context:
+        As in :class:`SiflM1`.
+    """
     return SiflM1(options, context)
 
 
 def sifl_m2_scheme(options: SiflOptions, context: SchemeContext) -> SiflM2:
-    """SIFL M2 with ``options.p`` aggregator columns."""
+    """SIFL M2 with ``options.p`` aggregator columns.
+
+    Parameters
+    ----------
+    options, context:
+        As in :class:`SiflM1`.
+    """
     return SiflM2(options, context, name="sifl-m2")
 
 
 def sifl_rm_scheme(options: SiflOptions, context: SchemeContext) -> SiflM1:
-    """Random-matrix SIFL (seed 003): ``m = n + 1``, fresh unit-scale offset, no DP figures."""
+    """Random-matrix SIFL (seed 003): ``m = n + 1``, fresh unit-scale offset, no DP figures.
+
+    Parameters
+    ----------
+    options, context:
+        As in :class:`SiflM1`.
+    """
     return SiflM1(options, context, name="sifl-rm", default_extra=1, report_dp=False)
