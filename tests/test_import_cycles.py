@@ -19,6 +19,7 @@ PACKAGES = [ROOT / "sdk" / "immersion", *sorted((ROOT / "plugins").glob("immersi
 BROKEN_CYCLES = [
     ("immersion_mpdp.engine", "immersion_mpdp.flower_engine"),
     ("immersion.keys.keys", "immersion.keys.store"),
+    ("immersion_fl.engine", "immersion_fl.flower_engine"),
 ]
 
 

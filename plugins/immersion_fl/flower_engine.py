@@ -27,7 +27,7 @@ import numpy as np
 from immersion import OptionalDependencyError
 
 from .client import Client
-from .engine import (
+from .federation import (
     EveryClientFailedError,
     FederatedTask,
     RunConfig,
