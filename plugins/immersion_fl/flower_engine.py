@@ -27,6 +27,7 @@ import numpy as np
 from immersion import OptionalDependencyError
 
 from .client import Client
+from .faults import FaultPlan, upload_problem
 from .federation import (
     EveryClientFailedError,
     FederatedTask,
@@ -36,7 +37,6 @@ from .federation import (
     optimizer_by_name,
     task_from_config,
 )
-from .faults import FaultPlan, upload_problem
 from .scheme import Scheme
 from .schemes import ClientKit, client_upload
 
