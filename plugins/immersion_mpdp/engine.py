@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 from immersion import InvalidArgumentError
+from immersion.securesum import reveal_requests, revealed_pairs
 from immersion_fl.data import load_dataset, split_clients
 from immersion_fl.engine import EveryClientFailedError, FederatedTask, RunConfig, RunResult
 from immersion_fl.faults import FaultPlan
@@ -264,28 +265,6 @@ def apply_fault(kind: str | None, work: Callable[[], Upload]) -> Upload:
     if kind == "wrong-shape":
         return Upload(upload.gradient[:-1], upload.corrections)
     return upload
-
-
-def reveal_requests(
-    gone: list[int], graph: dict[int, list[int]], uploads: dict[int, Upload]
-) -> dict[int, list[int]]:
-    """Which survivor must reveal its pair seeds with which dropped clients."""
-    asked: dict[int, list[int]] = {}
-    for d in gone:
-        for v in graph[d]:
-            if v in uploads:
-                asked.setdefault(v, []).append(d)
-    return asked
-
-
-def revealed_pairs(
-    gone: list[int],
-    graph: dict[int, list[int]],
-    uploads: dict[int, Upload],
-    seeds: dict[int, dict[int, dict[str, bytes]]],
-) -> list[tuple[int, int, dict[str, bytes]]]:
-    """``(survivor, dropped, seeds)`` in a fixed order (so both engines sum identically)."""
-    return [(v, d, seeds[v][d]) for d in gone for v in graph[d] if v in uploads]
 
 
 def abort(

@@ -38,6 +38,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+from immersion.securesum import reveal_requests, revealed_pairs
 from immersion_fl import flower_engine as fl_flower
 from immersion_fl.engine import EveryClientFailedError, RunConfig
 from immersion_fl.faults import FaultPlan
@@ -258,7 +259,7 @@ def flower_round(
         if not uploads:
             raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
         gone = [k for k in members if k not in uploads]
-        asked = engine.reveal_requests(gone, graph, uploads)
+        asked = reveal_requests(gone, graph, uploads)
         requests = {
             v: _records(
                 dropped={"d": np.asarray(ds, dtype=np.int64)},
@@ -275,7 +276,7 @@ def flower_round(
             members = [k for k in uploads if k not in silent]
             continue
         seeds = {v: got for v, got in replies.items() if not isinstance(got, str)}
-        revealed = engine.revealed_pairs(gone, graph, uploads, seeds)
+        revealed = revealed_pairs(gone, graph, uploads, seeds)
         tick = time.perf_counter()
         server.finish_round(uploads, revealed)
         phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick

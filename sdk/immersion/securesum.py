@@ -49,7 +49,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Container, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -69,6 +69,7 @@ DEFAULT_LABEL = "immersion-securesum"
 MASK = "mask"
 
 Revealed = tuple[int, int, bytes]  # (survivor, dropped, the pair's mask seed)
+S = TypeVar("S")
 
 
 def _crypto() -> tuple[Any, Any, Any, Any]:
@@ -476,6 +477,61 @@ def unmask(total: np.ndarray, revealed: Iterable[Revealed] = ()) -> np.ndarray:
         float64, one value per two words.
     """
     return from_fixed(total - recovery_mask(revealed, total.size))
+
+
+def reveal_requests(
+    dropped: Sequence[int], neighbours: Mapping[int, Iterable[int]], contributors: Container[int]
+) -> dict[int, list[int]]:
+    """Which contributor must reveal its pair seeds with which dropped clients (step 4).
+
+    Parameters
+    ----------
+    dropped : sequence of int
+        Clients that advertised a key but did not contribute.
+    neighbours : mapping of int to iterable of int
+        Each client's peers (every other member for a complete graph).
+    contributors : container of int
+        The clients whose masked vectors are in the sum.
+
+    Returns
+    -------
+    dict of int to list of int
+        ``{survivor: [dropped peers]}``.
+
+    Examples
+    --------
+    >>> reveal_requests([2], {0: [1, 2], 1: [0, 2], 2: [0, 1]}, {0, 1})
+    {0: [2], 1: [2]}
+    """
+    asked: dict[int, list[int]] = {}
+    for d in dropped:
+        for v in neighbours[d]:
+            if v in contributors:
+                asked.setdefault(v, []).append(d)
+    return asked
+
+
+def revealed_pairs(
+    dropped: Sequence[int],
+    neighbours: Mapping[int, Iterable[int]],
+    contributors: Container[int],
+    seeds: Mapping[int, Mapping[int, S]],
+) -> list[tuple[int, int, S]]:
+    """``(survivor, dropped, seed)`` for every pair to recover, in a fixed order.
+
+    Parameters
+    ----------
+    dropped, neighbours, contributors
+        As in :func:`reveal_requests`.
+    seeds : mapping
+        ``seeds[survivor][dropped]``: what each survivor revealed (a seed, or seeds by purpose).
+
+    Returns
+    -------
+    list of tuple
+        In the order of ``dropped`` then ``neighbours`` (so every engine sums identically).
+    """
+    return [(v, d, seeds[v][d]) for d in dropped for v in neighbours[d] if v in contributors]
 
 
 @dataclass
