@@ -165,6 +165,12 @@ def fl_group() -> None:
     "1000).",
 )
 @click.option(
+    "--secure-aggregation",
+    is_flag=True,
+    help="sifl-m1, sifl-m2, sifl-rm: the aggregator gets pairwise-masked uploads and learns only "
+    "their weighted sum (dropouts recovered).",
+)
+@click.option(
     "--keys", type=click.Choice(["auto", "dense", "block"]), default="auto", show_default=True
 )
 @click.option(
@@ -200,7 +206,8 @@ def fl_group() -> None:
     "inject",
     multiple=True,
     metavar="CLIENT:ROUND:KIND",
-    help="Make a client fail on purpose (raise, timeout, malformed, wrong-shape).",
+    help="Make a client fail on purpose (raise, timeout, malformed, wrong-shape; no-recovery: a "
+    "survivor does not reveal its seeds, mpdp and --secure-aggregation).",
 )
 @click.option(
     "--checkpoint",

@@ -61,12 +61,31 @@ def _round(
     plan: FaultPlan,
     timeout_s: float | None,
     dropped: list[dict[str, Any]],
-) -> float:
-    """One round; failing clients are left out and the weights renormalised over the others."""
+    aborted: list[dict[str, Any]],
+) -> tuple[float, list[int]]:
+    """One round; failing clients are left out and the weights renormalised over the others.
+
+    With ``scheme.secure_aggregation`` the aggregation is a secure sum
+    (:func:`immersion_fl.secure.local_round`). Returns the seconds and the clients whose uploads
+    were aggregated.
+    """
+    if scheme.secure_aggregation:
+        from .secure import local_round
+
+        return local_round(
+            scheme,
+            clients,
+            sizes,
+            t,
+            plan=plan,
+            timeout_s=timeout_s,
+            dropped=dropped,
+            aborted=aborted,
+        )
     start = time.perf_counter()
     received = scheme.broadcast(t)
     pool = ThreadPoolExecutor(max_workers=1) if timeout_s is not None else None
-    uploads, kept = [], []
+    uploads, kept, contributors = [], [], []
     try:
         for client in clients:
             upload = run_client(
@@ -82,6 +101,7 @@ def _round(
             if upload is not None:
                 uploads.append(upload)
                 kept.append(sizes[client.index])
+                contributors.append(client.index)
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -90,7 +110,7 @@ def _round(
     total = sum(kept)
     # |D_i| / |D| over survivors
     scheme.server_update(scheme.aggregate(uploads, [n / total for n in kept]))
-    return time.perf_counter() - start
+    return time.perf_counter() - start, contributors
 
 
 def train_rounds(
@@ -132,7 +152,7 @@ def train_rounds(
     sizes = [c.n_samples for c in clients]
     last = cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)
     for t in range(first, last):
-        seconds = _round(
+        seconds, contributors = _round(
             server.scheme,
             clients,
             sizes,
@@ -140,11 +160,19 @@ def train_rounds(
             plan=plan,
             timeout_s=cfg.client_timeout,
             dropped=server.result.dropped,
+            aborted=server.result.aborted,
         )
         seconds_plain = (
-            _round(
-                server.plain, clients, sizes, t, plan=plan, timeout_s=cfg.client_timeout, dropped=[]
-            )
+            _round(  # the same contributors (a secure round may give up on a silent client)
+                server.plain,
+                [c for c in clients if c.index in contributors],
+                sizes,
+                t,
+                plan=plan,
+                timeout_s=cfg.client_timeout,
+                dropped=[],
+                aborted=[],
+            )[0]
             if server.plain is not None
             else None
         )

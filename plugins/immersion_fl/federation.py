@@ -321,6 +321,9 @@ class RunResult:
         The scheme's privacy figures (:meth:`~immersion_fl.scheme.Scheme.privacy`).
     dropped:
         One ``{"round", "client", "reason"}`` entry per client left out of a round.
+    aborted:
+        One entry per attempt of a round given up (secure aggregation: a survivor did not reveal
+        its seeds; the round was retried with fresh keys).
     final_model:
         The decoded global model after the last round.
     """
@@ -338,6 +341,7 @@ class RunResult:
     key_bytes: int = 0
     privacy: dict[str, Any] = field(default_factory=dict)
     dropped: list[dict[str, Any]] = field(default_factory=list)
+    aborted: list[dict[str, Any]] = field(default_factory=list)
     final_model: "torch.Tensor | None" = None
 
     def summary(self) -> dict[str, Any]:
@@ -370,6 +374,8 @@ class RunResult:
             "accuracy_plain_per_round": self.accuracy_plain,
             "diff_vs_plain_per_round": self.diff_vs_plain,
             "dropped": self.dropped,
+            "aborted_rounds": self.aborted,
+            "secure_aggregation": bool(getattr(self.config.options, "secure_aggregation", False)),
         }
 
 

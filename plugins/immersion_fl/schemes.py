@@ -275,6 +275,9 @@ class SiflOptions(SchemeOptions):
         Block size of structured keys (transforms are memory-bound: smaller is faster).
     client_noise:
         Each client adds noise of its own in ``ker(Pi1_left)`` (:func:`kernel_noise`).
+    secure_aggregation:
+        The aggregator receives pairwise-masked uploads and learns only their weighted sum
+        (:mod:`immersion_fl.secure`, the core's :mod:`immersion.securesum`; dropouts recovered).
 
     Examples
     --------
@@ -293,6 +296,7 @@ class SiflOptions(SchemeOptions):
     keys: str = "auto"
     block_size: int = 8
     client_noise: bool = False
+    secure_aggregation: bool = False
 
     noise_auto: ClassVar[str | None] = "laplace"
 
@@ -310,10 +314,11 @@ class SiflOptions(SchemeOptions):
             )
         if self.keys not in KEY_KINDS:
             raise InvalidArgumentError("keys", f"expected one of {KEY_KINDS}, got {self.keys!r}")
-        if not isinstance(self.client_noise, (bool, np.bool_)):
-            raise InvalidArgumentError(
-                "client_noise", f"expected True or False, got {self.client_noise!r}"
-            )
+        for name in ("client_noise", "secure_aggregation"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise InvalidArgumentError(
+                    name, f"expected True or False, got {getattr(self, name)!r}"
+                )
 
     def check_engine(self, engine: str) -> None:
         """``client_noise`` runs on the local engine only: the Flower handshake sends the kit before
@@ -447,6 +452,7 @@ class SiflM1(FedAvg):
         self.extra = options.extra or default_extra
         self.noise, self.delta, self.clip = options.noise, options.delta, options.clip
         self.epsilon_local, self.client_noise = options.epsilon_local, options.client_noise
+        self.secure_aggregation = bool(options.secure_aggregation)
         self.rng, self.backend = context.rng, context.backend
         self.noise_scale = 1.0
         #: Simulation only: seeds the clients' noise (None: OS entropy).

@@ -54,7 +54,6 @@ class MpdpResult(RunResult):
     calibration: Calibration | None = None
     sensitivity_observed: list[float] = field(default_factory=list)
     phase_s: dict[str, list[float]] = field(default_factory=dict)
-    aborted: list[dict[str, Any]] = field(default_factory=list)
     weights: list[Any] = field(default_factory=list)  # the server's final model (never sent)
     plain_name: str = "fedsgd (plain)"
 

@@ -132,7 +132,7 @@ class _Nodes:
             out[key_of[n]] = (
                 f"no answer within {self.timeout} s"
                 if reply is None
-                else f"raised: {_reason(reply.error.reason)}"
+                else f"raised: {fl_flower.error_reason(reply.error.reason)}"
                 if reply.has_error()
                 else reply
             )
@@ -141,13 +141,6 @@ class _Nodes:
     def leave_out(self, t: int, k: int, reason: str) -> None:
         LOG.warning("round %d: client %d left out: %s", t, k, reason)
         self.dropped.append({"round": t, "client": k, "reason": reason})
-
-
-def _reason(text: str) -> str:
-    """The exception's message from a node's error report (Flower wraps it, with a traceback)."""
-    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-    last = lines[-1] if lines else "no reason given"
-    return last.split(" occurred. Message: ", 1)[-1].rstrip(">").rstrip("'\"")
 
 
 def _records(**parts: Any) -> RecordDict:

@@ -589,7 +589,12 @@ class SecureSumClient:
         return out
 
     def mask(
-        self, values: np.ndarray, publics: Mapping[int, bytes], *, n_summands: int
+        self,
+        values: np.ndarray,
+        publics: Mapping[int, bytes],
+        *,
+        n_summands: int,
+        argument: str = "values",
     ) -> np.ndarray:
         """This client's masked upload: fixed point of ``values`` plus a mask per peer.
 
@@ -602,13 +607,15 @@ class SecureSumClient:
             client listed is a peer.
         n_summands : int
             How many clients the sum may have (the fixed-point range check).
+        argument : str
+            The name a refusal (non-finite or out-of-range values) uses.
 
         Returns
         -------
         np.ndarray
             ``uint64``, two words per value.
         """
-        words = to_fixed(values, n_summands)
+        words = to_fixed(values, n_summands, argument=argument)
         return mask(words, self.index, self.seeds(publics, publics))
 
     def reveal(self, dropped: Iterable[int], publics: Mapping[int, bytes]) -> dict[int, bytes]:
