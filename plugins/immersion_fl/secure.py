@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 from immersion import ImmersionError, InvalidArgumentError
@@ -261,6 +261,7 @@ def local_round(
     timeout_s: float | None,
     dropped: list[dict[str, Any]],
     aborted: list[dict[str, Any]],
+    observe: Callable[[dict[int, np.ndarray]], None] | None = None,
 ) -> tuple[float, list[int]]:
     """One secure round of the in-process engine; returns its seconds and its contributors.
 
@@ -284,6 +285,9 @@ def local_round(
         Seconds a client may take.
     dropped, aborted:
         Where left-out clients and given-up attempts are recorded.
+    observe:
+        Called with the masked uploads of the attempt that is summed, by client: what the
+        aggregator receives (``immersion audit`` looks at it).
     """
     from immersion_fl.federation import EveryClientFailedError
 
@@ -335,6 +339,8 @@ def local_round(
             members = [k for k in members if k in masked and k not in silent]
             continue
         seeds = {v: parties[v].reveal(ds, sec.publics) for v, ds in asked.items()}
+        if observe is not None:
+            observe(masked)
         total = torch.as_tensor(sec.total(masked, seeds), device=received.device)
         scheme.server_update(scheme.aggregator_code(total))
         return time.perf_counter() - start, sorted(masked)
