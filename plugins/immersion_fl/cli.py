@@ -137,6 +137,14 @@ def fl_group() -> None:
     "--epsilon.",
 )
 @click.option(
+    "--secure-sum",
+    type=click.Choice(["core", "secagg+"]),
+    default="core",
+    show_default=True,
+    help="sgd-dp, gsgd-dp, gd-dp with --engine flower: the SDK's secure sum, or Flower's SecAgg+ "
+    "(quantised; masks from 32-bit Mersenne Twister seeds).",
+)
+@click.option(
     "--graph",
     default="complete",
     show_default=True,

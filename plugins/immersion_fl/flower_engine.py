@@ -116,7 +116,18 @@ def arrays_record(payload: dict[str, np.ndarray]) -> "ArrayRecord":
     )
 
 
-def _await_nodes(grid: "Grid", count: int, seconds: float = 120.0) -> list[int]:
+def await_nodes(grid: "Grid", count: int, seconds: float = 120.0) -> list[int]:
+    """The grid's node ids, once ``count`` have connected (or after ``seconds``).
+
+    Parameters
+    ----------
+    grid:
+        The Flower grid.
+    count:
+        Nodes to wait for.
+    seconds:
+        The longest wait.
+    """
     deadline = time.time() + seconds
     nodes: list[int] = []
     while len(nodes) < count and time.time() < deadline:
@@ -152,7 +163,7 @@ def serve(
 
     flwr_app = _flwr()[0]
     ConfigRecord, Message, RecordDict = flwr_app.ConfigRecord, flwr_app.Message, flwr_app.RecordDict
-    nodes = _await_nodes(grid, cfg.clients)
+    nodes = await_nodes(grid, cfg.clients)
     server = Server.create(
         cfg, task or task_from_config(cfg)
     )  # keys drawn; noise calibrated after |D_i|
@@ -323,8 +334,8 @@ def secure_flower_round(
     aborted: list[dict[str, Any]],
 ) -> tuple[float, list[int]]:
     """One round of a scheme with ``secure_aggregation`` over Flower messages
-    (:mod:`immersion_fl.secure`): ``secagg/advertise``, ``train`` (masked uploads), and
-    ``secagg/reveal`` if clients dropped out; retried with fresh keys if a survivor does not reveal.
+    (:func:`secure_flower_sum` of the scheme's broadcast and uploads, then its
+    ``aggregator_code`` and ``server_update``).
 
     Parameters
     ----------
@@ -346,14 +357,77 @@ def secure_flower_round(
     """
     import torch
 
+    start = time.perf_counter()
+    payload = arrays_record({"w": scheme.broadcast(t).cpu().numpy()})
+    total, contributors = secure_flower_sum(
+        grid,
+        {pid: n for n, pid in pid_of.items()},
+        sizes,
+        t,
+        content={"w": payload},
+        config={"scheme": "scheme"},
+        n_values=int(np.prod(scheme.upload_shape)),
+        timeout=cfg.client_timeout,
+        dropped=dropped,
+        aborted=aborted,
+    )
+    scheme.server_update(scheme.aggregator_code(torch.as_tensor(total)))
+    return time.perf_counter() - start, contributors
+
+
+def secure_flower_sum(
+    grid: "Grid",
+    node_of: dict[int, int],
+    sizes: dict[int, int],
+    t: int,
+    *,
+    content: dict[str, Any],
+    config: dict[str, Any],
+    n_values: int,
+    timeout: float | None,
+    dropped: list[dict[str, Any]],
+    aborted: list[dict[str, Any]],
+) -> tuple[np.ndarray, list[int]]:
+    """The weighted sum ``sum_i |D_i| v_i / sum |D_i|`` of the clients' vectors as a secure sum
+    over Flower messages (:mod:`immersion_fl.secure`, the core's :mod:`immersion.securesum`).
+
+    Messages (type ``train``, the phase in ``config["kind"]``): ``secagg/advertise`` (a fresh key
+    pair per round and attempt; the node keeps it in ``context.state``), ``train`` with
+    ``content``, every public key and the node's weight (the node answers with its masked vector,
+    :func:`immersion_fl.secure.masked_upload`), and ``secagg/reveal`` to the survivors if clients
+    dropped out after the key agreement; if a survivor does not reveal, the attempt is given up
+    and retried with fresh keys among the others (:data:`immersion_fl.secure.MAX_ATTEMPTS`).
+
+    Parameters
+    ----------
+    grid:
+        The Flower grid.
+    node_of:
+        Client (partition id) -> node id, for every client that may take part.
+    sizes:
+        Client -> weight before normalisation (``|D_i|``; equal sizes give the mean).
+    t:
+        The round.
+    content:
+        Record parts every ``train`` message carries (e.g. the broadcast).
+    config:
+        Extra ``train`` config entries (e.g. the scheme name).
+    n_values:
+        The length of a client's (unmasked) vector.
+    timeout:
+        Seconds to wait for each phase's answers.
+    dropped, aborted:
+        Where left-out clients and given-up attempts are recorded.
+
+    Returns
+    -------
+    tuple
+        The weighted sum renormalised over the contributors (float64), and the contributors.
+    """
     from .secure import MAX_ATTEMPTS, SecureRound, given_up, record_abort
 
     flwr_app = _flwr()[0]
     ConfigRecord, RecordDict = flwr_app.ConfigRecord, flwr_app.RecordDict
-    start = time.perf_counter()
-    node_of = {pid: n for n, pid in pid_of.items()}
-    payload = arrays_record({"w": scheme.broadcast(t).cpu().numpy()})
-    n_encoded = int(np.prod(scheme.upload_shape))
     members = sorted(node_of)
 
     def leave_out(k: int, reason: str) -> None:
@@ -364,10 +438,7 @@ def secure_flower_round(
         head = {"round": t, "attempt": attempt}
         advertise = ConfigRecord({"kind": "secagg/advertise", **head})
         answers = send_each(
-            grid,
-            {k: RecordDict({"config": advertise}) for k in members},
-            node_of,
-            cfg.client_timeout,
+            grid, {k: RecordDict({"config": advertise}) for k in members}, node_of, timeout
         )
         publics = {}
         for k, reply in answers.items():
@@ -385,15 +456,15 @@ def secure_flower_round(
             {
                 k: RecordDict(
                     {
-                        "w": payload,
+                        **content,
                         "publics": public_record,
                         "config": ConfigRecord(
                             {
                                 "kind": "train",
-                                "scheme": "scheme",
                                 "secure": True,
                                 "weight": sec.weight(k),
                                 "n_summands": len(members),
+                                **config,
                                 **head,
                             }
                         ),
@@ -402,13 +473,13 @@ def secure_flower_round(
                 for k in members
             },
             node_of,
-            cfg.client_timeout,
+            timeout,
         )
         masked: dict[int, np.ndarray] = {}
         for k in members:
             reply = answers[k]
             words = None if isinstance(reply, str) else reply.content["w"]["masked"].numpy()
-            problem = reply if isinstance(reply, str) else sec.problem(words, n_encoded)
+            problem = reply if isinstance(reply, str) else sec.problem(words, n_values)
             if problem:
                 leave_out(k, problem)
             else:
@@ -430,7 +501,7 @@ def secure_flower_round(
                     for v, ds in asked.items()
                 },
                 node_of,
-                cfg.client_timeout,
+                timeout,
             )
             if asked
             else {}
@@ -451,9 +522,7 @@ def secure_flower_round(
             record_abort(t, attempt, silent, aborted)
             members = [k for k in members if k in masked and k not in silent]
             continue
-        total = torch.as_tensor(sec.total(masked, seeds))
-        scheme.server_update(scheme.aggregator_code(total))
-        return time.perf_counter() - start, sorted(masked)
+        return sec.total(masked, seeds), sorted(masked)
     raise given_up(t)
 
 
@@ -503,12 +572,12 @@ def make_client_train(
                 reply_to=msg,
             )
         if config["kind"] == "secagg/advertise":
-            return _advertise(msg, context, index)
+            return secagg_advertise(msg, context, index)
         run = context.state["run"]
         client = _node_client(client_for, run, index)
         faults_here = FaultPlan({(c, r): k for c, r, k in json.loads(run["faults"])})
         if config["kind"] == "secagg/reveal":
-            return _reveal(msg, context, index, faults_here)
+            return secagg_reveal(msg, context, index, faults_here)
         kit = None
         if config["scheme"] != "fedavg":
             kit_arrays = {k: v.numpy() for k, v in context.state["kit"].items()}
@@ -522,7 +591,7 @@ def make_client_train(
             index, t, lambda: client_upload(kit, client, received, t), timeout
         )
         if "secure" in config:
-            party = _restore_party(context, index, t, int(config["attempt"]))
+            party = restore_party(context, index, t, int(config["attempt"]))
             publics = {int(k): _bytes(v) for k, v in msg.content["publics"].items()}
             words = masked_upload(
                 party, upload, float(config["weight"]), publics, int(config["n_summands"])
@@ -537,9 +606,17 @@ def make_client_train(
     return client_train
 
 
-def _advertise(msg: "Message", context: "Context", index: int) -> "Message":
+def secagg_advertise(msg: "Message", context: "Context", index: int) -> "Message":
     """``secagg/advertise``: a fresh key pair for (round, attempt), kept in ``context.state`` (on
-    the node, never sent); answers with the public key."""
+    the node, never sent); answers with the public key.
+
+    Parameters
+    ----------
+    msg, context:
+        The message and the node's context.
+    index:
+        The node's client index (partition id).
+    """
     flwr_app = _flwr()[0]
     config = msg.content["config"]
     t, attempt = int(config["round"]), int(config["attempt"])
@@ -560,8 +637,18 @@ def _advertise(msg: "Message", context: "Context", index: int) -> "Message":
     )
 
 
-def _restore_party(context: "Context", index: int, t: int, attempt: int) -> SecureSumClient:
-    """The key pair this node advertised for ``(t, attempt)``, checked against its public key."""
+def restore_party(context: "Context", index: int, t: int, attempt: int) -> SecureSumClient:
+    """The key pair this node advertised for ``(t, attempt)``, checked against its public key.
+
+    Parameters
+    ----------
+    context:
+        The node's context (``state["secagg"]``).
+    index:
+        The node's client index.
+    t, attempt:
+        The round and attempt the message is for.
+    """
     state = context.state["secagg"]
     if (int(state["round"]), int(state["attempt"])) != (t, attempt):
         raise RuntimeError(
@@ -574,14 +661,24 @@ def _restore_party(context: "Context", index: int, t: int, attempt: int) -> Secu
     return party
 
 
-def _reveal(msg: "Message", context: "Context", index: int, faults: FaultPlan) -> "Message":
-    """``secagg/reveal``: this node's mask seeds with the dropped clients named (and only them)."""
+def secagg_reveal(msg: "Message", context: "Context", index: int, faults: FaultPlan) -> "Message":
+    """``secagg/reveal``: this node's mask seeds with the dropped clients named (and only them).
+
+    Parameters
+    ----------
+    msg, context:
+        The message and the node's context.
+    index:
+        The node's client index.
+    faults:
+        Injected faults (``no-recovery``: the node refuses).
+    """
     flwr_app = _flwr()[0]
     config = msg.content["config"]
     t = int(config["round"])
     if faults.faults.get((index, t)) == "no-recovery":
         raise RuntimeError(f"injected fault: client {index} does not reveal its seeds")
-    party = _restore_party(context, index, t, int(config["attempt"]))
+    party = restore_party(context, index, t, int(config["attempt"]))
     dropped = [int(d) for d in msg.content["dropped"]["d"].numpy()]
     publics = {int(k): _bytes(v) for k, v in msg.content["publics"].items()}
     seeds = party.reveal(dropped, publics)

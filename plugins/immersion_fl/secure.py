@@ -97,7 +97,7 @@ def new_party(index: int, round_t: int, private: bytes | None = None) -> SecureS
 
 def masked_upload(
     party: SecureSumClient,
-    upload: "torch.Tensor",
+    upload: "torch.Tensor | np.ndarray",
     weight: float,
     publics: Mapping[int, bytes],
     n_summands: int,
@@ -122,7 +122,8 @@ def masked_upload(
     np.ndarray
         ``uint64``, two words per entry of the upload.
     """
-    values = weight * upload.detach().cpu().numpy().astype(np.float64)
+    array = upload.detach().cpu().numpy() if hasattr(upload, "detach") else upload
+    values = weight * np.asarray(array, dtype=np.float64)
     return party.mask(values, publics, n_summands=n_summands, argument="upload")
 
 
