@@ -86,3 +86,31 @@ def test_the_checker_sees_a_lazy_import_cycle(tmp_path):
     assert imports_of("pkg.a", modules["pkg.a"], modules) == {"pkg.b"}
     assert imports_of("pkg.b", modules["pkg.b"], modules) == {"pkg.a"}
     assert imports_of("pkg.c", modules["pkg.c"], modules) == set()
+
+
+def test_no_plugin_imports_another_plugins_private_helpers():
+    """Issue 15: plugins share code through public names (or the core), never ``_private`` ones."""
+    bad = []
+    for path in (ROOT / "plugins").rglob("*.py"):
+        own = path.relative_to(ROOT / "plugins").parts[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                other = node.module.split(".")[0]
+                if other.startswith("immersion_") and other != own:
+                    bad += [
+                        f"{path.name}: {node.module}.{a.name}"
+                        for a in node.names
+                        if a.name.startswith("_")
+                    ]
+    assert not bad
+
+
+def test_one_secure_sum_module():
+    """Key agreement, pair seeds and keystreams live in ``immersion.securesum`` only."""
+    markers = ("X25519PrivateKey", "modes.CTR(", "HKDF(")
+    users = sorted(
+        str(p.relative_to(ROOT))
+        for p in [*(ROOT / "sdk").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]
+        if any(m in p.read_text() for m in markers)
+    )
+    assert users == ["sdk/immersion/securesum.py"]
