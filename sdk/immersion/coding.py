@@ -151,7 +151,7 @@ class Immersion:
         return self._bounds
 
     def report(self) -> PrivacyReport:
-        """Per-element epsilon recomputed from the drawn keys, and the estimated decode error (not a bound)."""
+        """Per-element epsilon from the drawn keys, and the estimated decode error (not a bound)."""
         if self._report is None:
             self._report = privacy_report(self.keys, **self._report_args)  # type: ignore[arg-type]
         return self._report
