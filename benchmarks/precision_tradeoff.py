@@ -3,8 +3,8 @@
 Run:  .venv/bin/python benchmarks/precision_tradeoff.py [--plot out/]   (prints one JSON object)
 
 For each epsilon the same 6-state nonlinear system runs 200 steps plainly and immersed; the
-measured max abs error of decoded outputs is printed beside the library's predicted bound
-(seed002 notes section 5: epsilon x error is roughly constant, ~1e-14 in float64).
+measured max abs error of decoded outputs is printed beside the library's probe-point estimate
+(not a bound; seed002 notes section 5: epsilon x error is roughly constant, ~1e-14 in float64).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def measure(dtype: str) -> list[dict[str, float]]:
                 "epsilon": eps,
                 "dtype": dtype,
                 "max_abs_output_error": err,
-                "predicted_bound": imm.report().decode_error_bound,
+                "decode_error_estimate": imm.report().decode_error_estimate,
             }
         )
     return rows
@@ -117,10 +117,10 @@ def main() -> None:
                 )
                 ax.loglog(
                     [r["epsilon"] for r in sel],
-                    [r["predicted_bound"] for r in sel],
+                    [r["decode_error_estimate"] for r in sel],
                     "--",
                     color=color,
-                    label=f"{dtype} predicted bound",
+                    label=f"{dtype} estimate (not a bound)",
                 )
         ax.invert_xaxis()
         ax.set_xlabel("per-element epsilon (smaller = more private)")

@@ -151,7 +151,7 @@ def run(*, steps: int, seed: int, epsilon: float) -> dict[str, Any]:
         "python_control_step_us": float(1e6 * t_pc),
         "epsilon_input": report.epsilon_input,
         "epsilon_output": report.epsilon_output,
-        "decode_error_bound": report.decode_error_bound,
+        "decode_error_estimate": report.decode_error_estimate,
         "keys": repr(imm.keys),
         "history": history,
     }

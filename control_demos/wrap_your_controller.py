@@ -65,7 +65,7 @@ def main() -> None:
     print(
         f"per-element epsilon: input {imm.report().epsilon_input:.2e}, output "
         f"{imm.report().epsilon_output:.2e}; predicted decode error "
-        f"{imm.report().decode_error_bound:.1e}"
+        f"{imm.report().decode_error_estimate:.1e}"
     )
 
     sensor = np.random.default_rng(0).normal(0, 1e-3, args.steps)

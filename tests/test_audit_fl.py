@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,7 +16,6 @@ from immersion_fl.attacks import (  # noqa: E402
     run_client_decodes,
     run_m2_scalar_leak,
     run_shared_noise_difference,
-    secure_sum,
     single_thread,
 )
 from immersion_fl.engine import RunConfig, Server, run_federated, task_from_config  # noqa: E402
@@ -75,18 +73,16 @@ def test_secure_aggregation_hides_individual_uploads(difference_rows, scheme):
     assert all("round time x" in r.cost for r in rows)
 
 
-def test_secure_sum_is_exact_and_masks_each_upload():
-    rng = np.random.default_rng(0)
-    uploads = [torch.as_tensor(rng.normal(0, 30, 50)) for _ in range(4)]
-    weights = [0.1, 0.2, 0.3, 0.4]
-    masked, total = secure_sum(uploads, weights, 0, seed=1)
-    assert (
-        float((total - sum(w * u for w, u in zip(weights, uploads, strict=True))).abs().max())
-        < 1e-12
-    )
-    from immersion_mpdp.ddp import from_fixed
+def test_secure_aggregation_rows_come_from_the_real_option(difference_rows):
+    """The rows run ``secure_aggregation=True`` through the engine's secure round (not a
+    simulation beside it), including a round with a dropout, and the model still equals FedAvg."""
+    import re
 
-    assert np.abs(from_fixed(masked[0]) - 0.1 * uploads[0].numpy()).max() > 1e6
+    for scheme in SIFL:
+        cost = _rows(difference_rows, scheme, "secure-aggregation")[0].cost
+        assert "engine's secure round" in cost and "one dropout" in cost
+        gap = float(re.search(r"max \|w - w_fedavg\| ([0-9.e+-]+)", cost).group(1))
+        assert gap <= 1e-9
 
 
 @pytest.mark.parametrize(

@@ -891,7 +891,7 @@ def test_tiny_epsilons_raise_precision_error_with_a_feasible_suggestion(
         epsilon_input=eps_in, epsilon_output=eps_out, noise=noise, rng=seed
     )  # the suggestion works
     report = imm.report()
-    assert report.decode_error_bound <= 1e-6
+    assert report.decode_error_estimate <= 1e-6
     assert report.epsilon_input <= eps_in * (1 + 1e-9)
     # and it is (close to) the smallest: the suggestion keeps a 2x margin, so a quarter is refused
     # again
@@ -901,7 +901,7 @@ def test_tiny_epsilons_raise_precision_error_with_a_feasible_suggestion(
 
 def test_tolerance_none_disables_the_precision_check() -> None:
     imm = make(epsilon_input=1e-12, epsilon_output=1e-12, tolerance=None)
-    assert imm.report().decode_error_bound > 1e-6
+    assert imm.report().decode_error_estimate > 1e-6
 
 
 def test_user_keys_with_too_much_noise_raise_precision_error(mats: dict[str, np.ndarray]) -> None:
@@ -928,7 +928,7 @@ def test_suggested_epsilons_work_for_every_dtype(dtype: str, tolerance: float) -
         assert "no epsilon" in str(err).lower() or "not feasible" in str(err).lower()
         return
     imm = make(epsilon_input=eps_in, epsilon_output=eps_out, dtype=dtype, tolerance=tolerance)
-    assert imm.report().decode_error_bound <= tolerance
+    assert imm.report().decode_error_estimate <= tolerance
 
 
 def test_suggested_epsilons_work_for_a_fresh_key_draw() -> None:

@@ -183,7 +183,7 @@ def test_report_json_has_epsilons_error_bound_and_composition() -> None:
     assert result.exit_code == 0, result.output
     out = one_json_object(result.stdout)
     assert out["epsilon_input"] <= 1e-3 * (1 + 1e-9)
-    assert out["decode_error_bound"] > 0
+    assert out["decode_error_estimate"] > 0
     composed = out["composed"]
     assert composed["steps"] == 10
     assert (

@@ -40,7 +40,7 @@ def test_decoded_run_equals_plain_for_random_nonlinear_systems(
     inputs = np.random.default_rng(seed).standard_normal((100, n_input))
     run = run_side_by_side(imm, f, g, x0=np.full(n_state, 0.3), inputs=inputs)
     assert_close_to_plain(run, rtol=1e-9)
-    assert run.max_output_error <= imm.report().decode_error_bound
+    assert run.max_output_error <= imm.report().decode_error_estimate
 
 
 def test_two_time_scales_cloud_iterates_on_one_encoded_input(contractive_system):

@@ -364,7 +364,7 @@ def test_immerse_refuses_any_bad_option_by_name_or_decodes_within_tolerance(
             exc, {"y", "state", "encoded_input", "encoded_state", "encoded_output", "f", "g"}
         )
         return
-    tolerance = imm.report().decode_error_bound if name == "tolerance" or value is None else 1e-6
+    tolerance = imm.report().decode_error_estimate if name == "tolerance" or value is None else 1e-6
     assert error <= max(tolerance, 1e-6), (
         f"decoded with error {error:.3g} (accepted {name}={value!r})"
     )
@@ -424,7 +424,7 @@ def test_any_accepted_privacy_target_decodes_within_the_tolerance(
     error = decode_error(imm)
     assert error <= 1e-6, (
         f"accepted, then decoded with error {error:.3g} (predicted "
-        f"{imm.report().decode_error_bound:.3g})"
+        f"{imm.report().decode_error_estimate:.3g})"
     )
 
 
@@ -617,7 +617,7 @@ def test_probe_points_are_checked_by_name(x: Any, y: Any, as_list: bool) -> None
     if exc is not None:
         assert_named(exc, {"probe", "probe[0]", "probe[1]", "f", "g"})
         return
-    assert decode_error(imm) <= 1e-6 or imm.report().decode_error_bound > 1e-6
+    assert decode_error(imm) <= 1e-6 or imm.report().decode_error_estimate > 1e-6
 
 
 @needs_torch

@@ -282,7 +282,7 @@ def test_report_gives_epsilon_zero_the_grid_step_and_what_is_not_protected():
         lambda x, y: x, lambda x, y: x, 1, 1, 1, arithmetic="modular", fraction_bits=20, rng=0
     )
     r = imm.report()
-    assert (r.arithmetic, r.epsilon_input, r.epsilon_output, r.decode_error_bound) == (
+    assert (r.arithmetic, r.epsilon_input, r.epsilon_output, r.decode_error_estimate) == (
         "modular",
         0.0,
         0.0,

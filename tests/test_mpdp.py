@@ -3,6 +3,7 @@ calibration."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -22,10 +23,8 @@ from immersion_mpdp.ddp import (  # noqa: E402
     Layout,
     NoiseSettings,
     ddp_client,
-    from_fixed,
     mean_local_result,
     sum_uploads,
-    to_fixed,
 )
 from immersion_mpdp.lmt import local_model_training  # noqa: E402
 from immersion_mpdp.mlp import forward, init_weights, mse_gradient, one_hot, weights_from_module  # noqa: E402
@@ -188,11 +187,23 @@ def test_pairwise_noise_and_masks_cancel_in_the_sum(graph):
         assert np.abs(got_corr - plain_corr).max() < 1e-14 * max(1.0, np.abs(plain_corr).max())
 
 
-def test_fixed_point_round_trip_and_overflow_refusal():
-    values = np.array([0.0, -1.5, 3.25e6, -7e-13, 1 / 3])
-    assert np.abs(from_fixed(to_fixed(values, 4)) - values).max() < 1e-17 * 3.25e6 + 1e-18
+def test_corrections_beyond_the_fixed_point_range_are_refused_by_name():
+    """DDP_Client's masked corrections use the core's fixed point (tests/test_securesum.py); a
+    correction whose sum could overflow is refused naming ``corrections``."""
+    sizes = (5, 4, 3)
+    model, _ = perturb(init_weights(sizes, seed=0), np.random.default_rng(0))
+    local = local_model_training(model, *_batch(5, 3, 4, seed=0))
+    huge = dataclasses.replace(local, psi_last=local.psi_last * 0 + 1e13)
     with pytest.raises(InvalidArgumentError, match="corrections"):
-        to_fixed(np.array([1e13]), 10)
+        ddp_client(
+            huge,
+            Layout(sizes),
+            me=0,
+            seeds={},
+            n_clients=10,
+            noise=NoiseSettings(0.0, 0.0, True),
+            rng=np.random.default_rng(0),
+        )
 
 
 def test_key_agreement_is_symmetric_and_purpose_bound():

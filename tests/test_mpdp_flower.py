@@ -17,7 +17,7 @@ pytest.importorskip("flwr")
 
 from immersion_fl.engine import RunConfig  # noqa: E402
 from immersion_fl.faults import FaultPlan  # noqa: E402
-from immersion_mpdp import engine  # noqa: E402
+from immersion_mpdp import engine, runner  # noqa: E402
 
 NOISE_OFF = RunConfig.from_flat(
     dict(
@@ -38,7 +38,7 @@ def _run(cfg, engine_name, faults):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(engine, "record", spy)
-        result = engine.run_mpdp(cfg, engine=engine_name, faults=faults)
+        result = runner.run_mpdp(cfg, engine=engine_name, faults=faults)
     return result, weights
 
 
@@ -86,7 +86,7 @@ def test_flower_mpdp_with_noise_reports_its_privacy():
     cfg = RunConfig.from_flat(
         dict(scheme="mpdp", noise="on", epsilon=1.0, hidden=(8,), clients=3, rounds=1, seed=1)
     )
-    result = engine.run_mpdp(cfg, engine="flower")
+    result = runner.run_mpdp(cfg, engine="flower")
     summary = result.summary()
     assert summary["noise"] == "on" and summary["epsilon"] == pytest.approx(1.0)
     assert summary["sigma_eta"] > 0 and len(result.sensitivity_observed) == 1

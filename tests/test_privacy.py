@@ -151,7 +151,7 @@ def test_measured_decode_error_stays_below_prediction(epsilon, kind):
     run = run_side_by_side(
         imm, f, g, x0=np.zeros(n), inputs=np.random.default_rng(0).standard_normal((300, 2))
     )
-    bound = imm.report().decode_error_bound
+    bound = imm.report().decode_error_estimate
     assert run.max_output_error <= bound
     assert bound <= 1000 * max(run.max_output_error, 1e-16 * imm.report().max_encoded_input_entry)
 
@@ -164,7 +164,7 @@ def test_error_times_epsilon_is_roughly_constant_in_float64():
         imm = immerse(
             f, g, n_state=1, n_input=1, n_output=1, epsilon_input=eps, epsilon_output=eps, rng=0
         )
-        products.append(eps * predict_decode_error(imm.keys, 2.0**-53).decode_error_bound)
+        products.append(eps * predict_decode_error(imm.keys, 2.0**-53).decode_error_estimate)
     assert max(products) / min(products) < 1.5
     assert 1e-15 < products[0] < 1e-11
 
@@ -188,7 +188,7 @@ def test_unreachable_tolerance_is_refused_with_the_smallest_feasible_epsilon():
         epsilon_output=err.smallest_feasible_epsilon_output,
         rng=0,
     )
-    assert ok.report().decode_error_bound <= 1e-6
+    assert ok.report().decode_error_estimate <= 1e-6
 
 
 def test_float32_default_epsilon_is_refused_at_default_tolerance():
@@ -221,4 +221,4 @@ def test_prediction_accounts_for_the_gain_of_f_and_g(n, n_in, n_out, extra, kind
         imm, f, g, x0=np.zeros(n), inputs=np.random.default_rng(1).standard_normal((60, n_in))
     )
     assert imm.report().input_gain > 10
-    assert max(run.max_output_error, run.max_state_error) <= imm.report().decode_error_bound
+    assert max(run.max_output_error, run.max_state_error) <= imm.report().decode_error_estimate

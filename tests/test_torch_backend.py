@@ -64,7 +64,7 @@ def test_torch_cpu_float64_equals_numpy(kind, epsilon):
     x, xt_np = np.full(n, 0.2), imm_np.encode_state(np.full(n, 0.2))
     xt_t = imm_t.encode_state(torch.full((n,), 0.2, dtype=torch.float64))
     inputs = np.random.default_rng(0).standard_normal((100, ni))
-    decoded_tol = 1e-12 if epsilon == 1.0 else imm_np.report().decode_error_bound
+    decoded_tol = 1e-12 if epsilon == 1.0 else imm_np.report().decode_error_estimate
     for y in inputs:
         yt = imm_np.encode_input(y)  # the same encoded input on both backends
         yt_t = torch.as_tensor(yt)
@@ -117,7 +117,7 @@ def test_float32_works_at_a_feasible_epsilon():
     assert yt.dtype == torch.float32
     xt = imm.target.step(imm.encode_state(torch.zeros(3)), yt)
     err = (imm.decode_state(xt) - y).abs().max().item()
-    assert err <= imm.report().decode_error_bound
+    assert err <= imm.report().decode_error_estimate
 
 
 @pytest.mark.gpu
@@ -143,5 +143,5 @@ def test_cuda_matches_cpu(dtype):
     xt = cpu.encode_state(torch.zeros(2000, dtype=y.dtype))
     x_cpu = cpu.decode_state(cpu.target.step(xt, yt))
     x_gpu = gpu.decode_state(gpu.target.step(xt.cuda(), yt.cuda())).cpu()
-    tol = 1e-9 if dtype == "float64" else 5 * cpu.report().decode_error_bound
+    tol = 1e-9 if dtype == "float64" else 5 * cpu.report().decode_error_estimate
     assert (x_cpu - x_gpu).abs().max().item() <= tol

@@ -108,7 +108,7 @@ def run_controller_demo(
         "epsilon_input": report.epsilon_input,
         "epsilon_output": report.epsilon_output,
         "epsilon_input_proven": report.epsilon_input_proven,
-        "decode_error_bound": report.decode_error_bound,
+        "decode_error_estimate": report.decode_error_estimate,
         "step_time_ratio": t_imm / t_plain,
         "keys": repr(imm.keys),
     }
@@ -162,7 +162,7 @@ def print_summary(result: dict[str, Any], *, as_json: bool) -> None:
         "epsilon_input",
         "epsilon_output",
         "epsilon_input_proven",
-        "decode_error_bound",
+        "decode_error_estimate",
         "step_time_ratio",
     ):
         print(f"  {key:32s} {result[key]:.3e}")

@@ -6,7 +6,8 @@ a tiny hidden layer, a few clients with one local step per round):
 * ``shared-noise-difference`` (``sifl-m1``, ``sifl-m2``, ``sifl-rm``): every upload of a round
   carries the same round noise, so the difference of two uploads is noise-free
   (:func:`run_shared_noise_difference`); mitigations ``client-noise`` and ``secure-aggregation``
-  (:func:`secure_sum`), each with a measured cost.
+  (the real option, ``secure_aggregation=True``: the engine's secure round), each with a measured
+  cost.
 * ``client-decodes`` (the same schemes): a client's kit decodes the global model every round
   (:func:`run_client_decodes`).
 * ``m2-scalar-leak`` (``sifl-m2``): the server's ``w_bar`` gives ``w`` up to a scalar
@@ -25,13 +26,14 @@ Seed 000, Algorithms 1-2, eqs. 19-21, 25, 31-32 and section 7; seed 003 (random-
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 from immersion.audit import AttackResult
+
+from .faults import FaultPlan
 
 if TYPE_CHECKING:
     import torch
@@ -97,16 +99,14 @@ class _Round:
     """What one round showed: the broadcast, each upload, each true local model, the true global
     model."""
 
-    broadcast: torch.Tensor
+    broadcast: torch.Tensor | None
     uploads: list[torch.Tensor]
     local: list[torch.Tensor]
     global_model: torch.Tensor
     seconds: float
     masked: list[np.ndarray] = field(
         default_factory=list
-    )  # secure aggregation: what the aggregator sees
-    secure_seconds: float = 0.0
-    secure_error: float = 0.0  # |masked sum - plain weighted sum|
+    )  # secure aggregation: what the aggregator receives, by client
     gap: float = 0.0  # |decoded global model - FedAvg|
 
 
@@ -118,6 +118,7 @@ def _federation(
     clients: int,
     batch_size: int = 512,
     client_noise: bool = False,
+    secure_aggregation: bool = False,
     p: int = 2,
     epsilon_local: float = 1.0,
 ) -> _Federation:
@@ -131,7 +132,12 @@ def _federation(
         batch_size=batch_size,
         seed=seed,
         compare_plain=False,
-        options=SiflOptions(p=p, epsilon_local=epsilon_local, client_noise=client_noise),
+        options=SiflOptions(
+            p=p,
+            epsilon_local=epsilon_local,
+            client_noise=client_noise,
+            secure_aggregation=secure_aggregation,
+        ),
     )
     task = task_from_config(cfg)
     server = Server.create(cfg, task, task.sizes)
@@ -145,98 +151,49 @@ def _federation(
     )
 
 
-def _pair_seed(seed: int, round_t: int, client: int) -> bytes:
-    return hashlib.sha256(f"immersion-fl-audit/{seed}/{round_t}/{client}".encode()).digest()
-
-
-def secure_sum(
-    uploads: list[torch.Tensor], weights: list[float], round_t: int, *, seed: int = 0
-) -> tuple[list[np.ndarray], torch.Tensor]:
-    """Secure aggregation of the weighted uploads: each client masks ``weight_i w~_i`` and the
-    aggregator sums, so it sees one-time-padded vectors and only their sum in the clear.
-
-    Each client makes an X25519 key pair per round (:class:`immersion_mpdp.agreement.KeyAgreement`,
-    its private key derived from ``seed``), converts its weighted upload to two-limb fixed point
-    (2^-60 resolution, :func:`immersion_mpdp.ddp.to_fixed`) and adds, mod 2^64, a pairwise AES-CTR
-    mask per other client, with opposite signs on the two sides, so the masks cancel exactly in the
-    sum.
-
-    Parameters
-    ----------
-    uploads:
-        The clients' uploads ``w~_i`` of one round.
-    weights:
-        Their aggregation weights ``|D_i| / |D|``.
-    round_t:
-        The round (key pairs are fresh every round).
-    seed:
-        Derives the clients' private keys (reproducible simulation).
-
-    Returns
-    -------
-    masked, total
-        The masked uploads (uint64, two words per number) and the unmasked weighted sum (a float64
-        tensor).
-
-    Notes
-    -----
-    No dropout recovery and no double masking (Bonawitz et al.): an in-process simulation of what
-    the aggregator sees, not a protocol.
-    """
-    import torch
-    from immersion_mpdp.agreement import KeyAgreement
-    from immersion_mpdp.ddp import from_fixed, pair_mask, to_fixed
-
-    k = len(uploads)
-    agreements = [
-        KeyAgreement(i, round_t, private_bytes=_pair_seed(seed, round_t, i)) for i in range(k)
-    ]
-    publics = [a.public_bytes for a in agreements]
-    masked = []
-    for i, (agreement, upload, weight) in enumerate(zip(agreements, uploads, weights, strict=True)):
-        words = to_fixed(weight * upload.cpu().numpy(), k)
-        for j in range(k):
-            if j != i:
-                mask = pair_mask(agreement.pair_seed(j, publics[j], "mask"), upload.numel())
-                (np.add if i < j else np.subtract)(words, mask, out=words)
-        masked.append(words)
-    total = masked[0].copy()
-    for words in masked[1:]:
-        total += words
-    return masked, torch.as_tensor(from_fixed(total), dtype=uploads[0].dtype)
-
-
-def _play(fed: _Federation, round_t: int, *, secure: bool = False, seed: int = 0) -> _Round:
-    """One round of the scheme; with ``secure`` the server updates from the securely aggregated
-    sum."""
+def _play(fed: _Federation, round_t: int, *, faults: FaultPlan | None = None) -> _Round:
+    """One round of the scheme as the engine runs it; a federation built with
+    ``secure_aggregation`` runs the engine's secure round (:func:`immersion_fl.secure.local_round`)
+    and the view keeps what its aggregator received (masked words, by client)."""
     scheme = fed.scheme
     start = time.perf_counter()
-    received = scheme.broadcast(round_t)
-    uploads = [scheme.client_upload(c, received, round_t) for c in fed.clients]
-    plain = scheme.aggregate(uploads, fed.sizes)
-    seconds = time.perf_counter() - start
-    local = [c.last.clone() for c in fed.clients]
-    view = _Round(
-        received,
-        uploads,
-        local,
-        sum(w * v for w, v in zip(fed.weights, local, strict=True)),
-        seconds,
-    )
-    if secure:
-        start = time.perf_counter()
-        view.masked, total = secure_sum(uploads, fed.weights, round_t, seed=seed)
-        view.secure_seconds = time.perf_counter() - start
-        aggregated = scheme.aggregator_code(total)  # M2: the aggregator codes the sum (eq. 31)
-        view.secure_error = float(
-            (total - sum(w * u for w, u in zip(fed.weights, uploads, strict=True))).abs().max()
+    if scheme.secure_aggregation:
+        from .secure import local_round
+
+        seen: dict[int, np.ndarray] = {}
+        seconds, contributors = local_round(
+            scheme,
+            fed.clients,  # type: ignore[arg-type]  # recorders train like clients
+            [c.n_samples for c in fed.clients],
+            round_t,
+            plan=faults or FaultPlan(),
+            timeout_s=None,
+            dropped=[],
+            aborted=[],
+            observe=seen.update,
         )
-        start = time.perf_counter()
-        scheme.server_update(aggregated)
+        local = [c.last.clone() for c in fed.clients]
+        kept = [fed.weights[k] for k in contributors]
+        view = _Round(
+            None,  # the broadcast stayed inside the engine's round
+            [],
+            local,
+            sum(w / sum(kept) * local[k] for w, k in zip(kept, contributors, strict=True)),
+            seconds,
+            [seen[k] for k in sorted(seen)],
+        )
     else:
-        start = time.perf_counter()
-        scheme.server_update(plain)
-    view.seconds += time.perf_counter() - start
+        received = scheme.broadcast(round_t)
+        uploads = [scheme.client_upload(c, received, round_t) for c in fed.clients]
+        scheme.server_update(scheme.aggregate(uploads, fed.sizes))
+        local = [c.last.clone() for c in fed.clients]
+        view = _Round(
+            received,
+            uploads,
+            local,
+            sum(w * v for w, v in zip(fed.weights, local, strict=True)),
+            time.perf_counter() - start,
+        )
     view.gap = float((scheme.global_model() - view.global_model).abs().max())
     return view
 
@@ -383,7 +340,7 @@ def _collusion_secure(
     of the others from the sum minus its own share; error of decoding client i's masked upload as
     it is)."""
     import torch
-    from immersion_mpdp.ddp import from_fixed
+    from immersion.securesum import from_fixed
 
     best = naive = 0.0
     w0 = weights[0]
@@ -414,7 +371,8 @@ def run_shared_noise_difference(*, quick: bool = False, seed: int = 0) -> list[A
     attacker's rank test in the detail), the cosines between the clients' model differences read
     without any key, and what one colluding client's kit decodes; each again with the mitigations
     ``client-noise`` (plus a row projecting out the attacker's estimate of ``range(N1)``) and
-    ``secure-aggregation`` (:func:`secure_sum`), with their measured costs.
+    ``secure-aggregation`` (the real ``secure_aggregation=True`` run of the engine), with their
+    measured costs.
 
     Parameters
     ----------
@@ -479,13 +437,19 @@ def _client_noise_seconds(fed: _Federation, repeats: int = 20) -> float:
 def _difference_rows(
     scheme_name: str, *, hidden: tuple[int, ...], clients: int, seed: int, pca_factor: int
 ) -> list[AttackResult]:
-    from immersion_mpdp.ddp import from_fixed
+    from immersion.securesum import from_fixed
 
     base = _federation(scheme_name, seed=seed, hidden=hidden, clients=clients)
     kit, n, n_total = base.scheme.kit, base.n_params, base.scheme.n_encoded
     m = n_total - n
     n_rounds = _rounds_for(n + 10, clients)  # more differences than parameters: rank test
-    views = [_play(base, t, secure=True, seed=seed) for t in range(n_rounds)]
+    views = [_play(base, t) for t in range(n_rounds)]
+    # the real option: the same federation (same seed, keys, data) run with secure aggregation
+    secured = _federation(
+        scheme_name, seed=seed, hidden=hidden, clients=clients, secure_aggregation=True
+    )
+    sviews = [_play(secured, t) for t in range(n_rounds)]
+    dropout = _play(secured, n_rounds, faults=FaultPlan({(1, n_rounds): "raise"}))
     noisy_fed = _federation(
         scheme_name, seed=seed, hidden=hidden, clients=clients, client_noise=True
     )
@@ -497,7 +461,8 @@ def _difference_rows(
     r = _numerical_rank(true)
     indep, _ = _independent_encodings(base, views, seed)
     indep_r = _regroup(indep, enc_r)
-    masked = [[from_fixed(w) - from_fixed(v.masked[0]) for w in v.masked[1:]] for v in views]
+    masked = [[from_fixed(w) - from_fixed(v.masked[0]) for w in v.masked[1:]] for v in sviews]
+    s_true_r = [[_numpy(w - v.local[0]) for w in v.local[1:]] for v in sviews]
     noisy_enc, noisy_true, noisy_r, noisy_true_r = _differences(noisy)
     settings: dict[str | None, dict[str, Any]] = {
         None: {"rounds": enc_r, "true": true_r, "first": [_numpy(v.uploads[0]) for v in views]},
@@ -508,8 +473,8 @@ def _difference_rows(
         },
         "secure-aggregation": {
             "rounds": masked,
-            "true": true_r,
-            "first": [from_fixed(v.masked[0]) for v in views],
+            "true": s_true_r,
+            "first": [from_fixed(v.masked[0]) for v in sviews],
         },
     }
     draws = [
@@ -524,7 +489,7 @@ def _difference_rows(
     rank_base = {"at_n": _rank_ratio(indep, n), "at_r": _rank_ratio(indep, r)}
     direct, via_diff, guess = _collusion(views, kit)
     n_direct, n_via, _ = _collusion(noisy, noisy_fed.scheme.kit)
-    sec_best, sec_naive = _collusion_secure(views, kit, base.weights)
+    sec_best, sec_naive = _collusion_secure(sviews, secured.scheme.kit, secured.weights)
     collusion: dict[str | None, tuple[float, dict[str, Any]]] = {
         None: (direct, {"via_difference": via_diff}),
         "client-noise": (
@@ -552,9 +517,7 @@ def _difference_rows(
 
     t_base = float(np.median([v.seconds for v in views]))
     t_noisy = float(np.median([v.seconds for v in noisy]))
-    t_secure = float(
-        np.median([v.seconds + v.secure_seconds for v in views])
-    )  # same rounds: paired
+    t_secure = float(np.median([v.seconds for v in sviews]))  # the same rounds, the real option
     t_kernel = _client_noise_seconds(base)
     costs = {
         None: None,
@@ -568,10 +531,13 @@ def _difference_rows(
         ),
         "secure-aggregation": (
             f"round time x{t_secure / t_base:.2f} ({t_secure * 1e3:.1f} ms vs "
-            f"{t_base * 1e3:.1f} ms: X25519 and {clients - 1} AES-CTR masks per client, compute "
-            f"only, no extra round trips or dropout recovery); uploads 2x the bytes (two 64-bit "
-            f"words per number); masked sum exact to {max(v.secure_error for v in views):.1e}, "
-            f"decoded model equals FedAvg (max |w - w_fedavg| {_fedavg_gap(views):.1e})"
+            f"{t_base * 1e3:.1f} ms, median of {n_rounds} rounds of the engine's secure round: "
+            f"X25519 and {clients - 1} AES-CTR masks per client, the aggregator's sum and unmask; "
+            f"in process, no network); a round with one dropout (its masks recovered from the "
+            f"{clients - 1} survivors' seeds) {dropout.seconds * 1e3:.1f} ms "
+            f"(x{dropout.seconds / t_base:.2f}); uploads 2x the bytes (two 64-bit words per "
+            f"number); decoded model equals FedAvg (max |w - w_fedavg| "
+            f"{max(_fedavg_gap(sviews), dropout.gap):.1e})"
         ),
     }
     setting = {
@@ -740,6 +706,7 @@ def run_client_decodes(*, quick: bool = False, seed: int = 0) -> list[AttackResu
             for t in range(rounds):
                 view = _play(fed, t)
                 received = view.broadcast
+                assert received is not None  # a federation without secure aggregation
                 encoded = (
                     received
                     if kit.pi2_right is None or received.dim() == 1

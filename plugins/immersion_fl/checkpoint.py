@@ -20,7 +20,7 @@ from immersion._files import npz_bytes, write_private
 from .config import RunConfig
 
 if TYPE_CHECKING:
-    from .engine import Server
+    from .federation import Server
 
 HISTORY = (
     "accuracy",

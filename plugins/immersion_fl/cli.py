@@ -146,6 +146,14 @@ def fl_group() -> None:
     "--epsilon.",
 )
 @click.option(
+    "--secure-sum",
+    type=click.Choice(["core", "secagg+"]),
+    default="core",
+    show_default=True,
+    help="sgd-dp, gsgd-dp, gd-dp with --engine flower: the SDK's secure sum, or Flower's SecAgg+ "
+    "(quantised; masks from 32-bit Mersenne Twister seeds).",
+)
+@click.option(
     "--graph",
     default="complete",
     show_default=True,
@@ -172,6 +180,12 @@ def fl_group() -> None:
     show_default=True,
     help="Client model norm bound C (sensitivity 2C/|D_i|, seed 000 Remark 3; the paper uses "
     "1000).",
+)
+@click.option(
+    "--secure-aggregation",
+    is_flag=True,
+    help="sifl-m1, sifl-m2, sifl-rm: the aggregator gets pairwise-masked uploads and learns only "
+    "their weighted sum (dropouts recovered).",
 )
 @click.option(
     "--keys", type=click.Choice(["auto", "dense", "block"]), default="auto", show_default=True
@@ -231,7 +245,8 @@ def fl_group() -> None:
     "inject",
     multiple=True,
     metavar="CLIENT:ROUND:KIND",
-    help="Make a client fail on purpose (raise, timeout, malformed, wrong-shape).",
+    help="Make a client fail on purpose (raise, timeout, malformed, wrong-shape; no-recovery: a "
+    "survivor does not reveal its seeds, mpdp and --secure-aggregation).",
 )
 @click.option(
     "--checkpoint",

@@ -31,7 +31,7 @@ FAULT_KINDS = (
     "malformed",
     "wrong-shape",
     "no-recovery",
-)  # no-recovery: mpdp only
+)  # no-recovery: a survivor does not reveal its seeds (mpdp, secure aggregation)
 
 
 @dataclass(frozen=True)

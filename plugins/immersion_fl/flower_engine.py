@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from immersion import OptionalDependencyError
+from immersion.securesum import SecureSumClient
 
 from .client import Client
-from .engine import (
+from .faults import FaultPlan, upload_problem
+from .federation import (
     EveryClientFailedError,
     FederatedTask,
     RunConfig,
@@ -36,10 +38,10 @@ from .engine import (
     optimizer_by_name,
     task_from_config,
 )
-from .faults import FaultPlan, upload_problem
 from .modular import FixedPointFedAvg, IntegerBroadcast, ModularClientKit
 from .scheme import Scheme
 from .schemes import ClientKit, client_upload
+from .secure import masked_upload, new_party
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -115,7 +117,18 @@ def arrays_record(payload: dict[str, np.ndarray]) -> "ArrayRecord":
     )
 
 
-def _await_nodes(grid: "Grid", count: int, seconds: float = 120.0) -> list[int]:
+def await_nodes(grid: "Grid", count: int, seconds: float = 120.0) -> list[int]:
+    """The grid's node ids, once ``count`` have connected (or after ``seconds``).
+
+    Parameters
+    ----------
+    grid:
+        The Flower grid.
+    count:
+        Nodes to wait for.
+    seconds:
+        The longest wait.
+    """
     deadline = time.time() + seconds
     nodes: list[int] = []
     while len(nodes) < count and time.time() < deadline:
@@ -150,7 +163,7 @@ def serve(
 
     flwr_app = _flwr()[0]
     ConfigRecord, Message, RecordDict = flwr_app.ConfigRecord, flwr_app.Message, flwr_app.RecordDict
-    nodes = _await_nodes(grid, cfg.clients)
+    nodes = await_nodes(grid, cfg.clients)
     server = Server.create(
         cfg, task or task_from_config(cfg)
     )  # keys drawn; noise calibrated after |D_i|
@@ -182,26 +195,29 @@ def serve(
         sizes[int(info["pid"])] = int(info["n_samples"])
     server.calibrate([sizes[i] for i in sorted(sizes)])
 
-    def flower_round(scheme: Scheme, name: str, t: int, dropped: list[dict[str, Any]]) -> float:
+    def flower_round(
+        scheme: Scheme, name: str, t: int, dropped: list[dict[str, Any]], members: set[int]
+    ) -> tuple[float, list[int]]:
         start = time.perf_counter()
         payload = arrays_record(_broadcast_arrays(scheme.broadcast(t)))
         config = ConfigRecord({"kind": "train", "scheme": name, "round": t})
+        asked = {n: pid for n, pid in pid_of.items() if pid in members}
         msgs = [
             Message(
                 content=RecordDict({"w": payload, "config": config}),
                 dst_node_id=n,
                 message_type="train",
             )
-            for n in pid_of
+            for n in asked
         ]
-        uploads, weights, answered = [], [], set()
+        uploads, weights, answered, contributors = [], [], set(), []
         replies = grid.send_and_receive(msgs, timeout=cfg.client_timeout)
         for reply in sorted(replies, key=lambda r: pid_of.get(r.metadata.src_node_id, -1)):
             pid = pid_of.get(reply.metadata.src_node_id, -1)
             answered.add(pid)
             upload = None if reply.has_error() else _upload(reply.content["w"]["w"].numpy())
             problem = (
-                f"raised: {reply.error.reason}"
+                f"raised: {error_reason(reply.error.reason)}"
                 if upload is None
                 else upload_problem(upload, scheme.upload_shape, scheme.upload_dtype)
             )
@@ -211,27 +227,304 @@ def serve(
                 continue
             uploads.append(upload)
             weights.append(sizes[pid])
-        for pid in sorted(set(pid_of.values()) - answered):
+            contributors.append(pid)
+        for pid in sorted(set(asked.values()) - answered):
             reason = f"no answer within {cfg.client_timeout} s"
             LOG.warning("round %d: client %d left out: %s", t, pid, reason)
             dropped.append({"round": t, "client": pid, "reason": reason})
         if not uploads:
             raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
         scheme.server_update(scheme.aggregate(uploads, weights))
-        return time.perf_counter() - start
+        return time.perf_counter() - start, contributors
 
+    everyone = set(pid_of.values())
     for t in range(cfg.rounds):
-        seconds = flower_round(server.scheme, "scheme", t, server.result.dropped)
+        scheme = server.scheme
+        seconds, contributors = (
+            secure_flower_round(
+                grid, cfg, scheme, pid_of, sizes, t, server.result.dropped, server.result.aborted
+            )
+            if scheme.secure_aggregation
+            else flower_round(scheme, "scheme", t, server.result.dropped, everyone)
+        )
         seconds_plain = (
-            flower_round(server.plain, server.plain.name, t, [])
+            flower_round(server.plain, server.plain.name, t, [], set(contributors))[0]
             if server.plain is not None
             else None
         )
         for reference in server.references.values():  # float FedAvg beside an integer scheme
-            flower_round(reference, reference.name, t, [])
+            flower_round(reference, reference.name, t, [], set(contributors))
         server.record(t, seconds, seconds_plain, progress)
     server.result.final_model = server.scheme.global_model()
     return server.result
+
+
+def send_each(
+    grid: "Grid",
+    contents: dict[int, "RecordDict"],
+    node_of: dict[int, int],
+    timeout: float | None,
+) -> dict[int, "Message | str"]:
+    """Send ``contents[k]`` to client ``k``'s node (message type ``train``); each answer by
+    client, or why there is none (an error, or no answer within ``timeout``).
+
+    Parameters
+    ----------
+    grid:
+        The Flower grid.
+    contents:
+        Client -> message content.
+    node_of:
+        Client -> node id.
+    timeout:
+        Seconds to wait (None: no limit).
+    """
+    Message = _flwr()[0].Message
+    msgs = [
+        Message(content=c, dst_node_id=node_of[k], message_type="train")
+        for k, c in contents.items()
+    ]
+    by_node = {r.metadata.src_node_id: r for r in grid.send_and_receive(msgs, timeout=timeout)}
+    out: dict[int, Message | str] = {}
+    for k in contents:
+        reply = by_node.get(node_of[k])
+        out[k] = (
+            f"no answer within {timeout} s"
+            if reply is None
+            else f"raised: {error_reason(reply.error.reason)}"
+            if reply.has_error()
+            else reply
+        )
+    return out
+
+
+def error_reason(text: str) -> str:
+    """The exception's message from a node's error report (Flower wraps it, with a traceback).
+
+    Parameters
+    ----------
+    text:
+        ``reply.error.reason``.
+
+    Examples
+    --------
+    >>> error_reason("ClientAppException occurred. Message: bad upload'>")
+    'bad upload'
+    """
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else "no reason given"
+    return last.split(" occurred. Message: ", 1)[-1].rstrip(">").rstrip("'\"")
+
+
+def _uint8(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.uint8).copy()
+
+
+def _bytes(array: "Array") -> bytes:
+    return np.asarray(array.numpy(), dtype=np.uint8).tobytes()
+
+
+def secure_flower_round(
+    grid: "Grid",
+    cfg: RunConfig,
+    scheme: Scheme,
+    pid_of: dict[int, int],
+    sizes: dict[int, int],
+    t: int,
+    dropped: list[dict[str, Any]],
+    aborted: list[dict[str, Any]],
+) -> tuple[float, list[int]]:
+    """One round of a scheme with ``secure_aggregation`` over Flower messages
+    (:func:`secure_flower_sum` of the scheme's broadcast and uploads, then its
+    ``aggregator_code`` and ``server_update``).
+
+    Parameters
+    ----------
+    grid, cfg:
+        The Flower grid and the run.
+    scheme:
+        The scheme (keys drawn, noise calibrated).
+    pid_of, sizes:
+        Node id -> partition id; partition id -> |D_i|.
+    t:
+        The round.
+    dropped, aborted:
+        Where left-out clients and given-up attempts are recorded.
+
+    Returns
+    -------
+    tuple
+        The round's seconds and the clients whose uploads are in the sum.
+    """
+    import torch
+
+    start = time.perf_counter()
+    payload = arrays_record({"w": scheme.broadcast(t).cpu().numpy()})
+    total, contributors = secure_flower_sum(
+        grid,
+        {pid: n for n, pid in pid_of.items()},
+        sizes,
+        t,
+        content={"w": payload},
+        config={"scheme": "scheme"},
+        n_values=int(np.prod(scheme.upload_shape)),
+        timeout=cfg.client_timeout,
+        dropped=dropped,
+        aborted=aborted,
+    )
+    scheme.server_update(scheme.aggregator_code(torch.as_tensor(total)))
+    return time.perf_counter() - start, contributors
+
+
+def secure_flower_sum(
+    grid: "Grid",
+    node_of: dict[int, int],
+    sizes: dict[int, int],
+    t: int,
+    *,
+    content: dict[str, Any],
+    config: dict[str, Any],
+    n_values: int,
+    timeout: float | None,
+    dropped: list[dict[str, Any]],
+    aborted: list[dict[str, Any]],
+) -> tuple[np.ndarray, list[int]]:
+    """The weighted sum ``sum_i |D_i| v_i / sum |D_i|`` of the clients' vectors as a secure sum
+    over Flower messages (:mod:`immersion_fl.secure`, the core's :mod:`immersion.securesum`).
+
+    Messages (type ``train``, the phase in ``config["kind"]``): ``secagg/advertise`` (a fresh key
+    pair per round and attempt; the node keeps it in ``context.state``), ``train`` with
+    ``content``, every public key and the node's weight (the node answers with its masked vector,
+    :func:`immersion_fl.secure.masked_upload`), and ``secagg/reveal`` to the survivors if clients
+    dropped out after the key agreement; if a survivor does not reveal, the attempt is given up
+    and retried with fresh keys among the others (:data:`immersion_fl.secure.MAX_ATTEMPTS`).
+
+    Parameters
+    ----------
+    grid:
+        The Flower grid.
+    node_of:
+        Client (partition id) -> node id, for every client that may take part.
+    sizes:
+        Client -> weight before normalisation (``|D_i|``; equal sizes give the mean).
+    t:
+        The round.
+    content:
+        Record parts every ``train`` message carries (e.g. the broadcast).
+    config:
+        Extra ``train`` config entries (e.g. the scheme name).
+    n_values:
+        The length of a client's (unmasked) vector.
+    timeout:
+        Seconds to wait for each phase's answers.
+    dropped, aborted:
+        Where left-out clients and given-up attempts are recorded.
+
+    Returns
+    -------
+    tuple
+        The weighted sum renormalised over the contributors (float64), and the contributors.
+    """
+    from .secure import MAX_ATTEMPTS, SecureRound, given_up, record_abort
+
+    flwr_app = _flwr()[0]
+    ConfigRecord, RecordDict = flwr_app.ConfigRecord, flwr_app.RecordDict
+    members = sorted(node_of)
+
+    def leave_out(k: int, reason: str) -> None:
+        LOG.warning("round %d: client %d left out: %s", t, k, reason)
+        dropped.append({"round": t, "client": k, "reason": reason})
+
+    for attempt in range(MAX_ATTEMPTS):
+        head = {"round": t, "attempt": attempt}
+        advertise = ConfigRecord({"kind": "secagg/advertise", **head})
+        answers = send_each(
+            grid, {k: RecordDict({"config": advertise}) for k in members}, node_of, timeout
+        )
+        publics = {}
+        for k, reply in answers.items():
+            if isinstance(reply, str):
+                leave_out(k, reply)
+            else:
+                publics[k] = _bytes(reply.content["keys"]["public"])
+        members = sorted(publics)
+        if not members:
+            raise EveryClientFailedError(f"round {t}: no client answered the key advertisement")
+        sec = SecureRound(t, members, sizes, publics)
+        public_record = arrays_record({str(k): _uint8(v) for k, v in publics.items()})
+        answers = send_each(
+            grid,
+            {
+                k: RecordDict(
+                    {
+                        **content,
+                        "publics": public_record,
+                        "config": ConfigRecord(
+                            {
+                                "kind": "train",
+                                "secure": True,
+                                "weight": sec.weight(k),
+                                "n_summands": len(members),
+                                **config,
+                                **head,
+                            }
+                        ),
+                    }
+                )
+                for k in members
+            },
+            node_of,
+            timeout,
+        )
+        masked: dict[int, np.ndarray] = {}
+        for k in members:
+            reply = answers[k]
+            words = None if isinstance(reply, str) else reply.content["w"]["masked"].numpy()
+            problem = reply if isinstance(reply, str) else sec.problem(words, n_values)
+            if problem:
+                leave_out(k, problem)
+            else:
+                masked[k] = words
+        if not masked:
+            raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
+        asked = sec.requests(masked)  # dropped after the key agreement: survivors reveal
+        answers = (
+            send_each(
+                grid,
+                {
+                    v: RecordDict(
+                        {
+                            "dropped": arrays_record({"d": np.asarray(ds, dtype=np.int64)}),
+                            "publics": public_record,
+                            "config": ConfigRecord({"kind": "secagg/reveal", **head}),
+                        }
+                    )
+                    for v, ds in asked.items()
+                },
+                node_of,
+                timeout,
+            )
+            if asked
+            else {}
+        )
+        seeds: dict[int, dict[int, bytes]] = {}
+        silent: dict[int, str] = {}
+        for v, reply in answers.items():
+            try:
+                got = {d: _bytes(reply.content["seeds"][str(d)]) for d in asked[v]}  # type: ignore[union-attr]
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                silent[v] = reply if isinstance(reply, str) else f"unreadable answer: {exc}"
+                continue
+            if any(len(seed) != 32 for seed in got.values()):
+                silent[v] = "seeds that are not 32 bytes long"
+            else:
+                seeds[v] = got
+        if silent:
+            record_abort(t, attempt, silent, aborted)
+            members = [k for k in members if k in masked and k not in silent]
+            continue
+        return sec.total(masked, seeds), sorted(masked)
+    raise given_up(t)
 
 
 def make_client_train(
@@ -277,8 +570,13 @@ def make_client_train(
                 ),
                 reply_to=msg,
             )
+        if config["kind"] == "secagg/advertise":
+            return secagg_advertise(msg, context, index)
         run = context.state["run"]
         client = _node_client(client_for, run, index)
+        faults_here = FaultPlan({(c, r): k for c, r, k in json.loads(run["faults"])})
+        if config["kind"] == "secagg/reveal":
+            return secagg_reveal(msg, context, index, faults_here)
         received = _received({k: v.numpy() for k, v in msg.content["w"].items()})
         t = int(config["round"])
         if config["scheme"] == "fedavg-fixed-point":  # the exact twin of the integer schemes
@@ -288,9 +586,17 @@ def make_client_train(
         else:
             kit = None if config["scheme"] == "fedavg" else _kit(context.state["kit"])
             work = lambda c, r, t: client_upload(kit, c, r, t)  # noqa: E731
-        faults_here = FaultPlan({(c, r): k for c, r, k in json.loads(run["faults"])})
         timeout = RunConfig.from_json(run["cfg"]).client_timeout or 0.0
         upload = faults_here.apply(index, t, lambda: work(client, received, t), timeout)
+        if "secure" in config:
+            party = restore_party(context, index, t, int(config["attempt"]))
+            publics = {int(k): _bytes(v) for k, v in msg.content["publics"].items()}
+            words = masked_upload(
+                party, upload, float(config["weight"]), publics, int(config["n_summands"])
+            )
+            return Message(
+                content=RecordDict({"w": arrays_record({"masked": words})}), reply_to=msg
+            )
         upload = upload if isinstance(upload, np.ndarray) else upload.detach().cpu().numpy()
         return Message(content=RecordDict({"w": arrays_record({"w": upload})}), reply_to=msg)
 
@@ -330,6 +636,90 @@ def _kit(record: Any) -> ClientKit | ModularClientKit:
     if "fraction_bits" in arrays:
         return ModularClientKit.from_arrays(arrays)
     return ClientKit.from_arrays(arrays, make_backend("torch", dtype="float64", device="cpu"))
+
+
+def secagg_advertise(msg: "Message", context: "Context", index: int) -> "Message":
+    """``secagg/advertise``: a fresh key pair for (round, attempt), kept in ``context.state`` (on
+    the node, never sent); answers with the public key.
+
+    Parameters
+    ----------
+    msg, context:
+        The message and the node's context.
+    index:
+        The node's client index (partition id).
+    """
+    flwr_app = _flwr()[0]
+    config = msg.content["config"]
+    t, attempt = int(config["round"]), int(config["attempt"])
+    party = new_party(index, t)
+    context.state["secagg"] = flwr_app.ConfigRecord(
+        {
+            "round": t,
+            "attempt": attempt,
+            "private": party.agreement.private_key_bytes(),
+            "public": party.public_bytes,
+        }
+    )
+    return flwr_app.Message(
+        content=flwr_app.RecordDict(
+            {"keys": arrays_record({"public": _uint8(party.public_bytes)})}
+        ),
+        reply_to=msg,
+    )
+
+
+def restore_party(context: "Context", index: int, t: int, attempt: int) -> SecureSumClient:
+    """The key pair this node advertised for ``(t, attempt)``, checked against its public key.
+
+    Parameters
+    ----------
+    context:
+        The node's context (``state["secagg"]``).
+    index:
+        The node's client index.
+    t, attempt:
+        The round and attempt the message is for.
+    """
+    state = context.state["secagg"]
+    if (int(state["round"]), int(state["attempt"])) != (t, attempt):
+        raise RuntimeError(
+            f"asked for round {t} attempt {attempt}, but the last key advertised was for round "
+            f"{state['round']} attempt {state['attempt']}"
+        )
+    party = new_party(index, t, bytes(state["private"]))
+    if party.public_bytes != bytes(state["public"]):
+        raise RuntimeError(f"client {index}: the stored key pair does not match its public key")
+    return party
+
+
+def secagg_reveal(msg: "Message", context: "Context", index: int, faults: FaultPlan) -> "Message":
+    """``secagg/reveal``: this node's mask seeds with the dropped clients named (and only them).
+
+    Parameters
+    ----------
+    msg, context:
+        The message and the node's context.
+    index:
+        The node's client index.
+    faults:
+        Injected faults (``no-recovery``: the node refuses).
+    """
+    flwr_app = _flwr()[0]
+    config = msg.content["config"]
+    t = int(config["round"])
+    if faults.faults.get((index, t)) == "no-recovery":
+        raise RuntimeError(f"injected fault: client {index} does not reveal its seeds")
+    party = restore_party(context, index, t, int(config["attempt"]))
+    dropped = [int(d) for d in msg.content["dropped"]["d"].numpy()]
+    publics = {int(k): _bytes(v) for k, v in msg.content["publics"].items()}
+    seeds = party.reveal(dropped, publics)
+    return flwr_app.Message(
+        content=flwr_app.RecordDict(
+            {"seeds": arrays_record({str(d): _uint8(seed) for d, seed in seeds.items()})}
+        ),
+        reply_to=msg,
+    )
 
 
 def _node_client(client_for: ClientFactory, run: ConfigRecord, index: int) -> Client:

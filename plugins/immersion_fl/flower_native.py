@@ -215,6 +215,12 @@ class SiflStrategy(Strategy):
                 "the wrapped strategy averages the uploads in floating point; modular "
                 "coding needs integer sums (run it with immersion_fl.run or immersion fl run)",
             )
+        if self.options.secure_aggregation:
+            raise InvalidArgumentError(
+                "secure_aggregation",
+                "SiflStrategy hands the uploads to your strategy's own aggregation; secure "
+                "aggregation runs in immersion_fl.run / immersion fl run (local or Flower engine)",
+            )
         self.strategy, self.scheme_name, self.min_samples = strategy, scheme, min_samples
         self._rng = np.random.default_rng(rng)
         self.scheme: SiflM1 | None = None

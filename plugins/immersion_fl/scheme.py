@@ -92,6 +92,10 @@ class Scheme(ABC):
     key_bytes: int = 0
     #: What a client holds to run :meth:`client_upload` (SIFL's ``ClientKit``), or None.
     kit: "ClientKit | None" = None
+    #: Whether the engines run the aggregation as a secure sum (:mod:`immersion_fl.secure`):
+    #: :meth:`weighted_sum` is then computed from masked uploads, :meth:`aggregator_code` and
+    #: :meth:`server_update` run unchanged on the result.
+    secure_aggregation: bool = False
 
     @abstractmethod
     def setup(self, w0: "torch.Tensor") -> None:

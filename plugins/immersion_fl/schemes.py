@@ -281,6 +281,9 @@ class SiflOptions(SchemeOptions):
         and decoding bit-identical to FedAvg on the same fixed-point values.
     fraction_bits:
         ``f`` of the fixed-point values ``round(w 2^f)`` (modular arithmetic).
+    secure_aggregation:
+        The aggregator receives pairwise-masked uploads and learns only their weighted sum
+        (:mod:`immersion_fl.secure`, the core's :mod:`immersion.securesum`; dropouts recovered).
 
     Examples
     --------
@@ -301,6 +304,7 @@ class SiflOptions(SchemeOptions):
     client_noise: bool = False
     arithmetic: str = "float"
     fraction_bits: int = 32
+    secure_aggregation: bool = False
 
     noise_auto: ClassVar[str | None] = "laplace"
 
@@ -318,10 +322,11 @@ class SiflOptions(SchemeOptions):
             )
         if self.keys not in KEY_KINDS:
             raise InvalidArgumentError("keys", f"expected one of {KEY_KINDS}, got {self.keys!r}")
-        if not isinstance(self.client_noise, (bool, np.bool_)):
-            raise InvalidArgumentError(
-                "client_noise", f"expected True or False, got {self.client_noise!r}"
-            )
+        for name in ("client_noise", "secure_aggregation"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise InvalidArgumentError(
+                    name, f"expected True or False, got {getattr(self, name)!r}"
+                )
         if self.arithmetic not in ("float", "modular"):
             raise InvalidArgumentError(
                 "arithmetic", f"expected 'float' or 'modular', got {self.arithmetic!r}"
@@ -335,12 +340,12 @@ class SiflOptions(SchemeOptions):
     def _check_modular(self) -> None:
         """Options that only the float coding uses are refused, naming them."""
         defaults = SiflOptions()
-        for name in ("noise", "delta", "epsilon_local", "client_noise"):
+        for name in ("noise", "delta", "epsilon_local", "client_noise", "secure_aggregation"):
             if getattr(self, name) != getattr(defaults, name):
                 raise InvalidArgumentError(
                     name,
                     "applies to arithmetic='float'; modular coding draws its noise uniformly "
-                    "modulo 2^64 (per-element epsilon 0)",
+                    "modulo 2^64 (per-element epsilon 0) and sums its uploads as integers",
                 )
 
     def check_engine(self, engine: str) -> None:
@@ -483,6 +488,7 @@ class SiflM1(FedAvg):
         self.extra = options.extra or default_extra
         self.noise, self.delta, self.clip = options.noise, options.delta, options.clip
         self.epsilon_local, self.client_noise = options.epsilon_local, options.client_noise
+        self.secure_aggregation = bool(options.secure_aggregation)
         self.rng, self.backend = context.rng, context.backend
         self.noise_scale = 1.0
         #: Simulation only: seeds the clients' noise (None: OS entropy).

@@ -61,8 +61,8 @@ __getattr__ = lazy_attributes(
 
 @hookimpl
 def immersion_register_fl_schemes() -> list[SchemeSpec]:
-    from .engine import run_mpdp
     from .options import MpdpOptions
+    from .runner import run_mpdp
 
     return [
         SchemeSpec(

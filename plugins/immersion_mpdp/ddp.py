@@ -13,8 +13,9 @@ A client's upload has two parts:
   uniform 64-bit masks, so the server learns only their sum over the round's clients, as in
   secure aggregation. The sum is still noise-free: when the round's clients hold few samples in
   all (10 in the demo), the same attack recovers every one of them from the sum. Two 64-bit limbs
-  per number (2^-60 resolution, range ``2^43 / K``) keep the recovered sum within about 1e-15 of
-  the float sum.
+  per number (2^-60 resolution, range ``2^42 / K``) keep the recovered sum within about 1e-15 of
+  the float sum. Seeds, keystream, fixed point and masks are the core's secure-sum primitive
+  (:mod:`immersion.securesum`).
 
 A client that drops out after the key agreement leaves its neighbours' ``Delta`` and masks
 uncancelled. :func:`dropout_correction` removes them from the seeds its surviving neighbours
@@ -28,16 +29,14 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 from immersion import InvalidArgumentError
+from immersion.securesum import add_pair_mask, from_fixed, keystream_uniform, to_fixed
 
-from .agreement import keystream, keystream_uniform
 from .laws import uniform_dn
 from .lmt import LocalResult
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-HIGH_BITS = 20  # fixed point: x = (high + low / 2^LOW_BITS) / 2^HIGH_BITS
-LOW_BITS = 40
 PURPOSES = ("delta", "mask")
 
 
@@ -126,33 +125,6 @@ def pair_delta(seed: bytes, sigma_delta: float, size: int) -> np.ndarray:
     return keystream_uniform(seed, size, -bound, bound)
 
 
-def pair_mask(seed: bytes, size: int) -> np.ndarray:
-    """Uniform 64-bit masks for ``size`` fixed-point numbers (two limbs each)."""
-    return keystream(seed, 2 * size)
-
-
-def to_fixed(values: np.ndarray, n_clients: int) -> np.ndarray:
-    """Two-limb fixed point; refuses numbers whose sum over ``n_clients`` could overflow."""
-    limit = 2.0 ** (62 - HIGH_BITS) / max(1, n_clients)
-    worst = float(np.max(np.abs(values))) if values.size else 0.0
-    if not np.isfinite(worst) or worst >= limit:
-        raise InvalidArgumentError(
-            "corrections",
-            f"max |Psi, Phi| = {worst:.3g} exceeds the fixed-point range "
-            f"{limit:.3g} for {n_clients} clients; run without masked corrections",
-        )
-    scaled = values * 2.0**HIGH_BITS
-    high = np.floor(scaled)
-    low = np.round((scaled - high) * 2.0**LOW_BITS)
-    return np.stack([high.astype(np.int64), low.astype(np.int64)], axis=1).ravel().view(np.uint64)
-
-
-def from_fixed(total: np.ndarray) -> np.ndarray:
-    """The float sum from the summed (mod 2^64) limbs."""
-    limbs = total.view(np.int64).reshape(-1, 2).astype(np.float64)
-    return (limbs[:, 0] + limbs[:, 1] / 2.0**LOW_BITS) / 2.0**HIGH_BITS
-
-
 def add_pair_terms(
     grad: np.ndarray,
     corrections: np.ndarray,
@@ -170,9 +142,7 @@ def add_pair_terms(
             seeds["delta"], noise.sigma_delta, layout.gradient_size
         )
     if noise.mask_corrections:
-        (np.add if me < peer else np.subtract)(
-            corrections, pair_mask(seeds["mask"], layout.correction_size), out=corrections
-        )
+        add_pair_mask(corrections, me, peer, seeds["mask"])
 
 
 def ddp_client(
@@ -190,7 +160,7 @@ def ddp_client(
     if noise.sigma_eta > 0:
         grad += uniform_dn(noise.sigma_eta, grad.shape, rng)  # Eq. 16
     if noise.mask_corrections:
-        corrections = to_fixed(corrections, n_clients)
+        corrections = to_fixed(corrections, n_clients, argument="corrections")
     for peer in sorted(seeds):
         add_pair_terms(grad, corrections, me, peer, seeds[peer], layout, noise)
     return Upload(grad, corrections)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 from immersion import InvalidArgumentError
+from immersion.securesum import reveal_requests, revealed_pairs
 from immersion_fl.data import load_dataset, split_clients
 from immersion_fl.engine import EveryClientFailedError, FederatedTask, RunConfig, RunResult
 from immersion_fl.faults import FaultPlan
@@ -53,7 +54,6 @@ class MpdpResult(RunResult):
     calibration: Calibration | None = None
     sensitivity_observed: list[float] = field(default_factory=list)
     phase_s: dict[str, list[float]] = field(default_factory=dict)
-    aborted: list[dict[str, Any]] = field(default_factory=list)
     weights: list[Any] = field(default_factory=list)  # the server's final model (never sent)
     plain_name: str = "fedsgd (plain)"
 
@@ -266,28 +266,6 @@ def apply_fault(kind: str | None, work: Callable[[], Upload]) -> Upload:
     return upload
 
 
-def reveal_requests(
-    gone: list[int], graph: dict[int, list[int]], uploads: dict[int, Upload]
-) -> dict[int, list[int]]:
-    """Which survivor must reveal its pair seeds with which dropped clients."""
-    asked: dict[int, list[int]] = {}
-    for d in gone:
-        for v in graph[d]:
-            if v in uploads:
-                asked.setdefault(v, []).append(d)
-    return asked
-
-
-def revealed_pairs(
-    gone: list[int],
-    graph: dict[int, list[int]],
-    uploads: dict[int, Upload],
-    seeds: dict[int, dict[int, dict[str, bytes]]],
-) -> list[tuple[int, int, dict[str, bytes]]]:
-    """``(survivor, dropped, seeds)`` in a fixed order (so both engines sum identically)."""
-    return [(v, d, seeds[v][d]) for d in gone for v in graph[d] if v in uploads]
-
-
 def abort(
     t: int,
     attempt: int,
@@ -426,29 +404,19 @@ def close_round(
     )
 
 
-def run_mpdp(
+def run_local(
     cfg: RunConfig,
     *,
-    engine: str = "local",
     progress: Callable[[str], None] | None = None,
     faults: FaultPlan | None = None,
     task: FederatedTask | None = None,
 ) -> MpdpResult:
-    """Train ``cfg`` with MP-DP beside plain FedSGD (same batches, same survivors every round);
-    with ``task``, on a user's bias-free ReLU MLP and data (local engine)."""
-    validate(cfg, task)
-    if engine == "flower" and task is not None:
-        raise InvalidArgumentError(
-            "engine",
-            "mpdp's Flower engine builds its clients from the SDK's datasets; "
-            "run a user's model and data with engine='local'",
-        )
-    if engine == "flower":
-        from .flower_engine import run_flower
+    """Train ``cfg`` with MP-DP in this process beside plain FedSGD (same batches, same survivors
+    every round); with ``task``, on a user's bias-free ReLU MLP and data.
 
-        return run_flower(cfg, progress=progress, faults=faults or FaultPlan())
-    if engine != "local":
-        raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
+    :func:`immersion_mpdp.runner.run_mpdp` picks this engine or Flower's.
+    """
+    validate(cfg, task)
     run = start(cfg, task)
     clients = {c.index: c for c in run.setup.clients}
     for t in range(cfg.rounds):

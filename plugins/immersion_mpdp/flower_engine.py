@@ -38,8 +38,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+from immersion.securesum import reveal_requests, revealed_pairs
 from immersion_fl import flower_engine as fl_flower
-from immersion_fl.engine import RunConfig
+from immersion_fl.engine import EveryClientFailedError, RunConfig
 from immersion_fl.faults import FaultPlan
 from immersion_fl.flower_engine import arrays_record as _arrays
 from immersion_fl.flower_engine import flwr_types as _flwr_types
@@ -131,7 +132,7 @@ class _Nodes:
             out[key_of[n]] = (
                 f"no answer within {self.timeout} s"
                 if reply is None
-                else f"raised: {_reason(reply.error.reason)}"
+                else f"raised: {fl_flower.error_reason(reply.error.reason)}"
                 if reply.has_error()
                 else reply
             )
@@ -140,13 +141,6 @@ class _Nodes:
     def leave_out(self, t: int, k: int, reason: str) -> None:
         LOG.warning("round %d: client %d left out: %s", t, k, reason)
         self.dropped.append({"round": t, "client": k, "reason": reason})
-
-
-def _reason(text: str) -> str:
-    """The exception's message from a node's error report (Flower wraps it, with a traceback)."""
-    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-    last = lines[-1] if lines else "no reason given"
-    return last.split(" occurred. Message: ", 1)[-1].rstrip(">").rstrip("'\"")
 
 
 def _records(**parts: Any) -> RecordDict:
@@ -256,9 +250,9 @@ def flower_round(
             else:
                 nodes.leave_out(t, k, str(problem))
         if not uploads:
-            raise RuntimeError(f"round {t}: every client failed; nothing to aggregate")
+            raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
         gone = [k for k in members if k not in uploads]
-        asked = engine.reveal_requests(gone, graph, uploads)
+        asked = reveal_requests(gone, graph, uploads)
         requests = {
             v: _records(
                 dropped={"d": np.asarray(ds, dtype=np.int64)},
@@ -275,7 +269,7 @@ def flower_round(
             members = [k for k in uploads if k not in silent]
             continue
         seeds = {v: got for v, got in replies.items() if not isinstance(got, str)}
-        revealed = engine.revealed_pairs(gone, graph, uploads, seeds)
+        revealed = revealed_pairs(gone, graph, uploads, seeds)
         tick = time.perf_counter()
         server.finish_round(uploads, revealed)
         phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
@@ -289,7 +283,7 @@ def flower_round(
 def serve(
     grid: Grid, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str], None] | None
 ) -> engine.MpdpResult:
-    """The ServerApp's work for ``cfg``: the server side of :func:`.engine.run_mpdp`."""
+    """The ServerApp's work for ``cfg``: the server side of :func:`.runner.run_mpdp`."""
     messages = {
         "cfg": cfg.to_json(),
         "faults": json.dumps([[c, t, k] for (c, t), k in plan.faults.items()]),

@@ -57,7 +57,9 @@ def write_plots(run: ReactorRun, folder: Path) -> list[Path]:
     ax.semilogy(
         t, np.maximum(run.controller_state_error, 1e-18), label="max |x_c plain - x_c decoded|"
     )
-    ax.axhline(run.report.decode_error_bound, color="k", ls=":", label="predicted bound")
+    ax.semilogy(t, run.u_decode_bound, lw=0.8, label="per-decode bound of u (rigorous)")
+    ax.semilogy(t, np.maximum(run.u_decode_error, 1e-18), lw=0.8, label="per-decode error of u")
+    ax.axhline(run.report.decode_error_estimate, color="k", ls=":", label="probe-point estimate")
     ax.set_xlabel("t [s]")
     ax.legend()
     fig.suptitle("Fig. 10: decoding error")

@@ -16,6 +16,7 @@ from immersion import (
     PrivacyReport,
     immerse,
 )
+from immersion.privacy.bounds import exact_decode_output_errors, exact_decode_state_errors
 
 from .model import ReactorController, ReactorParameters
 
@@ -103,7 +104,13 @@ class ReactorRun:
     x_plain, x_immersed : np.ndarray
         Plant states, shape ``(samples + 1, 2)``.
     controller_state_error : np.ndarray
-        Max abs difference of the decoded and the plain controller state, per sample.
+        Max abs difference of the decoded and the plain controller state, per sample (drift: the
+        cloud's rounding, amplified by ``f`` and carried by the state; no bound is claimed).
+    u_decode_bound, u_decode_error : np.ndarray
+        Per sample: the rigorous bound of the output decode's rounding
+        (``Immersion.decode_output_with_bound``) and its exact error (rational arithmetic).
+    state_decode_bound, state_decode_error : np.ndarray
+        The same for the decode of the controller state.
     step_s_plain : np.ndarray
         Controller time per sample (plain).
     step_s_immersed : np.ndarray
@@ -128,6 +135,10 @@ class ReactorRun:
     x_plain: np.ndarray
     x_immersed: np.ndarray
     controller_state_error: np.ndarray
+    u_decode_bound: np.ndarray
+    u_decode_error: np.ndarray
+    state_decode_bound: np.ndarray
+    state_decode_error: np.ndarray
     step_s_plain: np.ndarray
     step_s_immersed: np.ndarray
     round_trip_s: np.ndarray
@@ -206,7 +217,9 @@ def run_reactor(
     plants = [ReactorPlant(params, dt=dt, substeps=substeps, samples=steps) for _ in range(2)]
     xc, xc_enc = ctrl.initial_state.copy(), imm.encode_state(ctrl.initial_state)
     rec: dict[str, list[Any]] = {
-        k: [] for k in ("y_p", "y_i", "y_e", "u_p", "u_d", "u_e", "xerr", "tp", "ti", "rt")
+        k: []
+        for k in ("y_p", "y_i", "y_e", "u_p", "u_d", "u_e", "xerr", "tp", "ti", "rt", "ub", "ue")
+        + ("xb", "xe")
     }
     x_plain, x_imm = [plants[0].x.copy()], [plants[1].x.copy()]
     clock = time.perf_counter
@@ -243,7 +256,14 @@ def run_reactor(
             ("rt", t3 - t2),
         ):
             rec[key].append(value)
-        rec["xerr"].append(float(np.abs(imm.decode_state(xc_enc) - xc).max()))
+        # audit of every decode (outside the timings): its bound and its exact error
+        bounded = imm.decode_output_with_bound(u_enc, y_enc)
+        rec["ub"].append(float(np.max(bounded.error_bound)))
+        rec["ue"].append(float(exact_decode_output_errors(imm.keys, u_enc, y_enc, u_i).max()))
+        state = imm.decode_state_with_bound(xc_enc)
+        rec["xb"].append(float(np.max(state.error_bound)))
+        rec["xe"].append(float(exact_decode_state_errors(imm.keys, xc_enc, state.value).max()))
+        rec["xerr"].append(float(np.abs(state.value - xc).max()))
     return ReactorRun(
         t=np.arange(steps) * dt,
         y_plain=np.array(rec["y_p"]),
@@ -255,6 +275,10 @@ def run_reactor(
         x_plain=np.array(x_plain),
         x_immersed=np.array(x_imm),
         controller_state_error=np.array(rec["xerr"]),
+        u_decode_bound=np.array(rec["ub"]),
+        u_decode_error=np.array(rec["ue"]),
+        state_decode_bound=np.array(rec["xb"]),
+        state_decode_error=np.array(rec["xe"]),
         step_s_plain=np.array(rec["tp"]),
         step_s_immersed=np.array(rec["ti"]),
         round_trip_s=np.array(rec["rt"]),
@@ -276,12 +300,19 @@ def summary(run: ReactorRun, *, remote: bool = False) -> dict[str, Any]:
     Returns
     -------
     dict
-        Errors of the immersed loop against the plain one, the report's epsilons and decoding
-        bound, and the time per step of both loops and their ratio.
+        The drift of the immersed loop against the plain one (``max_abs_u_error``,
+        ``max_abs_controller_state_error``: measured, no bound claimed), the per-decode rounding
+        (``max_abs_decode_error``, exact, against ``decode_error_bound``, the largest rigorous
+        per-decode bound, and their ratio: median and worst), the report's epsilons and its
+        probe-point ``decode_error_estimate`` (an estimate of the per-step error, not a bound),
+        and the time per step of both loops and their ratio.
     """
     if run.report is None:
         raise InvalidArgumentError("run", "has no privacy report (not made by run_reactor)")
     u_scale = max(1.0, float(np.abs(run.u_plain).max()))
+    ratios = np.concatenate(
+        [run.u_decode_error / run.u_decode_bound, run.state_decode_error / run.state_decode_bound]
+    )
     out = {
         "steps": int(run.t.size),
         "dt": float(run.t[1] - run.t[0]) if run.t.size > 1 else None,
@@ -295,7 +326,15 @@ def summary(run: ReactorRun, *, remote: bool = False) -> dict[str, Any]:
         "epsilon_input": run.report.epsilon_input,
         "epsilon_output": run.report.epsilon_output,
         "epsilon_input_proven": run.report.epsilon_input_proven,
-        "decode_error_bound": run.report.decode_error_bound,
+        "decode_error_estimate": run.report.decode_error_estimate,
+        "decode_error_bound": float(max(run.u_decode_bound.max(), run.state_decode_bound.max())),
+        "max_abs_decode_error": float(max(run.u_decode_error.max(), run.state_decode_error.max())),
+        "decode_bound_holds": bool(
+            (run.u_decode_error <= run.u_decode_bound).all()
+            and (run.state_decode_error <= run.state_decode_bound).all()
+        ),
+        "decode_error_over_bound_median": float(np.median(ratios)),
+        "decode_error_over_bound_max": float(ratios.max()),
         "step_time_ratio": float(np.median(run.step_s_immersed) / np.median(run.step_s_plain)),
         "step_time_ratio_mean": float(run.step_s_immersed.sum() / run.step_s_plain.sum()),
         "plain_step_us_median": float(np.median(run.step_s_plain) * 1e6),

@@ -4,8 +4,9 @@ Public API (imported on first use): the accountant (:func:`guarantee`, :class:`S
 users' updates and WF-NA noise (:func:`gaussian_sampling_update`, :func:`wfna_noise`), and the sum
 through Flower's SecAgg+ (:func:`secagg_sum`, :func:`plain_sum`).
 
-Registers the federated schemes ``sgd-dp``, ``gsgd-dp`` and ``gd-dp`` (``immersion fl run``) and
-the command ``immersion dp secagg`` (the accountant of Theorems 2 and 4).
+Registers the federated schemes ``sgd-dp``, ``gsgd-dp`` and ``gd-dp`` (``immersion fl run``), the
+command ``immersion dp secagg`` (the accountant of Theorems 2 and 4) and the audit's attack
+``secagg-mask-seed`` (:mod:`.attacks`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from immersion._lazy import lazy_attributes
-from immersion.hookspecs import CommandSpec, SchemeSpec, hookimpl
+from immersion.hookspecs import AttackSpec, CommandSpec, SchemeSpec, hookimpl
 
 if TYPE_CHECKING:
     from .accountant import (
@@ -100,4 +101,19 @@ def immersion_register_fl_schemes() -> list[SchemeSpec]:
             options=DpSgdOptions,
             runner=run_secagg,
         ),
+    ]
+
+
+@hookimpl
+def immersion_register_attacks() -> list[AttackSpec]:
+    from . import attacks
+
+    return [
+        AttackSpec(
+            "secagg-mask-seed",
+            attacks.SCHEMES,
+            attacks.run_secagg_mask_seed,
+            "Flower SecAgg+ masks come from 2^28 Mersenne Twister seeds: the aggregator searches "
+            "one and unmasks a user's update (mitigation: core-secure-sum)",
+        )
     ]

@@ -13,12 +13,15 @@ or given. The reference ("plain") run takes the same steps without any noise: th
 for ``sgd-dp``, the clipped full mean for the others. Users are trimmed to the same D (the
 analysis assumes |D_i| = D).
 
-``engine="flower"`` runs the users as Flower nodes and the sum through Flower's SecAgg+
-(:mod:`immersion_secagg.flower_secagg`): a fixed-point sum (coordinates clipped to
+``engine="flower"`` runs the users as Flower nodes and, by default (``secure_sum="core"``), the
+sum through the SDK's secure sum (:mod:`immersion_secagg.core_flower`: cryptographic pairwise
+masks, a sum within ``N 2^-61`` of the exact one). ``secure_sum="secagg+"`` uses Flower's SecAgg+
+instead (:mod:`immersion_secagg.flower_secagg`): a fixed-point sum (coordinates clipped to
 ``C + 8 sqrt(sigma2 + C^2 / B)``, 2^22 levels), so the trained model differs from the exact sum's
-by the quantisation error, and the accountant's guarantee is for the exact sum, not the quantised
-one (see that module). There the nodes draw their sampling and noise from OS entropy; the
-reference run and the round-time ratio are computed in-process.
+by the quantisation error, the accountant's guarantee is for the exact sum, not the quantised
+one, and every mask comes from a 32-bit Mersenne Twister seed (audit row ``secagg-mask-seed``).
+The nodes draw their sampling and noise from OS entropy; the reference run and the round-time
+ratio are computed in-process. The local engine sums the updates in process (a simulation).
 """
 
 from __future__ import annotations
@@ -402,6 +405,10 @@ def _flower_models(cfg: RunConfig, w0: Tensor, sigma2: float) -> AggregationRun:
     def step(model: np.ndarray, total: np.ndarray, contributors: list[int]) -> np.ndarray:
         return model - lr * total / len(contributors)  # FedSGD: the mean over who contributed
 
+    if options_of(cfg).secure_sum == "core":
+        from .core_flower import core_secure_models
+
+        return core_secure_models(cfg, w0.numpy(), sigma2, step=step)
     return secagg_sum(
         NodeUpdates(cfg, sigma2),
         cfg.clients,

@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from immersion import InvalidArgumentError
 from immersion_fl.config import SchemeOptions, check_real, check_switch
+
+#: How the Flower engine sums the users' updates.
+SECURE_SUMS = ("core", "secagg+")
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,11 @@ class DpSgdOptions(SchemeOptions):
         Per-example gradient clip ``C``.
     sigma2:
         Per-user noise variance (the WF-NA floor for gsgd-dp); None: calibrated to ``epsilon``.
+    secure_sum:
+        How ``engine="flower"`` sums the updates: ``"core"`` (the SDK's secure sum,
+        :mod:`immersion_secagg.core_flower`: cryptographic masks, a sum within ``N 2^-61`` of the
+        exact one, dropouts recovered) or ``"secagg+"`` (Flower's SecAgg+: quantised and clipped,
+        masks from 32-bit Mersenne Twister seeds; kept for comparison).
 
     Examples
     --------
@@ -36,6 +45,7 @@ class DpSgdOptions(SchemeOptions):
     delta: float = 1e-5
     grad_clip: float = 10.0
     sigma2: float | None = None
+    secure_sum: str = "core"
 
     def __post_init__(self) -> None:
         check_switch("noise", self.noise)
@@ -44,3 +54,7 @@ class DpSgdOptions(SchemeOptions):
         check_real("grad_clip", self.grad_clip, low=0.0)
         if self.sigma2 is not None:
             check_real("sigma2", self.sigma2, low=0.0, open_low=False)
+        if self.secure_sum not in SECURE_SUMS:
+            raise InvalidArgumentError(
+                "secure_sum", f"expected one of {SECURE_SUMS}, got {self.secure_sum!r}"
+            )

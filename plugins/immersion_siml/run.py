@@ -106,7 +106,7 @@ def privacy_figures(user: Any) -> dict[str, Any]:
         "sensitivity_data": report.sensitivity_input,
         "sensitivity_model": report.sensitivity_output,
         "noise_scale": report.noise_scale,
-        "decode_error_bound": report.decode_error_bound,
+        "decode_error_estimate": report.decode_error_estimate,
         "guarantee": "per element of one encoded sample (epsilon_data) and of the encoded model (epsilon_model), "
         "against parties without the target; the service decodes both (THREAT_MODEL.md)",
     }

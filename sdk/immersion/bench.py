@@ -110,7 +110,7 @@ def bench_core(
                     "key_build_s": build_s,
                     "key_bytes": imm.keys.nbytes,
                     "max_abs_state_error": err,
-                    "decode_error_bound": imm.report().decode_error_bound,
+                    "decode_error_estimate": imm.report().decode_error_estimate,
                 }
             )
     return {"benchmark": "core", "steps": steps, "repeats": repeats, "results": rows}

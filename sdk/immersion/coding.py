@@ -20,6 +20,7 @@ from .keygen import (
 )
 from .keys import Keys, ModularKeys
 from .privacy import PrivacyReport, privacy_report
+from .privacy.bounds import DecodeBounds, Decoded
 from .privacy.precision import refuse_infeasible_precision
 from .probing import estimate_input_gain, probe_both, uses_public
 from .target import CheckedFunction, TargetAlgorithm
@@ -62,6 +63,7 @@ class Immersion:
             unit_roundoff=backend.unit_roundoff, dtype=backend.dtype_name, input_gain=input_gain
         )
         self._report: PrivacyReport | None = None
+        self._bounds: DecodeBounds | None = None
 
     def _array(self, name: str, value: Any, last_dim: int) -> Any:
         return v.backend_array(self.backend, name, value, last_dim=last_dim)
@@ -104,8 +106,52 @@ class Immersion:
         )
         return v.finite_result(self.backend, "encoded_state", decoded, "decoding it")
 
+    def decode_output_with_bound(self, encoded_output: Any, encoded_input: Any) -> Decoded:
+        """:meth:`decode_output` and a rigorous elementwise bound on its rounding error.
+
+        The bound holds for every call: ``|value - Pi3_left (u~ - Pi4 y~)|`` (exact arithmetic,
+        the same vectors and stored keys) is at most ``error_bound``
+        (:mod:`immersion.privacy.bounds`). It costs about one more decode.
+
+        Parameters
+        ----------
+        encoded_output : array
+            ``u~`` as the cloud returned it.
+        encoded_input : array
+            The ``y~`` it was computed from.
+
+        Returns
+        -------
+        Decoded
+            ``(value, error_bound)``.
+        """
+        ut = self._array("encoded_output", encoded_output, self.target.n_output_encoded)
+        yt = self._array("encoded_input", encoded_input, self.target.n_input_encoded)
+        return Decoded(self.decode_output(ut, yt), self._decode_bounds().output(ut, yt))
+
+    def decode_state_with_bound(self, encoded_state: Any) -> Decoded:
+        """:meth:`decode_state` and a rigorous elementwise bound on its rounding error.
+
+        Parameters
+        ----------
+        encoded_state : array
+            ``x~``.
+
+        Returns
+        -------
+        Decoded
+            ``(value, error_bound)``: ``|value - Pi2_left x~|`` is at most ``error_bound``.
+        """
+        xt = self._array("encoded_state", encoded_state, self.target.n_state_encoded)
+        return Decoded(self.decode_state(xt), self._decode_bounds().state(xt))
+
+    def _decode_bounds(self) -> DecodeBounds:
+        if self._bounds is None:
+            self._bounds = DecodeBounds(self.keys, self.backend)
+        return self._bounds
+
     def report(self) -> PrivacyReport:
-        """Per-element epsilon recomputed from the drawn keys, and the predicted decode error."""
+        """Per-element epsilon from the drawn keys, and the estimated decode error (not a bound)."""
         if self._report is None:
             self._report = privacy_report(self.keys, **self._report_args)  # type: ignore[arg-type]
         return self._report
@@ -179,8 +225,9 @@ def immerse(
         options above do not apply to it (a non-default value is refused); values whose
         fixed-point form would wrap are refused with an error naming the signal.
     tolerance:
-        Largest acceptable predicted decode error; settings that cannot meet it raise
-        :class:`PrecisionError` naming the smallest feasible epsilons. ``None`` disables the check.
+        Largest acceptable estimated decode error (the probe-point estimate, not a bound);
+        settings that cannot meet it raise :class:`PrecisionError` naming the smallest feasible
+        epsilons. ``None`` disables the check.
         (Modular decoding is exact: every tolerance is met.)
     backend, device, dtype:
         ``"numpy"`` (float64 reference) or ``"torch"`` (``device="cpu"``/``"cuda"``, float32/float64).

@@ -1,5 +1,6 @@
 """Secret keys: dense and block-structured codes (float and modulo 2^64), validation, save/load."""
 
+from .arrays import code_arrays
 from .codes import DenseCode, DenseMask, StructuredCode, StructuredMask
 from .keys import Keys, NoiseLaw, draw_code
 from .modular import (
@@ -10,7 +11,7 @@ from .modular import (
     draw_modular_code,
 )
 from .stats import RowStats
-from .store import code_arrays, load_keys, save_keys
+from .store import load_keys, save_keys
 
 __all__ = [
     "Keys",

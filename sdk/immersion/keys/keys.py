@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from .arrays import key_arrays
 from .codes import Code, DenseCode, DenseMask, StructuredCode, StructuredMask, row_norms
 from .stats import RowStats
 from .structured import draw_structured_layout
@@ -385,8 +386,6 @@ class Keys(KeyViews):
     @cached_property
     def fingerprint(self) -> str:
         """First 16 hex digits of a SHA-256 over every key array and the noise law."""
-        from .store import key_arrays
-
         digest = hashlib.sha256()
         for name, arr in sorted(key_arrays(self).items()):
             digest.update(name.encode())

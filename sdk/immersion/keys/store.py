@@ -11,6 +11,7 @@ import numpy as np
 
 from .._files import as_path, read_signed, writable_path, write_signed
 from ..errors import InvalidArgumentError, KeyFileError
+from .arrays import CODE_NAMES, key_arrays
 from .codes import DenseCode, DenseMask, StructuredCode, StructuredMask
 from .structured import MixParams
 
@@ -22,49 +23,6 @@ if TYPE_CHECKING:
 MAGIC = b"IMMERSION-KEYS-1\n"
 #: Format 2: integer keys of the modular arithmetic (older versions refuse them by this header).
 MAGIC_MODULAR = b"IMMERSION-KEYS-2\n"
-_CODES = ("input", "state", "output")
-
-
-def code_arrays(code: Any) -> dict[str, np.ndarray]:
-    """Every array that defines one code (dense or block, float or integer), by a stable name."""
-    from .modular import ModularBlockCode, ModularDenseCode
-
-    if isinstance(code, (ModularDenseCode, ModularBlockCode)):
-        return code.arrays()
-    if isinstance(code, DenseCode):
-        return {"pi": code.pi, "pi_left": code.pi_left, "noise_basis": code.noise_basis}
-    m = code.mix
-    return {
-        "blocks": m.blocks,
-        "tail": m.tail,
-        "householder": m.householder,
-        "group_ids": m.group_ids,
-        "row_perm": m.row_perm,
-        "signal_pos": code.signal_pos,
-        "noise_pos": code.noise_pos,
-        "flat_pos": code.flat_pos,
-        "signal_scale": np.array([code.signal_scale]),
-    }
-
-
-def key_arrays(keys: "Keys") -> dict[str, np.ndarray]:
-    """Every array that defines ``keys``, by a stable name (used for saving and the fingerprint)."""
-    out = {
-        f"{name}.{k}": v
-        for name in _CODES
-        for k, v in code_arrays(getattr(keys, f"{name}_code")).items()
-    }
-    if isinstance(keys.mask, DenseMask):
-        out["mask.pi4"] = keys.mask.pi4
-    else:
-        out.update(
-            {
-                "mask.beta": np.array([keys.mask.beta]),
-                "mask.signs": keys.mask.signs,
-                "mask.source": keys.mask.source,
-            }
-        )
-    return out
 
 
 def save_keys(
@@ -117,7 +75,7 @@ def modular_meta(keys: "ModularKeys") -> dict[str, Any]:
     return {
         "format": 2,
         "arithmetic": "modular",
-        "codes": {name: getattr(keys, f"{name}_code").kind for name in _CODES},
+        "codes": {name: getattr(keys, f"{name}_code").kind for name in CODE_NAMES},
     }
 
 
@@ -130,7 +88,7 @@ def modular_keys_from_arrays(
     try:
         if meta.get("format") != 2 or meta.get("arithmetic") != "modular":
             raise ValueError(f"expected format 2 with modular arithmetic, got {meta!r}")
-        codes = {name: _modular_code(arrays, name, meta["codes"][name]) for name in _CODES}
+        codes = {name: _modular_code(arrays, name, meta["codes"][name]) for name in CODE_NAMES}
         n_out, n_noise = codes["output"].n_total, codes["input"].n_noise
         weights = _uint(arrays["mask.weights"], 1)
         source_idx = _index(arrays["mask.source"], n_noise)
@@ -214,7 +172,7 @@ def keys_meta(keys: "Keys") -> dict[str, Any]:
     """The non-array part of ``keys`` (noise law, code kinds), JSON-ready."""
     return {
         "noise": None if keys.noise is None else dataclasses.asdict(keys.noise),
-        "codes": {name: getattr(keys, f"{name}_code").kind for name in _CODES},
+        "codes": {name: getattr(keys, f"{name}_code").kind for name in CODE_NAMES},
         "mask": "dense" if isinstance(keys.mask, DenseMask) else "structured",
         "mask_is_generated": keys.mask_is_generated,
     }
@@ -227,7 +185,7 @@ def keys_from_arrays(
     from .keys import Keys, NoiseLaw
 
     try:
-        codes = {name: _code(arrays, name, meta["codes"][name]) for name in _CODES}
+        codes = {name: _code(arrays, name, meta["codes"][name]) for name in CODE_NAMES}
         mask: Any = (
             DenseMask(_real(arrays["mask.pi4"], 2))
             if meta["mask"] == "dense"
@@ -289,7 +247,7 @@ def _check_working(keys: "Keys") -> None:
     from ..backends.numpy_backend import NumpyBackend
 
     be, rng = NumpyBackend(), np.random.default_rng(0)
-    for name in _CODES:
+    for name in CODE_NAMES:
         code = getattr(keys, f"{name}_code")
         if not 1 <= code.n_signal < code.n_total or code.n_noise != code.n_total - code.n_signal:
             raise ValueError(

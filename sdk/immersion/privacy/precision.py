@@ -1,11 +1,17 @@
-"""Predicted decoding error: why epsilon and exactness trade off (../notes/seed002.md section 5).
+"""Estimated decoding error: why epsilon and exactness trade off (../notes/seed002.md section 5).
 
 Decoding cancels noise of size about ``||N^i|| sigma`` to recover a signal of unit scale; in
 floating point the rounding error of that cancellation is about
 ``unit_roundoff * sqrt(n~) * (largest noise entry)``. The decoded input's error then passes
 through ``f`` and ``g``; ``input_gain`` (estimated by :func:`immerse` from random probes of
 ``f`` and ``g`` around the probe point) scales it. The model is calibrated on random keys and
-systems (tests/test_privacy.py checks measured errors stay below it).
+systems (tests/test_privacy.py checks measured errors stay below it at the probe point).
+
+It is an estimate (``decode_error_estimate``), not a bound: over a closed-loop trajectory ``f``
+and ``g`` can amplify more than at the probe point and the state carries rounding forward
+(``immersion demo reactor`` measured up to 4.6 times the estimate). What holds in every run is
+the a posteriori bound of each decode, :mod:`immersion.privacy.bounds`. The tolerance check
+(:func:`refuse_infeasible_precision`) runs before any data exists, so it uses this estimate.
 """
 
 from __future__ import annotations
@@ -32,11 +38,11 @@ ROUNDING_CONSTANT = 4.0
 
 @dataclass(frozen=True)
 class PrecisionPrediction:
-    """Largest expected entry of y~ and u~ and the predicted max abs decode error."""
+    """Largest expected entry of y~ and u~ and the estimated max abs decode error (not a bound)."""
 
     max_input_entry: float
     max_output_entry: float
-    decode_error_bound: float
+    decode_error_estimate: float
 
 
 def _largest_entry(
@@ -49,7 +55,7 @@ def _largest_entry(
 def predict_decode_error(
     keys: Keys, unit_roundoff: float, *, input_gain: float = 1.0
 ) -> PrecisionPrediction:
-    """Predicted max abs error of one decoded output (and one state step) for keys with a noise law.
+    """Estimated max abs error of one decoded output (and one state step) for keys with a noise law.
 
     ``input_gain``: how much ``f`` and ``g`` amplify a small random error in their input ``y``
     (max-norm ratio; 1 for unit-gain maps).
@@ -58,8 +64,8 @@ def predict_decode_error(
     --------
     >>> from immersion import immerse
     >>> imm = immerse(lambda x, y: x, lambda x, y: y, n_state=1, n_input=1, n_output=1, rng=0)
-    >>> bound = predict_decode_error(imm.keys, 2.0 ** -53).decode_error_bound
-    >>> 1e-13 < bound < 1e-9          # float64, epsilon = 1e-3
+    >>> estimate = predict_decode_error(imm.keys, 2.0 ** -53).decode_error_estimate
+    >>> 1e-13 < estimate < 1e-9          # float64, epsilon = 1e-3
     True
     """
     law = keys.noise
@@ -108,20 +114,25 @@ def refuse_infeasible_precision(
     targets: NoiseTargets | None,
     input_gain: float,
 ) -> None:
-    """Refuse settings whose predicted decode error exceeds ``tolerance`` (seed002 notes section 5).
+    """Refuse settings whose estimated decode error exceeds ``tolerance`` (seed002 notes section 5).
+
+    The check runs when the keys are drawn, before any data: it uses the probe-point estimate
+    (:func:`predict_decode_error`), not the per-decode bound, and the message says so.
 
     ``targets`` (a :class:`immersion.keygen.NoiseTargets`, or None for keys that came with their
     own noise law) lets the message name the smallest feasible epsilons, with a margin of
     ``SUGGESTION_MARGIN`` so that they also work for a fresh key draw.
     """
     unit_roundoff, dtype = be.unit_roundoff, be.dtype_name
-    predicted = predict_decode_error(keys, unit_roundoff, input_gain=input_gain).decode_error_bound
+    predicted = predict_decode_error(
+        keys, unit_roundoff, input_gain=input_gain
+    ).decode_error_estimate
     if predicted <= tolerance:
         return
     if targets is None:
         raise PrecisionError(
-            f"tolerance: these keys' noise gives a predicted decode error {predicted:.3g} in "
-            f"{dtype}, above tolerance {tolerance:.3g}",
+            f"tolerance: these keys' noise gives an estimated decode error {predicted:.3g} in "
+            f"{dtype} (the probe-point estimate, not a bound), above tolerance {tolerance:.3g}",
             smallest_feasible_epsilon_input=math.nan,
             smallest_feasible_epsilon_output=math.nan,
         )
@@ -129,15 +140,16 @@ def refuse_infeasible_precision(
     def predicted_at(factor: float) -> float:
         return predict_decode_error(
             targets.apply(keys, scale=factor), unit_roundoff, input_gain=input_gain
-        ).decode_error_bound
+        ).decode_error_estimate
 
     goal = tolerance / SUGGESTION_MARGIN
     floor = predicted_at(1e15)  # noise negligible: what rounding alone costs
     if floor >= goal:
         raise PrecisionError(
             "tolerance: no epsilon at this epsilon_input/epsilon_output ratio can meet tolerance "
-            f"{tolerance:.3g} in {dtype}: even negligible noise leaves a predicted rounding error "
-            f"of {floor:.3g}. Raise tolerance{' or use float64' if dtype != 'float64' else ''}.",
+            f"{tolerance:.3g} in {dtype}: even negligible noise leaves an estimated rounding error "
+            f"of {floor:.3g} (the probe-point estimate, not a bound). "
+            f"Raise tolerance{' or use float64' if dtype != 'float64' else ''}.",
             smallest_feasible_epsilon_input=math.nan,
             smallest_feasible_epsilon_output=math.nan,
         )
@@ -150,7 +162,8 @@ def refuse_infeasible_precision(
     eps_in, eps_out = targets.epsilon_input, targets.epsilon_output
     raise PrecisionError(
         f"tolerance: epsilon_input={eps_in:.3g}, epsilon_output={eps_out:.3g} need noise so large "
-        f"that the predicted decode error in {dtype} is {predicted:.3g} > tolerance "
+        f"that the estimated decode error in {dtype} (the probe-point estimate, not a bound) is "
+        f"{predicted:.3g} > tolerance "
         f"{tolerance:.3g}. The smallest feasible epsilons at this ratio are about "
         f"epsilon_input={eps_in * factor:.3g}, epsilon_output={eps_out * factor:.3g} (with a "
         f"{SUGGESTION_MARGIN:g}x margin for a fresh key draw), or raise "

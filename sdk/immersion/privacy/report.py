@@ -65,14 +65,16 @@ class PrivacyReport:
         The sensitivities the epsilons are for (L1 for Laplace, L2 for Gaussian).
     dtype : str
         The backend's dtype the decoding error is predicted for.
-    decode_error_bound : float
-        Predicted max abs error of a decoded output (and of one state step) for ``dtype``,
-        including ``input_gain``, the estimated amplification of input errors by ``f`` and ``g``.
-        0 for modular arithmetic (exact against the fixed-point twin).
+    decode_error_estimate : float
+        Estimated max abs error of a decoded output (and of one state step) for ``dtype``,
+        including ``input_gain``, the amplification of input errors by ``f`` and ``g`` measured
+        around the probe point: a calibrated model, not a bound (a closed loop can exceed it; the
+        rigorous per-decode bound is ``Immersion.decode_output_with_bound``). 0 for modular
+        arithmetic (exact against the fixed-point twin).
     max_encoded_input_entry, max_encoded_output_entry : float
         Largest expected entry of ``y~`` and ``u~`` (the precision model's estimate).
     input_gain : float
-        The amplification of input errors by ``f`` and ``g`` used in ``decode_error_bound``.
+        The amplification of input errors by ``f`` and ``g`` used in ``decode_error_estimate``.
     guarantee : str
         What the epsilons mean and against whom (the threat model in one paragraph).
     epsilon_input_elements, epsilon_output_elements : np.ndarray
@@ -106,7 +108,7 @@ class PrivacyReport:
     sensitivity_input: float
     sensitivity_output: float
     dtype: str
-    decode_error_bound: float
+    decode_error_estimate: float
     max_encoded_input_entry: float
     max_encoded_output_entry: float
     input_gain: float = 1.0
@@ -218,7 +220,7 @@ def privacy_report(
         sensitivity_input=law.sensitivity_input,
         sensitivity_output=law.sensitivity_output,
         dtype=dtype,
-        decode_error_bound=precision.decode_error_bound,
+        decode_error_estimate=precision.decode_error_estimate,
         max_encoded_input_entry=precision.max_input_entry,
         max_encoded_output_entry=precision.max_output_entry,
         input_gain=input_gain,
@@ -243,7 +245,7 @@ def modular_privacy_report(keys: Any, fraction_bits: int) -> PrivacyReport:
     --------
     >>> from immersion import draw_keys
     >>> r = modular_privacy_report(draw_keys(2, 1, 1, arithmetic="modular", rng=0), 24)
-    >>> r.epsilon_input, r.epsilon_output, r.quantisation_step == 2.0**-24, r.decode_error_bound
+    >>> r.epsilon_input, r.epsilon_output, r.quantisation_step == 2.0**-24, r.decode_error_estimate
     (0.0, 0.0, True, 0.0)
     >>> r.composed(10**6)["epsilon_input"]
     0.0
@@ -266,7 +268,7 @@ def modular_privacy_report(keys: Any, fraction_bits: int) -> PrivacyReport:
         sensitivity_input=2.0 * biggest,
         sensitivity_output=2.0 * biggest,
         dtype="uint64",
-        decode_error_bound=0.0,
+        decode_error_estimate=0.0,
         max_encoded_input_entry=float(2**MODULUS_BITS - 1),
         max_encoded_output_entry=float(2**MODULUS_BITS - 1),
         guarantee=MODULAR_GUARANTEE,

@@ -1,0 +1,636 @@
+"""One secure-sum primitive: pairwise masks that cancel in a sum, with dropout recovery.
+
+A round among clients ``0..K-1`` (Bonawitz et al., CCS 2017, section 4, without the double
+masking):
+
+1. every client makes a fresh X25519 key pair (:class:`KeyAgreement`) and publishes its public key
+   (the aggregator relays public keys only);
+2. two clients derive the same 32-byte secret by Diffie-Hellman and expand it with HKDF-SHA256
+   into one seed per purpose (:meth:`KeyAgreement.pair_seeds`; the HKDF info carries a ``label``,
+   the purpose, the round and the pair); the seed keys AES-256 in counter mode, a cryptographic
+   PRG (:func:`keystream`);
+3. a client turns its vector into two-limb fixed point (:func:`to_fixed`: 2^-60 resolution) and
+   adds, modulo 2^64, one uniform mask per peer (:func:`pair_mask`): ``+`` when its index is the
+   smaller of the pair, ``-`` otherwise (:func:`mask`). Nobody without a pair's seed, the
+   aggregator included, can tell a masked vector from uniform words;
+4. the aggregator adds the masked vectors modulo 2^64 (:func:`sum_words`): every mask between two
+   contributors cancels exactly; if clients dropped out after step 1, each surviving peer
+   reveals its seeds with them (:meth:`SecureSumClient.reveal`) and :func:`recovery_mask` removes
+   the masks left uncancelled; :func:`from_fixed` gives the float sum.
+
+What it protects, against whom: an aggregator (and anyone on the wire) that follows the protocol
+learns the sum over the contributors and who contributed, not a single vector. Not protected:
+a client that colludes with the aggregator learns its pair seeds (so with ``K - 1`` colluders
+the last vector is exposed by subtraction, as for any secure sum); an aggregator that asks for
+a client's seeds and later accepts that client's upload unmasks it (the double masking of
+Bonawitz et al. closes this; here the protocol must refuse uploads from clients it declared
+dropped); an active aggregator that lies about public keys (no authentication of the keys).
+
+Precision: :func:`to_fixed` stores ``x`` as ``(high + low / 2^40) / 2^20`` with ``high = floor(x
+2^20)`` and ``low = round(frac 2^40)``: each value is moved by at most ``2^-61`` and the sum of
+``K`` values is read back within ``K 2^-61`` plus one float64 rounding of the result; the range
+is ``|x| < 2^42 / K`` (refused beyond, naming the argument).
+
+Examples
+--------
+>>> import numpy as np
+>>> values = [np.array([0.25, -1.0]), np.array([1.5, 2.0]), np.array([-0.5, 3.0])]
+>>> clients = [SecureSumClient(k, 0, private_bytes=bytes([k + 1]) * 32) for k in range(3)]
+>>> publics = {c.index: c.public_bytes for c in clients}
+>>> masked = [c.mask(v, publics, n_summands=3) for c, v in zip(clients, values)]
+>>> unmask(sum_words(masked)).tolist()
+[1.25, 4.0]
+>>> # client 2 dropped after the key agreement: the survivors reveal their seeds with it
+>>> revealed = [(k, 2, clients[k].reveal([2], publics)[2]) for k in (0, 1)]
+>>> unmask(sum_words(masked[:2]), revealed).tolist()
+[1.75, 1.0]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Container, Iterable, Mapping, Sequence, TypeVar
+
+import numpy as np
+
+from .errors import InvalidArgumentError, OptionalDependencyError
+
+#: Bytes of an X25519 public key and of a pair seed.
+PUBLIC_KEY_BYTES = 32
+SEED_BYTES = 32
+#: Two-limb fixed point: ``x = (high + low / 2^LOW_BITS) / 2^HIGH_BITS``.
+HIGH_BITS = 20
+LOW_BITS = 40
+#: Words (uint64) per value in the fixed-point encoding.
+WORDS_PER_VALUE = 2
+#: The HKDF label of pair seeds unless a caller names its own.
+DEFAULT_LABEL = "immersion-securesum"
+#: The purpose of the masks' seeds.
+MASK = "mask"
+
+Revealed = tuple[int, int, bytes]  # (survivor, dropped, the pair's mask seed)
+S = TypeVar("S")
+
+
+def _crypto() -> tuple[Any, Any, Any, Any]:
+    try:
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric.x25519 import (
+            X25519PrivateKey,
+            X25519PublicKey,
+        )
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    except ImportError:
+        raise OptionalDependencyError("cryptography", "fl", "secure summation") from None
+    return X25519PrivateKey, X25519PublicKey, HKDF, hashes.SHA256
+
+
+@dataclass
+class KeyAgreement:
+    """One client's ephemeral X25519 key pair for one round, and its pair seeds.
+
+    Parameters
+    ----------
+    client : int
+        The client's index (pairs are named by their two indices).
+    round_t : int
+        The round (seeds of different rounds differ).
+    private_bytes : bytes, optional
+        32 raw bytes of the private key (a simulation that wants reproducible runs, or a node
+        that restores the key it advertised); by default a fresh key from OS entropy.
+    label : str
+        The first part of the HKDF info: two uses with different labels get unrelated seeds from
+        the same key pair (MP-DP uses ``"immersion-mpdp"``).
+
+    Examples
+    --------
+    >>> a, b = KeyAgreement(0, 3), KeyAgreement(5, 3)
+    >>> a.pair_seed(5, b.public_bytes, "mask") == b.pair_seed(0, a.public_bytes, "mask")
+    True
+    """
+
+    client: int
+    round_t: int
+    private_bytes: bytes | None = field(default=None, repr=False)
+    label: str = DEFAULT_LABEL
+
+    def __post_init__(self) -> None:
+        private_cls = _crypto()[0]
+        if self.private_bytes is None:
+            self._private = private_cls.generate()
+        else:
+            if not isinstance(self.private_bytes, bytes) or len(self.private_bytes) != 32:
+                raise InvalidArgumentError("private_bytes", "expected 32 bytes")
+            self._private = private_cls.from_private_bytes(self.private_bytes)
+
+    def private_key_bytes(self) -> bytes:
+        """The raw private key (32 bytes), for a node that must keep it between messages.
+
+        Returns
+        -------
+        bytes
+            32 bytes; :class:`KeyAgreement` with ``private_bytes`` set to them is the same key.
+        """
+        from cryptography.hazmat.primitives import serialization
+
+        raw: bytes = self._private.private_bytes(
+            serialization.Encoding.Raw,
+            serialization.PrivateFormat.Raw,
+            serialization.NoEncryption(),
+        )
+        return raw
+
+    @property
+    def public_bytes(self) -> bytes:
+        """The raw public key (32 bytes), what the client publishes."""
+        from cryptography.hazmat.primitives import serialization
+
+        raw: bytes = self._private.public_key().public_bytes(
+            serialization.Encoding.Raw,
+            serialization.PublicFormat.Raw,
+        )
+        return raw
+
+    def pair_seeds(
+        self, peer: int, peer_public: bytes, purposes: tuple[str, ...]
+    ) -> dict[str, bytes]:
+        """32-byte seeds shared with ``peer``, one per purpose (both sides get the same bytes).
+
+        One Diffie-Hellman exchange, then HKDF-SHA256 with info
+        ``"{label}/{purpose}/round {round_t}/pair {low}-{high}"``.
+
+        Parameters
+        ----------
+        peer : int
+            The other client's index.
+        peer_public : bytes
+            Its raw public key (32 bytes).
+        purposes : tuple of str
+            One seed per purpose (masks, noise, ...).
+
+        Returns
+        -------
+        dict of str to bytes
+            ``{purpose: seed}``.
+        """
+        _, public_cls, hkdf_cls, sha256 = _crypto()
+        if not isinstance(peer_public, bytes) or len(peer_public) != PUBLIC_KEY_BYTES:
+            raise InvalidArgumentError(
+                "peer_public", f"expected {PUBLIC_KEY_BYTES} raw bytes of an X25519 key"
+            )
+        secret = self._private.exchange(public_cls.from_public_bytes(peer_public))
+        low, high = sorted((self.client, peer))
+        return {
+            purpose: hkdf_cls(
+                algorithm=sha256(),
+                length=SEED_BYTES,
+                salt=None,
+                info=f"{self.label}/{purpose}/round {self.round_t}/pair {low}-{high}".encode(),
+            ).derive(secret)
+            for purpose in purposes
+        }
+
+    def pair_seed(self, peer: int, peer_public: bytes, purpose: str) -> bytes:
+        """The seed shared with ``peer`` for one ``purpose``.
+
+        Parameters
+        ----------
+        peer : int
+            The other client's index.
+        peer_public : bytes
+            Its raw public key (32 bytes).
+        purpose : str
+            What the seed is for.
+
+        Returns
+        -------
+        bytes
+            32 bytes.
+        """
+        return self.pair_seeds(peer, peer_public, (purpose,))[purpose]
+
+
+def keystream(seed: bytes, n_words: int) -> np.ndarray:
+    """``n_words`` pseudo-random 64-bit words: AES-256 in counter mode keyed by ``seed``.
+
+    A cryptographic PRG (as fast here as numpy's Philox).
+
+    Parameters
+    ----------
+    seed : bytes
+        32 bytes (a pair seed).
+    n_words : int
+        How many words.
+
+    Returns
+    -------
+    np.ndarray
+        ``uint64``, shape ``(n_words,)``.
+
+    Examples
+    --------
+    >>> words = keystream(bytes(32), 4)
+    >>> words.dtype, len(words), bool((words == keystream(bytes(32), 4)).all())
+    (dtype('uint64'), 4, True)
+    """
+    try:
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+    except ImportError:
+        raise OptionalDependencyError("cryptography", "fl", "secure summation") from None
+
+    if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
+        raise InvalidArgumentError("seed", f"expected {SEED_BYTES} bytes, got {seed!r:.40}")
+    encryptor = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
+    return np.frombuffer(encryptor.update(bytes(8 * n_words)), dtype=np.uint64)
+
+
+def keystream_uniform(seed: bytes, n: int, low: float, high: float) -> np.ndarray:
+    """``n`` uniform draws in ``[low, high)`` from :func:`keystream` (53 random bits each).
+
+    Parameters
+    ----------
+    seed : bytes
+        32 bytes.
+    n : int
+        How many draws.
+    low, high : float
+        The interval.
+
+    Returns
+    -------
+    np.ndarray
+        float64, shape ``(n,)``.
+
+    Examples
+    --------
+    >>> u = keystream_uniform(bytes(32), 1000, -1.0, 1.0)
+    >>> bool((u >= -1).all() and (u < 1).all())
+    True
+    """
+    unit = (keystream(seed, n) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return low + (high - low) * unit
+
+
+def fixed_point_limit(n_summands: int) -> float:
+    """The largest ``|x|`` :func:`to_fixed` takes when ``n_summands`` vectors will be summed.
+
+    ``2^(62 - HIGH_BITS) / n_summands``: the high limbs of the sum stay below ``2^62``.
+
+    Parameters
+    ----------
+    n_summands : int
+        How many vectors the sum has (at least 1).
+
+    Returns
+    -------
+    float
+        The bound (exclusive).
+
+    Examples
+    --------
+    >>> fixed_point_limit(1) == 2.0**42
+    True
+    """
+    return 2.0 ** (62 - HIGH_BITS) / max(1, int(n_summands))
+
+
+def to_fixed(values: np.ndarray, n_summands: int, *, argument: str = "values") -> np.ndarray:
+    """Two-limb fixed point (``WORDS_PER_VALUE`` uint64 words per value), ready to be masked.
+
+    ``high = floor(x 2^20)``, ``low = round((x 2^20 - high) 2^40)``: each value moves by at most
+    ``2^-61``.
+
+    Parameters
+    ----------
+    values : np.ndarray
+        Finite float64 values, any shape (flattened).
+    n_summands : int
+        How many such vectors will be summed: values whose sum could overflow are refused.
+    argument : str
+        The name used in the error (the caller's argument).
+
+    Returns
+    -------
+    np.ndarray
+        ``uint64``, shape ``(2 * values.size,)``: ``(high, low)`` per value, two's complement.
+
+    Examples
+    --------
+    >>> from_fixed(to_fixed(np.array([1 / 3, -2.5]), 4)).tolist() == [1 / 3, -2.5]
+    True
+    """
+    values = np.asarray(values, dtype=np.float64).ravel()
+    limit = fixed_point_limit(n_summands)
+    worst = float(np.max(np.abs(values))) if values.size else 0.0
+    if not np.isfinite(worst) or worst >= limit:
+        raise InvalidArgumentError(
+            argument,
+            f"max |{argument}| = {worst:.3g} exceeds the fixed-point range "
+            f"{limit:.3g} for {n_summands} summands",
+        )
+    scaled = values * 2.0**HIGH_BITS
+    high = np.floor(scaled)
+    low = np.round((scaled - high) * 2.0**LOW_BITS)
+    return np.stack([high.astype(np.int64), low.astype(np.int64)], axis=1).ravel().view(np.uint64)
+
+
+def from_fixed(total: np.ndarray) -> np.ndarray:
+    """The float values of summed (mod 2^64) two-limb words.
+
+    Parameters
+    ----------
+    total : np.ndarray
+        ``uint64`` words from :func:`to_fixed` or their sum (masks removed).
+
+    Returns
+    -------
+    np.ndarray
+        float64, one value per two words.
+    """
+    limbs = np.ascontiguousarray(total).view(np.int64).reshape(-1, 2).astype(np.float64)
+    out: np.ndarray = (limbs[:, 0] + limbs[:, 1] / 2.0**LOW_BITS) / 2.0**HIGH_BITS
+    return out
+
+
+def pair_mask(seed: bytes, n_values: int) -> np.ndarray:
+    """The pair's uniform 64-bit mask for ``n_values`` fixed-point values (two words each).
+
+    Parameters
+    ----------
+    seed : bytes
+        The pair's 32-byte mask seed.
+    n_values : int
+        How many values the masked vector holds.
+
+    Returns
+    -------
+    np.ndarray
+        ``uint64``, shape ``(2 * n_values,)``.
+    """
+    return keystream(seed, WORDS_PER_VALUE * n_values)
+
+
+def add_pair_mask(words: np.ndarray, me: int, peer: int, seed: bytes) -> None:
+    """Add, in place and modulo 2^64, what ``me`` puts into its words for its pair with ``peer``.
+
+    The pair's mask with ``+`` if ``me < peer``, ``-`` otherwise, so the two cancel in a sum.
+
+    Parameters
+    ----------
+    words : np.ndarray
+        ``uint64`` fixed-point words (changed in place).
+    me, peer : int
+        The two clients' indices.
+    seed : bytes
+        The pair's mask seed.
+    """
+    if me == peer:
+        raise InvalidArgumentError("peer", f"a client has no pair with itself ({me})")
+    mask_words = pair_mask(seed, words.size // WORDS_PER_VALUE)
+    (np.add if me < peer else np.subtract)(words, mask_words, out=words)
+
+
+def mask(words: np.ndarray, me: int, seeds: Mapping[int, bytes]) -> np.ndarray:
+    """``words`` plus, modulo 2^64, the signed masks of every pair of ``me`` (in place).
+
+    Parameters
+    ----------
+    words : np.ndarray
+        ``uint64`` fixed-point words (:func:`to_fixed`), changed in place.
+    me : int
+        This client's index.
+    seeds : mapping of int to bytes
+        ``{peer: mask seed}`` for every peer of this round.
+
+    Returns
+    -------
+    np.ndarray
+        ``words`` (the same array).
+    """
+    for peer in sorted(seeds):
+        add_pair_mask(words, me, peer, seeds[peer])
+    return words
+
+
+def sum_words(masked: Sequence[np.ndarray]) -> np.ndarray:
+    """The sum modulo 2^64 of masked word vectors (what the aggregator computes).
+
+    Parameters
+    ----------
+    masked : sequence of np.ndarray
+        ``uint64`` vectors of one length.
+
+    Returns
+    -------
+    np.ndarray
+        ``uint64``.
+    """
+    if not masked:
+        raise InvalidArgumentError("masked", "nothing to sum")
+    total = np.array(masked[0], dtype=np.uint64, copy=True)
+    for words in masked[1:]:
+        if words.shape != total.shape or words.dtype != np.uint64:
+            raise InvalidArgumentError(
+                "masked",
+                f"expected uint64 words of shape {total.shape}, got {words.dtype} {words.shape}",
+            )
+        total += words
+    return total
+
+
+def recovery_mask(revealed: Iterable[Revealed], n_words: int) -> np.ndarray:
+    """What the survivors' words hold of their pairs with dropped clients, to subtract.
+
+    Parameters
+    ----------
+    revealed : iterable of (int, int, bytes)
+        ``(survivor, dropped, mask seed)`` for every pair between a survivor and a client that
+        dropped out after the key agreement.
+    n_words : int
+        Length of the masked vectors.
+
+    Returns
+    -------
+    np.ndarray
+        ``uint64``, shape ``(n_words,)``.
+    """
+    correction = np.zeros(n_words, dtype=np.uint64)
+    for survivor, dropped, seed in revealed:
+        add_pair_mask(correction, survivor, dropped, seed)
+    return correction
+
+
+def unmask(total: np.ndarray, revealed: Iterable[Revealed] = ()) -> np.ndarray:
+    """The float sum from the aggregator's masked sum and the seeds revealed for dropouts.
+
+    Parameters
+    ----------
+    total : np.ndarray
+        :func:`sum_words` of the contributors' masked words.
+    revealed : iterable of (int, int, bytes)
+        ``(survivor, dropped, mask seed)`` for every pair between a contributor and a client
+        that advertised a key but did not contribute (:func:`recovery_mask`).
+
+    Returns
+    -------
+    np.ndarray
+        float64, one value per two words.
+    """
+    return from_fixed(total - recovery_mask(revealed, total.size))
+
+
+def reveal_requests(
+    dropped: Sequence[int], neighbours: Mapping[int, Iterable[int]], contributors: Container[int]
+) -> dict[int, list[int]]:
+    """Which contributor must reveal its pair seeds with which dropped clients (step 4).
+
+    Parameters
+    ----------
+    dropped : sequence of int
+        Clients that advertised a key but did not contribute.
+    neighbours : mapping of int to iterable of int
+        Each client's peers (every other member for a complete graph).
+    contributors : container of int
+        The clients whose masked vectors are in the sum.
+
+    Returns
+    -------
+    dict of int to list of int
+        ``{survivor: [dropped peers]}``.
+
+    Examples
+    --------
+    >>> reveal_requests([2], {0: [1, 2], 1: [0, 2], 2: [0, 1]}, {0, 1})
+    {0: [2], 1: [2]}
+    """
+    asked: dict[int, list[int]] = {}
+    for d in dropped:
+        for v in neighbours[d]:
+            if v in contributors:
+                asked.setdefault(v, []).append(d)
+    return asked
+
+
+def revealed_pairs(
+    dropped: Sequence[int],
+    neighbours: Mapping[int, Iterable[int]],
+    contributors: Container[int],
+    seeds: Mapping[int, Mapping[int, S]],
+) -> list[tuple[int, int, S]]:
+    """``(survivor, dropped, seed)`` for every pair to recover, in a fixed order.
+
+    Parameters
+    ----------
+    dropped, neighbours, contributors
+        As in :func:`reveal_requests`.
+    seeds : mapping
+        ``seeds[survivor][dropped]``: what each survivor revealed (a seed, or seeds by purpose).
+
+    Returns
+    -------
+    list of tuple
+        In the order of ``dropped`` then ``neighbours`` (so every engine sums identically).
+    """
+    return [(v, d, seeds[v][d]) for d in dropped for v in neighbours[d] if v in contributors]
+
+
+@dataclass
+class SecureSumClient:
+    """One client's part in one round of a secure sum (steps 1, 3 and the reveal of step 4).
+
+    Parameters
+    ----------
+    index : int
+        The client's index.
+    round_t : int
+        The round.
+    private_bytes : bytes, optional
+        The private key (reproducible simulations, or a node restoring its key); OS entropy by
+        default.
+    label : str
+        HKDF label (:class:`KeyAgreement`).
+    """
+
+    index: int
+    round_t: int
+    private_bytes: bytes | None = field(default=None, repr=False)
+    label: str = DEFAULT_LABEL
+
+    def __post_init__(self) -> None:
+        self.agreement = KeyAgreement(self.index, self.round_t, self.private_bytes, self.label)
+
+    @property
+    def public_bytes(self) -> bytes:
+        """The public key to advertise."""
+        return self.agreement.public_bytes
+
+    def seeds(self, peers: Iterable[int], publics: Mapping[int, bytes]) -> dict[int, bytes]:
+        """The mask seeds with ``peers``.
+
+        Parameters
+        ----------
+        peers : iterable of int
+            Other clients of the round.
+        publics : mapping of int to bytes
+            Every client's public key.
+
+        Returns
+        -------
+        dict of int to bytes
+            ``{peer: seed}``.
+        """
+        out = {}
+        for v in peers:
+            if v == self.index:
+                continue
+            if v not in publics:
+                raise InvalidArgumentError("publics", f"no public key for client {v}")
+            out[v] = self.agreement.pair_seed(v, publics[v], MASK)
+        return out
+
+    def mask(
+        self,
+        values: np.ndarray,
+        publics: Mapping[int, bytes],
+        *,
+        n_summands: int,
+        argument: str = "values",
+    ) -> np.ndarray:
+        """This client's masked upload: fixed point of ``values`` plus a mask per peer.
+
+        Parameters
+        ----------
+        values : np.ndarray
+            What this client contributes to the sum (float64, any shape, flattened).
+        publics : mapping of int to bytes
+            The public key of every client of the round (its own included or not); every other
+            client listed is a peer.
+        n_summands : int
+            How many clients the sum may have (the fixed-point range check).
+        argument : str
+            The name a refusal (non-finite or out-of-range values) uses.
+
+        Returns
+        -------
+        np.ndarray
+            ``uint64``, two words per value.
+        """
+        words = to_fixed(values, n_summands, argument=argument)
+        return mask(words, self.index, self.seeds(publics, publics))
+
+    def reveal(self, dropped: Iterable[int], publics: Mapping[int, bytes]) -> dict[int, bytes]:
+        """The mask seeds with clients that dropped out (and only those), for the aggregator.
+
+        Parameters
+        ----------
+        dropped : iterable of int
+            Clients that advertised a key and did not contribute.
+        publics : mapping of int to bytes
+            Their public keys.
+
+        Returns
+        -------
+        dict of int to bytes
+            ``{dropped client: seed}``.
+        """
+        return self.seeds(dropped, publics)

@@ -1,0 +1,139 @@
+"""The core secure-sum primitive: key agreement, seeds, keystream, fixed point, masks, dropouts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("cryptography")
+
+from immersion import InvalidArgumentError, securesum  # noqa: E402
+from immersion.securesum import (  # noqa: E402
+    KeyAgreement,
+    SecureSumClient,
+    from_fixed,
+    keystream,
+    sum_words,
+    to_fixed,
+    unmask,
+)
+
+
+def _clients(k: int, round_t: int = 0) -> list[SecureSumClient]:
+    return [SecureSumClient(i, round_t, private_bytes=bytes([i + 1]) * 32) for i in range(k)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    k=st.integers(2, 6),
+    n=st.integers(1, 30),
+    data=st.data(),
+)
+def test_masked_sum_equals_the_fixed_point_sum_for_any_dropouts(k, n, data):
+    """Every contributor set: the unmasked sum is the sum of the contributors' fixed-point values,
+    bit for bit, and within k 2^-61 (plus one rounding) of the float sum."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    values = [rng.normal(0, 10.0 ** rng.integers(-6, 6), n) for _ in range(k)]
+    dropped = data.draw(st.sets(st.integers(0, k - 1), max_size=k - 1))
+    clients = _clients(k)
+    publics = {c.index: c.public_bytes for c in clients}
+    masked = {c.index: c.mask(values[c.index], publics, n_summands=k) for c in clients}
+    alive = [i for i in range(k) if i not in dropped]
+    revealed = [(s, d, clients[s].reveal([d], publics)[d]) for s in alive for d in sorted(dropped)]
+    got = unmask(sum_words([masked[i] for i in alive]), revealed)
+    exact_words = sum_words([to_fixed(values[i], k) for i in alive])
+    assert np.array_equal(got, from_fixed(exact_words))
+    plain = np.sum([values[i] for i in alive], axis=0)
+    assert np.abs(got - plain).max() <= k * 2.0**-61 + 2 * np.finfo(float).eps * np.abs(plain).max()
+
+
+def test_a_masked_upload_is_unrelated_to_its_values():
+    """What the aggregator sees of one client: uniform words, whatever the values (bit balance and
+    no correlation with the fixed-point words); without its peers' uploads the value is lost."""
+    clients = _clients(3)
+    publics = {c.index: c.public_bytes for c in clients}
+    values = np.linspace(-1, 1, 20_000)
+    words = clients[0].mask(values, publics, n_summands=3)
+    bits = np.unpackbits(words.view(np.uint8))
+    assert abs(bits.mean() - 0.5) < 0.005  # 1.28 M bits: 5 sigma is 0.0022
+    plain_words = to_fixed(values, 3)
+    high = words.view(np.int64)[0::2].astype(float)
+    assert abs(np.corrcoef(high, plain_words.view(np.int64)[0::2].astype(float))[0, 1]) < 0.05
+    assert np.abs(from_fixed(words) - values).max() > 1e6  # reading it as is gives noise
+
+
+def test_masks_cancel_only_in_the_complete_sum():
+    """Leaving a contributor out without the reveal leaves the masks: the sum is garbage."""
+    clients = _clients(3)
+    publics = {c.index: c.public_bytes for c in clients}
+    masked = [c.mask(np.ones(4), publics, n_summands=3) for c in clients]
+    assert unmask(sum_words(masked)).tolist() == [3.0] * 4
+    assert np.abs(unmask(sum_words(masked[:2])) - 2.0).max() > 1e6
+
+
+def test_fixed_point_round_trip_and_overflow_refusal():
+    values = np.array([0.0, -1.5, 3.25e6, -7e-13, 1 / 3])
+    assert np.abs(from_fixed(to_fixed(values, 4)) - values).max() <= 2.0**-61
+    limit = securesum.fixed_point_limit(10)
+    assert limit == 2.0**42 / 10
+    to_fixed(np.array([np.nextafter(limit, 0)]), 10)
+    with pytest.raises(InvalidArgumentError, match="update"):
+        to_fixed(np.array([limit]), 10, argument="update")
+    with pytest.raises(InvalidArgumentError, match="values"):
+        to_fixed(np.array([1.0, np.nan]), 2)
+
+
+def test_key_agreement_labels_purposes_rounds_and_bad_keys():
+    a, b = KeyAgreement(0, 3), KeyAgreement(5, 3)
+    seed = a.pair_seed(5, b.public_bytes, "mask")
+    assert seed == b.pair_seed(0, a.public_bytes, "mask")
+    assert seed != a.pair_seed(5, b.public_bytes, "delta")
+    private = a.private_key_bytes()
+    relabelled = KeyAgreement(0, 3, private, label="immersion-mpdp")
+    assert relabelled.public_bytes == a.public_bytes
+    assert relabelled.pair_seed(5, b.public_bytes, "mask") != seed  # labels separate uses
+    assert KeyAgreement(0, 4, private).pair_seed(5, b.public_bytes, "mask") != seed  # rounds
+    with pytest.raises(InvalidArgumentError, match="peer_public"):
+        a.pair_seed(5, b"short", "mask")
+    with pytest.raises(InvalidArgumentError, match="private_bytes"):
+        KeyAgreement(0, 0, b"short")
+    with pytest.raises(InvalidArgumentError, match="seed"):
+        keystream(b"short", 4)
+    client = _clients(2)[0]
+    with pytest.raises(InvalidArgumentError, match="publics"):
+        client.reveal([7], {})
+
+
+def test_mpdp_uses_the_core_primitive_under_its_own_label():
+    """MP-DP's seeds are the core's with label "immersion-mpdp": existing runs stay bit-identical
+    (the HKDF info is unchanged), and no plugin keeps its own key agreement."""
+    from immersion_mpdp import agreement
+
+    private = bytes(range(32))
+    mpdp = agreement.KeyAgreement(2, 7, private)
+    core = KeyAgreement(2, 7, private, label="immersion-mpdp")
+    peer = KeyAgreement(9, 7)
+    assert isinstance(mpdp, KeyAgreement)
+    assert mpdp.pair_seeds(9, peer.public_bytes, ("delta", "mask")) == core.pair_seeds(
+        9, peer.public_bytes, ("delta", "mask")
+    )
+    # the HKDF info MP-DP has always used, computed independently
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    secret = X25519PrivateKey.from_private_bytes(private).exchange(
+        X25519PrivateKey.from_private_bytes(peer.private_key_bytes()).public_key()
+    )
+    info = b"immersion-mpdp/mask/round 7/pair 2-9"
+    expected = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
+    assert mpdp.pair_seed(9, peer.public_bytes, "mask") == expected
+
+
+def test_sum_words_refuses_mismatched_vectors():
+    with pytest.raises(InvalidArgumentError, match="masked"):
+        sum_words([])
+    with pytest.raises(InvalidArgumentError, match="masked"):
+        sum_words([np.zeros(4, np.uint64), np.zeros(6, np.uint64)])
