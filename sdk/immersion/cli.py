@@ -77,6 +77,47 @@ def bench_core_cmd(steps: int, repeats: int, quick: bool, as_json: bool) -> None
         )
 
 
+@bench.command("remote")
+@click.option("--plants", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--samples", type=click.IntRange(1), default=2000, show_default=True)
+@click.option(
+    "--algorithm",
+    default="reactor-controller",
+    show_default=True,
+    help="A registered algorithm (immersion plugins).",
+)
+@click.option("--workers", type=click.IntRange(0), default=2, show_default=True)
+@click.option("--no-curve", is_flag=True, help="Plain loopback transport instead of CurveZMQ.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_remote_cmd(
+    plants: int,
+    samples: int,
+    algorithm: str,
+    workers: int,
+    no_curve: bool,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Concurrent plants against one `immersion serve`: exactness, round trips, ratios."""
+    from .remote_bench import bench_remote
+
+    result = bench_remote(
+        plants=plants,
+        samples=samples,
+        algorithm=algorithm,
+        workers=workers,
+        curve=not no_curve,
+        seed=seed,
+        progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
+    )
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    for key, value in result.items():
+        click.echo(f"{key:42s} {value}")
+
+
 @main.command("serve")
 @click.option(
     "--bind",
@@ -428,6 +469,45 @@ def keys_curve(folder: Path, name: str, overwrite: bool, as_json: bool) -> None:
         "public_key": load_curve_secret(secret, name="secret").public.decode(),
     }
     click.echo(json.dumps(info) if as_json else "\n".join(f"{k:10s} {v}" for k, v in info.items()))
+
+
+@keys_group.command("flower")
+@click.option(
+    "--out",
+    "folder",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder for the files (created 0700 if missing).",
+)
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    help="A name or address the SuperLink is dialled at (repeat); makes a CA and its certificate.",
+)
+@click.option("--node", "nodes", multiple=True, help="A SuperNode key pair NAME (repeat).")
+@click.option("--overwrite", is_flag=True, help="Replace existing files.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def keys_flower(
+    folder: Path, hosts: tuple[str, ...], nodes: tuple[str, ...], overwrite: bool, as_json: bool
+) -> None:
+    """TLS certificates and SuperNode keys for a Flower deployment (extra: fl), files mode 0600."""
+    from .flower_tls import write_node_key, write_tls_certificates
+
+    if not hosts and not nodes:
+        raise click.UsageError("give --host (TLS certificates) and/or --node (SuperNode keys)")
+    info: dict[str, Any] = {}
+    if hosts:
+        info.update(
+            {
+                k: str(v)
+                for k, v in write_tls_certificates(folder, list(hosts), overwrite=overwrite).items()
+            }
+        )
+    for name in nodes:
+        private, public = write_node_key(folder, name, overwrite=overwrite)
+        info[name] = {"private": str(private), "public": str(public)}
+    click.echo(json.dumps(info) if as_json else "\n".join(f"{k:15s} {v}" for k, v in info.items()))
 
 
 @keys_group.command("inspect")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._files import as_path, write_private
+from ._files import as_path, private_folder, write_private
 from .errors import InvalidArgumentError, KeyFileError, OptionalDependencyError
 
 PUBLIC_SUFFIX, SECRET_SUFFIX = ".key", ".key_secret"
@@ -103,16 +103,9 @@ def new_curve_keys(
         raise InvalidArgumentError(
             "name", f"expected letters, digits, '.', '_' or '-' (a file stem), got {name!r}"
         )
-    target = as_path(folder, "folder")
-    if target.exists() and not target.is_dir():
-        raise KeyFileError(f"folder: {target} is a file, not a folder")
-    target.mkdir(mode=0o700, parents=True, exist_ok=True)
-    public_path, secret_path = target / f"{name}{PUBLIC_SUFFIX}", target / f"{name}{SECRET_SUFFIX}"
-    for path in (public_path, secret_path):
-        if path.exists() and not overwrite:
-            raise KeyFileError(
-                f"path: {path} exists; pass overwrite=True (--overwrite) to replace it"
-            )
+    files = [f"{name}{PUBLIC_SUFFIX}", f"{name}{SECRET_SUFFIX}"]
+    target = private_folder(folder, files, overwrite=overwrite)
+    public_path, secret_path = target / files[0], target / files[1]
     public, secret = zmq.curve_keypair()
     line = f'curve\n    public-key = "{public.decode()}"\n'
     write_private(
