@@ -225,6 +225,24 @@ def test_an_idle_session_expires_and_the_client_sets_it_up_again():
     _assert_equal_to_local([plant], [outputs])
 
 
+def test_json_log_has_a_progress_line_per_active_session():
+    (plant,) = make_plants(1, 25, **REACTOR)
+    logs: list[str] = []
+    with Service("tcp://127.0.0.1:*", log=logs.append, json_log=True, log_every_s=0.05) as service:
+        with RemoteTarget(service.address, plant.imm, **REACTOR) as cloud:
+            run_plant(cloud, plant)
+            deadline = time.monotonic() + 10
+            while not any('"samples": 25' in line and '"session"' in line for line in logs):
+                assert time.monotonic() < deadline, logs
+                time.sleep(0.05)
+    events = [json.loads(line) for line in logs]
+    progress = [e for e in events if e["event"] == "session"]
+    assert progress[-1]["samples"] == 25 and progress[-1]["errors"] == 0
+    assert progress[-1]["p50_us"] <= progress[-1]["p99_us"]
+    assert len({e["samples"] for e in progress}) == len(progress)  # only when samples moved on
+    assert [e["event"] for e in events][-2:] == ["stopping", "stopped"]
+
+
 def test_the_session_cap_is_a_named_error_and_frees_up_on_close():
     plants = make_plants(3, 2, **REACTOR)
     with Service("tcp://127.0.0.1:*", max_sessions=2, log=_quiet) as service:

@@ -167,6 +167,14 @@ def bench_remote_cmd(
     help="Threads for target work (0: on the socket thread).",
 )
 @click.option(
+    "--log-every",
+    "log_every_s",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="Seconds between progress lines of the active sessions.",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="JSON log lines on stderr, final stats on stdout."
 )
 def serve_cmd(as_json: bool, **options: Any) -> None:

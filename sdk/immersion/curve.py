@@ -141,7 +141,16 @@ def _read_certificate(path: Path, name: str) -> dict[str, bytes]:
 def load_curve_secret(path: str | os.PathLike[str], *, name: str = "client_key") -> CurveKeyPair:
     """The key pair in a ``NAME.key_secret`` file; refuses files others can read, or mismatched.
 
-    ``name`` is the argument the errors name (``server_key``, ``client_key``, ``admin_key``).
+    Parameters
+    ----------
+    path:
+        The secret certificate file.
+    name:
+        The argument the errors name (``server_key``, ``client_key``, ``admin_key``).
+
+    Returns
+    -------
+    CurveKeyPair
     """
     zmq = _zmq()
     source = as_path(path, name)
@@ -158,7 +167,20 @@ def load_curve_secret(path: str | os.PathLike[str], *, name: str = "client_key")
 
 
 def load_curve_public(value: Any, *, name: str = "server_key") -> bytes:
-    """A public key from a certificate file (``.key`` or ``.key_secret``) or 40 Z85 characters."""
+    """A public key from a certificate file (``.key`` or ``.key_secret``) or 40 Z85 characters.
+
+    Parameters
+    ----------
+    value:
+        A path, or the key itself as 40 Z85 characters (str or bytes).
+    name:
+        The argument the errors name.
+
+    Returns
+    -------
+    bytes
+        The Z85 public key.
+    """
     if isinstance(value, (str, bytes)) and len(value) == 40:
         text = value.decode("ascii", errors="replace") if isinstance(value, bytes) else value
         if _Z85.match(text) and not Path(text).exists():
@@ -169,7 +191,20 @@ def load_curve_public(value: Any, *, name: str = "server_key") -> bytes:
 def load_curve_public_folder(
     folder: str | os.PathLike[str], *, name: str = "clients"
 ) -> frozenset[bytes]:
-    """The public keys of every ``*.key`` file in ``folder`` (refuses a missing or empty folder)."""
+    """The public keys of every ``*.key`` file in ``folder`` (refuses a missing or empty folder).
+
+    Parameters
+    ----------
+    folder:
+        A folder of public certificates (``.key_secret`` files in it are ignored).
+    name:
+        The argument the errors name (``clients``, ``admins``).
+
+    Returns
+    -------
+    frozenset of bytes
+        Z85 public keys.
+    """
     source = as_path(folder, name)
     if not source.is_dir():
         raise KeyFileError(f"{name}: {source} is not a folder of {PUBLIC_SUFFIX} files")

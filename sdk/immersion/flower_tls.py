@@ -138,7 +138,21 @@ def write_tls_certificates(
 def write_node_key(
     folder: str | os.PathLike[str], name: str, *, overwrite: bool = False
 ) -> tuple[Path, Path]:
-    """A SuperNode's EC P-384 key pair, OpenSSH format: ``folder/NAME`` (0600), ``NAME.pub``."""
+    """A SuperNode's EC P-384 key pair, OpenSSH format: ``folder/NAME`` and ``NAME.pub`` (0600).
+
+    Parameters
+    ----------
+    folder:
+        Where to write (created 0700 if missing).
+    name:
+        File stem, e.g. ``node-0``.
+    overwrite:
+        Replace existing files.
+
+    Returns
+    -------
+    (private_path, public_path)
+    """
     _, _, serialization, ec, _ = _crypto()
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidArgumentError("name", f"expected a file stem such as node-0, got {name!r}")

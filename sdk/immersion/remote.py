@@ -440,12 +440,34 @@ def _admin_request(
 def remote_stats(
     address: str, *, server_key: Any, admin_key: Any, timeout_s: float = 5.0
 ) -> dict[str, Any]:
-    """The server's ``stats`` (sessions, counters, latency percentiles); needs an admin key."""
+    """The server's ``stats`` (sessions, counters, latency percentiles); needs an admin key.
+
+    Parameters
+    ----------
+    address:
+        The server's ``tcp://HOST:PORT``.
+    server_key, admin_key:
+        The server's public key (``.key`` file or Z85 text) and an admin's ``.key_secret`` file
+        (listed in the server's ``--admins``).
+    timeout_s:
+        Seconds to wait for the answer.
+
+    Returns
+    -------
+    dict
+        What :meth:`immersion.service.Service.stats` returns on the server.
+    """
     return dict(
         json.loads(_admin_request(address, wire.STATS, server_key, admin_key, timeout_s)[0])
     )
 
 
 def stop_server(address: str, *, server_key: Any, admin_key: Any, timeout_s: float = 5.0) -> None:
-    """Ask a server to stop after the requests in flight; needs an admin key (or send SIGTERM)."""
+    """Ask a server to stop after the requests in flight; needs an admin key (or send SIGTERM).
+
+    Parameters
+    ----------
+    address, server_key, admin_key, timeout_s:
+        As for :func:`remote_stats`.
+    """
     _admin_request(address, wire.STOP, server_key, admin_key, timeout_s)

@@ -44,6 +44,15 @@ def make_plants(
 ) -> list[Plant]:
     """``count`` plants of a registered algorithm, each with keys ``rng=seed + index``.
 
+    Parameters
+    ----------
+    count, samples:
+        How many plants, and how many samples each.
+    algorithm, params:
+        The registered algorithm (``immersion plugins``) and its parameters.
+    seed:
+        Plant ``i`` draws its keys with ``rng=seed + i`` and its signal from ``[seed, i]``.
+
     Plant ``i`` measures ``y_k = a_i exp(-k / tau_i) sin(2 pi f_i k / 100 + phi_i)``
     (amplitude 0.1-0.5, decay over 200-400 samples, 0.2-2 cycles per 100 samples, a phase per
     measured signal): a signal of its own that dies out as a regulated plant's would. (Open
@@ -87,9 +96,20 @@ def run_plant(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Drive ``cloud.advance`` through the plant's inputs; return decoded outputs and round trips.
 
-    ``cloud`` is a :class:`~immersion.remote.RemoteTarget` or the local ``plant.imm.target``;
-    the state ``x~`` returned by each call is the one sent with the next. The round trip of
-    sample ``k`` (seconds) is the time of ``cloud.advance`` alone.
+    Parameters
+    ----------
+    cloud:
+        A :class:`~immersion.remote.RemoteTarget` or the local ``plant.imm.target``; the state
+        ``x~`` returned by each call is the one sent with the next.
+    plant:
+        From :func:`make_plants`.
+    after_sample:
+        Called with ``k`` after sample ``k``.
+
+    Returns
+    -------
+    (outputs, round_trips)
+        Decoded outputs ``(samples, n_output)``; seconds of each ``cloud.advance``.
     """
     xt = plant.imm.encode_state(plant.initial_state)
     encoded_outputs, round_trips = [], np.empty(len(plant.encoded_inputs))
@@ -134,9 +154,26 @@ def run_plants_concurrently(
 ) -> tuple[list[np.ndarray], list[np.ndarray], list[int], float]:
     """One thread and one :class:`RemoteTarget` per plant, started together.
 
-    Returns each plant's decoded outputs and round trips, how many times each set its session
-    up again (``resumed``), and the wall time from the common start to the last plant's end.
-    ``after_sample(plant_index, k)`` is called in the plant's thread after each sample.
+    Parameters
+    ----------
+    address:
+        The server.
+    plants:
+        From :func:`make_plants`.
+    algorithm, params:
+        What the server builds ``f``, ``g`` from.
+    keys:
+        One ``{"server_key", "client_key"}`` per plant (None: loopback without keys).
+    timeout_s, attempts:
+        As for :class:`~immersion.remote.RemoteTarget`.
+    after_sample:
+        ``after_sample(plant_index, k)``, called in the plant's thread after each sample.
+
+    Returns
+    -------
+    (outputs, round_trips, resumed, wall_s)
+        Per plant: decoded outputs, round trips, how many times it set its session up again;
+        and the wall time from the common start to the last plant's end.
     """
     from .remote import RemoteTarget
 
@@ -193,8 +230,18 @@ def run_plants_concurrently(
 def curve_key_folder(folder: Path, clients: int) -> dict[str, Any]:
     """Key files for a CurveZMQ run: a server, ``clients`` clients and an admin, in ``folder``.
 
-    Returns the server options (``server_key``, ``clients``, ``admins``), the server's public
-    key file, one ``{"server_key", "client_key"}`` per client and the admin's secret file.
+    Parameters
+    ----------
+    folder:
+        Where the ``server/``, ``clients/`` and ``admins/`` folders go.
+    clients:
+        How many client key pairs.
+
+    Returns
+    -------
+    dict
+        ``server`` (the :class:`~immersion.service.Service` key options), ``server_public``,
+        ``clients`` (one ``{"server_key", "client_key"}`` each) and ``admin`` (a secret file).
     """
     from .curve import new_curve_keys
 
@@ -234,6 +281,17 @@ def bench_remote(
     percentiles, the wall time per sample, their ratios to the single plant, the server's own
     service-time percentiles (admin ``stats``), and the largest relative difference between
     any decoded output and the same plant's local target (exact algebra: expected 0).
+
+    Parameters
+    ----------
+    plants, samples, algorithm, params, seed:
+        As for :func:`make_plants`.
+    workers:
+        The server's worker threads.
+    curve:
+        CurveZMQ keys (one pair per plant) or the plain loopback transport.
+    progress:
+        Called with a line of progress.
     """
     from .remote import remote_stats
     from .serve_process import ServerProcess

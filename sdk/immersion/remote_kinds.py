@@ -118,7 +118,19 @@ TARGET_KINDS: dict[str, TargetKind] = {
 
 
 def kind_of(imm: Any, kinds: dict[str, TargetKind] | None = None) -> TargetKind:
-    """The kind of a user handle, from its ``coding`` attribute (``"immersion"`` by default)."""
+    """The kind of a user handle, from its ``coding`` attribute (``"immersion"`` by default).
+
+    Parameters
+    ----------
+    imm:
+        The user's handle (:class:`~immersion.Immersion` or another coding's).
+    kinds:
+        The table to look in (default :data:`TARGET_KINDS`).
+
+    Returns
+    -------
+    TargetKind
+    """
     table = TARGET_KINDS if kinds is None else kinds
     coding = getattr(imm, "coding", "immersion")
     if coding not in table:

@@ -57,6 +57,7 @@ DEFAULT_MAX_SESSIONS = 256
 DEFAULT_SESSION_IDLE_S = 600.0
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
 DEFAULT_WORKERS = 2
+DEFAULT_LOG_EVERY_S = 300.0
 
 _LATENCY_WINDOW = 4096  # per session: the latest service times kept for the percentiles
 _DRAIN_S = 30.0  # the longest a stop waits for the requests in flight
@@ -89,6 +90,7 @@ class _Session:
     samples: int = 0
     errors: int = 0
     in_flight: int = 0
+    logged_samples: int = 0
     latency_ns: deque[int] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
 
     def summary(self, now: float) -> dict[str, Any]:
@@ -146,8 +148,10 @@ class Service:
         The limits (module docstring).
     workers:
         Threads for target work (0: on the socket thread).
-    log:
-        Called with each log line (default: stderr). ``json_log=True`` makes the lines JSON.
+    log, json_log:
+        Called with each log line (default: stderr); ``json_log=True`` makes the lines JSON.
+    log_every_s:
+        Every so often, a ``session`` line for each session that served samples since the last.
     kinds:
         Target kinds served (default :data:`~immersion.remote_kinds.TARGET_KINDS`).
     """
@@ -165,6 +169,7 @@ class Service:
         workers: int = DEFAULT_WORKERS,
         log: Callable[[str], Any] | None = None,
         json_log: bool = False,
+        log_every_s: float = DEFAULT_LOG_EVERY_S,
         kinds: dict[str, TargetKind] | None = None,
     ) -> None:
         try:
@@ -178,6 +183,7 @@ class Service:
             "max_message_bytes", max_message_bytes, minimum=1024
         )
         self.workers = v.positive_int("workers", workers, minimum=0)
+        self.log_every_s = v.positive_float("log_every_s", log_every_s)
         self._kinds = dict(TARGET_KINDS if kinds is None else kinds)
         self._log_sink = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self._json_log, self._log_lock = bool(json_log), threading.Lock()
@@ -350,8 +356,9 @@ class Service:
         poller.register(self._router, zmq.POLLIN)
         wake = self._wake_r.fileno()  # zmq's poller reports plain sockets by fd
         poller.register(wake, zmq.POLLIN)
-        sweep_every = min(1.0, self.session_idle_s / 4)
+        sweep_every = min(1.0, self.session_idle_s / 4, self.log_every_s)
         next_sweep = time.monotonic() + sweep_every
+        next_report = time.monotonic() + self.log_every_s
         max_in_flight = max(1, self.workers) * 64
         try:
             while not self._stopping.is_set():
@@ -368,6 +375,9 @@ class Service:
                 if (now := time.monotonic()) >= next_sweep:
                     self._expire(now)
                     next_sweep = now + sweep_every
+                if now >= next_report:
+                    self._report(now)
+                    next_report = now + self.log_every_s
             self._log("stopping", reason=self._stop_reason, in_flight=self._in_flight)
             deadline = time.monotonic() + _DRAIN_S
             while self._in_flight and time.monotonic() < deadline:
@@ -658,6 +668,12 @@ class Service:
         del self._sessions[session.sid]
         self._ended[reason] += 1
         self._log("session-end", reason=reason, **session.summary(time.monotonic()))
+
+    def _report(self, now: float) -> None:
+        for session in self._sessions.values():
+            if session.samples > session.logged_samples:
+                session.logged_samples = session.samples
+                self._log("session", **session.summary(now))
 
     def _expire(self, now: float) -> None:
         for session in list(self._sessions.values()):

@@ -70,8 +70,14 @@ _LOCAL_NAMES = {"localhost", "lo"}
 def endpoint_host(address: str, *, name: str = "address", bind: bool = False) -> str | None:
     """The host of a ``tcp://HOST:PORT`` endpoint, ``None`` for ``ipc://`` and ``inproc://``.
 
-    Raises :class:`~immersion.InvalidArgumentError` naming ``name`` for anything else (a client
-    needs a numeric port; ``bind=True`` also accepts ZeroMQ's ``*`` wildcard port).
+    Parameters
+    ----------
+    address:
+        A ZeroMQ endpoint.
+    name:
+        The argument an :class:`~immersion.InvalidArgumentError` names for anything else.
+    bind:
+        Also accept ZeroMQ's ``*`` wildcard port (a client needs a number).
     """
     if not isinstance(address, str):
         raise InvalidArgumentError(name, f"expected a ZeroMQ address string, got {address!r}")
@@ -88,7 +94,13 @@ def endpoint_host(address: str, *, name: str = "address", bind: bool = False) ->
 
 
 def is_loopback(address: str, *, name: str = "address", bind: bool = False) -> bool:
-    """True if ``address`` only reaches this machine (loopback TCP, ``ipc://``, ``inproc://``)."""
+    """True if ``address`` only reaches this machine (loopback TCP, ``ipc://``, ``inproc://``).
+
+    Parameters
+    ----------
+    address, name, bind:
+        As for :func:`endpoint_host`.
+    """
     host = endpoint_host(address, name=name, bind=bind)
     if host is None or host.lower() in _LOCAL_NAMES:
         return True
