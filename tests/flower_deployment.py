@@ -4,8 +4,8 @@
 (``--ssl-*``), SuperNode authentication (``--enable-supernode-auth``, keys registered with
 ``flwr supernode register``), SuperNodes and ``flwr`` trusting the test CA. The certificates and
 node keys come from :mod:`immersion.flower_tls` (``cryptography``). ``secure=False`` is the
-``--insecure`` set-up the older tests use. Every process runs in its own session and is killed
-with its children when the deployment closes.
+``--insecure`` set-up the older tests use. Every process started here is stopped with its
+descendants when the deployment closes.
 """
 
 from __future__ import annotations
@@ -28,6 +28,39 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc), children first."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], list(parents.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(parents.get(child, []))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 class LoopbackDeployment:
@@ -80,9 +113,7 @@ class LoopbackDeployment:
 
     def _start(self, name: str, command: list[str]) -> subprocess.Popen:
         log = open(self.folder / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        proc = subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         proc.log_path = self.folder / f"{name}.log"  # type: ignore[attr-defined]
         log.close()
         self.procs.append(proc)
@@ -132,9 +163,9 @@ class LoopbackDeployment:
             "--node-config",
             f"partition-id={partition} num-partitions={partitions}",
         ]
-        if insecure:
+        if insecure or not self.secure:
             command.append("--insecure")
-        elif self.secure:
+        else:
             command += ["--root-certificates", str(self.tls["ca_certificate"])]
         if key is not None:
             command += ["--auth-supernode-private-key", str(key)]
@@ -149,19 +180,24 @@ class LoopbackDeployment:
         )
 
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+        """SIGTERM to every process started here and to their descendants (Flower starts its
+        SuperExec and app processes in sessions of their own), SIGKILL to what is left."""
+        started = [p.pid for p in self.procs]
+        family = started + [d for pid in started for d in _descendants(pid)]
+        for pid in family:
+            _signal(pid, signal.SIGTERM)
         for proc in self.procs:
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            try:  # children (SuperExec, app processes) share the session: end them too
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
                 pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(pid) for pid in family):
+            time.sleep(0.2)
+        for pid in family:
+            _signal(pid, signal.SIGKILL)
+        for proc in self.procs:
+            proc.wait()
 
     def __enter__(self) -> "LoopbackDeployment":
         return self

@@ -508,8 +508,8 @@ KILLED_CLIENT = textwrap.dedent(
     if how == "waiting":  # the request reached the server; the client dies before the reply
         sock.send_multipart([b"", b"advance", b"12345678", cloud._session, xt.tobytes(),
                              plant.encoded_inputs[3].tobytes()])
-    else:  # a 30 MB set-up, the client dies while ZeroMQ is still sending it
-        sock.send_multipart([b"", b"setup", b"12345678", b"{}", os.urandom(30 * 2**20)])
+    else:  # a 12 MB set-up (under the cap), the client dies while ZeroMQ still sends it
+        sock.send_multipart([b"", b"setup", b"12345678", b"{}", os.urandom(12 * 2**20)])
     os.kill(os.getpid(), signal.SIGKILL)
     """
 )

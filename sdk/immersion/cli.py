@@ -155,7 +155,7 @@ def bench_remote_cmd(
 @click.option(
     "--max-message-bytes",
     type=click.IntRange(1024),
-    default=64 * 2**20,
+    default=16 * 2**20,
     show_default=True,
     help="Largest request (a frame over it closes the connection).",
 )

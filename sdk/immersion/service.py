@@ -55,7 +55,7 @@ from .remote_kinds import TARGET_KINDS, CloudTarget, TargetKind
 #: Defaults of ``immersion serve`` (documented in the README and THREAT_MODEL.md).
 DEFAULT_MAX_SESSIONS = 256
 DEFAULT_SESSION_IDLE_S = 600.0
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 2**20
 DEFAULT_WORKERS = 2
 DEFAULT_LOG_EVERY_S = 300.0
 
