@@ -308,95 +308,30 @@ def test_reported_epsilon_matches_seed000_theorems_on_the_drawn_keys(noise):
     assert eps.max() == pytest.approx(0.5, rel=1e-9)  # the design meets the target exactly
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "run_config", ["rounds=2 hidden='16'", "scheme='mpdp' noise='off' rounds=2 hidden='16'"]
 )
-def test_flower_deployment_runtime_on_loopback(tmp_path, flwr_available, run_config):
-    """SuperLink + two SuperNodes + `flwr run` on loopback, as the README documents (SIFL and
-    MP-DP)."""
-    import os
+def test_flower_deployment_runtime_with_tls_and_node_auth_on_loopback(
+    tmp_path, flwr_available, run_config
+):
+    """The README's deployment: a SuperLink with TLS and SuperNode authentication, two
+    registered SuperNodes, `flwr run` over TLS (SIFL and MP-DP), equal to plain training."""
     import re
     import shutil
-    import subprocess
-    import sys
-    import time
     from pathlib import Path
 
-    bin_dir = Path(sys.executable).parent
-    if not (bin_dir / "flower-superlink").exists():
-        pytest.skip("flower-superlink is not installed beside this Python")
+    from flower_deployment import CONNECTION, LoopbackDeployment
+
     app = tmp_path / "app"
     shutil.copytree(Path(__file__).resolve().parents[1] / "fl_demos" / "flower_app", app)
-    link = _free_port()
-    text = (app / "pyproject.toml").read_text()
-    (app / "pyproject.toml").write_text(
-        text.replace('address = "127.0.0.1:8000"', f'address = "127.0.0.1:{link}"')
-    )
-    home = tmp_path / "flwr"
-    home.mkdir()
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "local-deployment"\n\n[superlink.local-deployment]\n'
-        f'address = "127.0.0.1:{link}"\ninsecure = true\n'
-    )
-    env = {**os.environ, "FLWR_HOME": str(home), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    procs = [
-        subprocess.Popen(
-            [str(bin_dir / "flower-superlink"), "--insecure", "--port", str(link)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
-    try:
-        time.sleep(4)
+    with LoopbackDeployment(tmp_path, secure=True) as deployment:
         for pid in (0, 1):
-            procs.append(
-                subprocess.Popen(
-                    [
-                        str(bin_dir / "flower-supernode"),
-                        "--insecure",
-                        "--superlink",
-                        f"127.0.0.1:{link}",
-                        "--port",
-                        str(_free_port()),
-                        "--node-config",
-                        f"partition-id={pid} num-partitions=2",
-                    ],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-        time.sleep(4)
-        out = subprocess.run(
-            [
-                str(bin_dir / "flwr"),
-                "run",
-                str(app),
-                "local-deployment",
-                "--stream",
-                "--run-config",
-                run_config,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=20)
+            private, public = deployment.node_key(f"node-{pid}")
+            done = deployment.flwr("supernode", "register", str(public), CONNECTION)
+            assert "registered successfully" in done.stdout + done.stderr, done.stdout[-2000:]
+            deployment.supernode(f"node-{pid}", pid, 2, key=private)
+        out = deployment.run(app, run_config, timeout_s=300)
     line = next((m.group(0) for m in re.finditer(r'\{"scheme".*\}', out.stdout + out.stderr)), None)
     assert line is not None, out.stdout[-2000:] + out.stderr[-2000:]
     summary = json.loads(line)

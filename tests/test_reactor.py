@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 import pytest
@@ -105,20 +104,14 @@ def test_remote_mode_round_trip_on_loopback():
     assert 0 < out["round_trip_us_median"] <= out["round_trip_us_p99"]
 
 
-def test_remote_server_refuses_unknown_algorithms_and_early_requests():
-    zmq = pytest.importorskip("zmq")
+def test_remote_server_refuses_unknown_algorithms_and_bad_vectors():
+    pytest.importorskip("zmq")
     from immersion import immerse
-    from immersion.remote import RemoteError, RemoteTarget, serve, stop_server
+    from immersion.remote import RemoteError, RemoteTarget
+    from immersion.service import Service
 
-    with zmq.Context.instance().socket(zmq.REQ) as probe_sock:
-        port = probe_sock.bind_to_random_port("tcp://127.0.0.1")
-        probe_sock.unbind(f"tcp://127.0.0.1:{port}")
-    address = f"tcp://127.0.0.1:{port}"
-    thread = threading.Thread(
-        target=serve, args=(address,), kwargs={"log": lambda m: None}, daemon=True
-    )
-    thread.start()
-    try:
+    with Service("tcp://127.0.0.1:*", log=lambda line: None) as service:
+        address = service.address
         ctrl = ReactorController()
         imm = immerse(ctrl.f, ctrl.g, 3, 1, 1, rng=0, probe=(ctrl.initial_state, np.array([-0.5])))
         with pytest.raises(RemoteError, match="unknown algorithm"):
@@ -134,10 +127,7 @@ def test_remote_server_refuses_unknown_algorithms_and_early_requests():
         with pytest.raises(RemoteError, match="encoded_input"):
             cloud.advance(xt, yt[:2])
         cloud.close()
-    finally:
-        stop_server(address)
-        thread.join(timeout=5)
-    assert not thread.is_alive()
+    assert not service._thread.is_alive()
 
 
 def test_summary_reports_the_ratio_from_the_same_run(paper_run):

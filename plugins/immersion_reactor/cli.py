@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 from immersion.cli_types import FiniteFloatRange
-
-
-def _free_loopback_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 #: Parameters eqs. 47-48 divide by.
 _DIVISORS = ("theta1", "theta2", "V1", "V2")
@@ -58,13 +48,22 @@ def _parameters(overrides: tuple[str, ...]) -> Any:
     return ReactorParameters(initial_state=initial, **values)
 
 
-def _remote_factory(address: str, dt: float, timeout_s: float) -> Any:
+def _remote_factory(
+    address: str, dt: float, timeout_s: float, keys: dict[str, Any], opened: list[Any]
+) -> Any:
     from immersion.remote import RemoteTarget
 
     def factory(imm: Any) -> Any:
-        return RemoteTarget(
-            address, imm, algorithm="reactor-controller", params={"dt": dt}, timeout_s=timeout_s
+        cloud = RemoteTarget(
+            address,
+            imm,
+            algorithm="reactor-controller",
+            params={"dt": dt},
+            timeout_s=timeout_s,
+            **keys,
         )
+        opened.append(cloud)
+        return cloud
 
     return factory
 
@@ -117,6 +116,18 @@ def _remote_factory(address: str, dt: float, timeout_s: float) -> Any:
     help="Use an `immersion serve` already running at ADDRESS (e.g. tcp://10.0.0.5:5555).",
 )
 @click.option(
+    "--server-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --connect: the server's public NAME.key (CurveZMQ; needed beyond loopback).",
+)
+@click.option(
+    "--client-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --connect: this client's NAME.key_secret, listed in the server's --clients.",
+)
+@click.option(
     "--set",
     "overrides",
     multiple=True,
@@ -134,6 +145,8 @@ def reactor_command(
     plot_dir: Path | None,
     remote: bool,
     connect: str | None,
+    server_key: Path | None,
+    client_key: Path | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -147,18 +160,19 @@ def reactor_command(
             param_hint="--connect",
         )
 
+    if (server_key is not None or client_key is not None) and connect is None:
+        raise click.BadParameter("keys go with --connect ADDRESS", param_hint="--server-key")
     server = None
     address = connect
     if remote and connect is None:
-        address = f"tcp://127.0.0.1:{_free_loopback_port()}"
-        server = subprocess.Popen(
-            [sys.executable, "-m", "immersion", "serve", "--bind", address],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        from immersion.serve_process import ServerProcess
+
+        server = ServerProcess("tcp://127.0.0.1:*")  # loopback: no keys needed
+        address = server.address
+    opened: list[Any] = []
     try:
-        factory = None if address is None else _remote_factory(address, dt, timeout_s=30.0)
+        keys = {"server_key": server_key, "client_key": client_key}
+        factory = None if address is None else _remote_factory(address, dt, 30.0, keys, opened)
         run = run_reactor(
             steps=steps,
             dt=dt,
@@ -170,14 +184,10 @@ def reactor_command(
             cloud_factory=factory,
         )
     finally:
+        for cloud in opened:
+            cloud.close()  # ends the session on the server
         if server is not None:
-            from immersion.remote import stop_server
-
-            stop_server(address or "")
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            server.stop()  # SIGTERM: the server answers what is in flight and exits 0
     result = summary(run, remote=address is not None)
     if address is not None:
         result["address"] = address

@@ -110,3 +110,19 @@ def writable_path(
     if not target.parent.is_dir():
         raise error(f"path: folder {target.parent} does not exist")
     return target
+
+
+def private_folder(folder: Any, files: list[str], *, overwrite: bool) -> Path:
+    """``folder`` (made 0700 if missing) for new ``files``; none may exist unless ``overwrite``."""
+    from .errors import KeyFileError
+
+    target = as_path(folder, "folder")
+    if target.exists() and not target.is_dir():
+        raise KeyFileError(f"folder: {target} is a file, not a folder")
+    target.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for name in files:
+        if (target / name).exists() and not overwrite:
+            raise KeyFileError(
+                f"path: {target / name} exists; pass overwrite=True (--overwrite) to replace it"
+            )
+    return target

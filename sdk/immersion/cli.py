@@ -103,21 +103,172 @@ def bench_codec_cmd(repeats: int, quick: bool, as_json: bool) -> None:
         )
 
 
+@bench.command("remote")
+@click.option("--plants", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--samples", type=click.IntRange(1), default=2000, show_default=True)
+@click.option(
+    "--algorithm",
+    default="reactor-controller",
+    show_default=True,
+    help="A registered algorithm (immersion plugins).",
+)
+@click.option("--workers", type=click.IntRange(0), default=2, show_default=True)
+@click.option("--no-curve", is_flag=True, help="Plain loopback transport instead of CurveZMQ.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_remote_cmd(
+    plants: int,
+    samples: int,
+    algorithm: str,
+    workers: int,
+    no_curve: bool,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Concurrent plants against one `immersion serve`: exactness, round trips, ratios."""
+    from .remote_bench import bench_remote
+
+    result = bench_remote(
+        plants=plants,
+        samples=samples,
+        algorithm=algorithm,
+        workers=workers,
+        curve=not no_curve,
+        seed=seed,
+        progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
+    )
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    for key, value in result.items():
+        click.echo(f"{key:42s} {value}")
+
+
 @main.command("serve")
 @click.option(
     "--bind",
     default="tcp://127.0.0.1:5555",
     show_default=True,
-    help="ZeroMQ address to listen on; use tcp://0.0.0.0:PORT to accept other machines.",
+    help="ZeroMQ address to listen on. Other than loopback only with --server-key and --clients.",
 )
 @click.option(
-    "--max-requests", type=click.IntRange(1), default=None, help="Stop after this many requests."
+    "--server-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The server's NAME.key_secret (immersion keys curve): CurveZMQ on.",
 )
-def serve_cmd(bind: str, max_requests: int | None) -> None:
-    """Run the cloud side: receive public target matrices, then encoded vectors (extra: remote)."""
-    from .remote import serve
+@click.option(
+    "--clients",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of the accepted clients' .key files.",
+)
+@click.option(
+    "--admins",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of .key files that may also ask stats and stop.",
+)
+@click.option("--max-sessions", type=click.IntRange(1), default=256, show_default=True)
+@click.option(
+    "--session-idle",
+    "session_idle_s",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Seconds without a request after which a session ends.",
+)
+@click.option(
+    "--max-message-bytes",
+    type=click.IntRange(1024),
+    default=16 * 2**20,
+    show_default=True,
+    help="Largest request (a frame over it closes the connection).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(0),
+    default=2,
+    show_default=True,
+    help="Threads for target work (0: on the socket thread).",
+)
+@click.option(
+    "--log-every",
+    "log_every_s",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="Seconds between progress lines of the active sessions.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="JSON log lines on stderr, final stats on stdout."
+)
+def serve_cmd(as_json: bool, **options: Any) -> None:
+    """Run the cloud side: sessions of encoded targets, until SIGTERM/SIGINT (extra: remote)."""
+    from .service import Service, serve
 
-    serve(bind, max_requests=max_requests)
+    summary = serve(Service(options.pop("bind"), json_log=as_json, **options))
+    if as_json:
+        click.echo(json.dumps(summary))
+
+
+@main.group("remote", cls=_Group)
+def remote_group() -> None:
+    """Ask a running `immersion serve` for its stats, or stop it (admin key)."""
+
+
+def _admin_options(fn: Any) -> Any:
+    options = [
+        click.argument("address"),
+        click.option(
+            "--server-key",
+            required=True,
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="The server's public NAME.key.",
+        ),
+        click.option(
+            "--admin-key",
+            required=True,
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="An admin's NAME.key_secret (listed in the server's --admins).",
+        ),
+        click.option(
+            "--timeout", "timeout_s", type=FiniteFloatRange(min=0, min_open=True), default=5.0
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@remote_group.command("stats")
+@_admin_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def remote_stats_cmd(
+    address: str, server_key: Path, admin_key: Path, timeout_s: float, as_json: bool
+) -> None:
+    """Sessions, counters and latency percentiles of a running server."""
+    from .remote import remote_stats
+
+    stats = remote_stats(address, server_key=server_key, admin_key=admin_key, timeout_s=timeout_s)
+    if as_json:
+        click.echo(json.dumps(stats))
+        return
+    for key, value in stats.items():
+        if key != "per_session":
+            click.echo(f"{key:20s} {value}")
+    for row in stats["per_session"]:
+        click.echo("  " + " ".join(f"{k}={v}" for k, v in row.items()))
+
+
+@remote_group.command("stop")
+@_admin_options
+def remote_stop_cmd(address: str, server_key: Path, admin_key: Path, timeout_s: float) -> None:
+    """Stop a running server after its requests in flight (or send it SIGTERM)."""
+    from .remote import stop_server
+
+    stop_server(address, server_key=server_key, admin_key=admin_key, timeout_s=timeout_s)
+    click.echo(f"{address}: stopping")
 
 
 @main.command("audit")
@@ -328,6 +479,69 @@ def keys_new(path: Path, overwrite: bool, seed: int | None, as_json: bool, **par
         "bytes": keys.nbytes,
     }
     click.echo(json.dumps(info) if as_json else "\n".join(f"{k:14s} {v}" for k, v in info.items()))
+
+
+@keys_group.command("curve")
+@click.option(
+    "--out",
+    "folder",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder for NAME.key and NAME.key_secret (created 0700 if missing).",
+)
+@click.option("--name", default="server", show_default=True, help="File stem, e.g. plant-1.")
+@click.option("--overwrite", is_flag=True, help="Replace existing files of that name.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def keys_curve(folder: Path, name: str, overwrite: bool, as_json: bool) -> None:
+    """Draw a CurveZMQ key pair for `immersion serve` or one of its clients (files mode 0600)."""
+    from .curve import load_curve_secret, new_curve_keys
+
+    public, secret = new_curve_keys(folder, name, overwrite=overwrite)
+    info = {
+        "public": str(public),
+        "secret": str(secret),
+        "public_key": load_curve_secret(secret, name="secret").public.decode(),
+    }
+    click.echo(json.dumps(info) if as_json else "\n".join(f"{k:10s} {v}" for k, v in info.items()))
+
+
+@keys_group.command("flower")
+@click.option(
+    "--out",
+    "folder",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder for the files (created 0700 if missing).",
+)
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    help="A name or address the SuperLink is dialled at (repeat); makes a CA and its certificate.",
+)
+@click.option("--node", "nodes", multiple=True, help="A SuperNode key pair NAME (repeat).")
+@click.option("--overwrite", is_flag=True, help="Replace existing files.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def keys_flower(
+    folder: Path, hosts: tuple[str, ...], nodes: tuple[str, ...], overwrite: bool, as_json: bool
+) -> None:
+    """TLS certificates and SuperNode keys for a Flower deployment (extra: fl), files mode 0600."""
+    from .flower_tls import write_node_key, write_tls_certificates
+
+    if not hosts and not nodes:
+        raise click.UsageError("give --host (TLS certificates) and/or --node (SuperNode keys)")
+    info: dict[str, Any] = {}
+    if hosts:
+        info.update(
+            {
+                k: str(v)
+                for k, v in write_tls_certificates(folder, list(hosts), overwrite=overwrite).items()
+            }
+        )
+    for name in nodes:
+        private, public = write_node_key(folder, name, overwrite=overwrite)
+        info[name] = {"private": str(private), "public": str(public)}
+    click.echo(json.dumps(info) if as_json else "\n".join(f"{k:15s} {v}" for k, v in info.items()))
 
 
 @keys_group.command("inspect")

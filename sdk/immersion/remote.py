@@ -1,37 +1,121 @@
 """Remote target: run the cloud side in another process or machine, exchanging encoded vectors only.
 
-Transport: ZeroMQ (pyzmq, extra ``remote``), REQ/REP. Chosen over gRPC because a control loop is
-one small request and one small reply per sample: ZeroMQ needs no schema compilation, adds no
-HTTP/2 framing, and its loopback round trip is tens of microseconds; pyzmq is a small, widely
-used, actively maintained binding.
+Transport: ZeroMQ (pyzmq, extra ``remote``). Chosen over gRPC because a control loop is one small
+request and one small reply per sample: ZeroMQ needs no schema compilation, adds no HTTP/2
+framing, and its loopback round trip is tens of microseconds; pyzmq is a small, widely used,
+actively maintained binding. The server is :mod:`immersion.service` (``immersion serve``), the
+protocol :mod:`immersion.wire`, the kinds of target :mod:`immersion.remote_kinds`.
 
-Protocol (multipart messages, JSON headers, float64 payloads; nothing is unpickled):
+Each :class:`RemoteTarget` opens its own session on the server. The encoded state travels with
+every request, so the server keeps nothing a restart could lose: when the server answers
+``unknown-session`` (it restarted, or the session idled out) the client sends its set-up again
+and repeats the sample, and a request without an answer is sent again on a fresh connection.
 
-* ``setup``: header ``{"algorithm": NAME, "params": {...}}`` plus an ``.npz`` of the public
-  target matrices ``Pi1_left, Pi2, Pi2_left, Pi3, Pi4``. The server builds ``f`` and ``g`` from
-  its own plugin registry (only registered algorithms run), never from code sent over the wire.
-* ``advance``: raw ``x~`` and ``y~``; reply raw ``u~`` and ``x~+`` (seed 002 eq. 17).
+With ``server_key`` and ``client_key`` the connection uses CurveZMQ: the client checks the
+server's public key, the server accepts only listed client keys, and everything (the set-up
+matrices included) travels encrypted. Without keys only loopback addresses are accepted.
 
 The server never receives ``N1``, ``Pi3_left``, the noise or any decoded value.
 """
 
 from __future__ import annotations
 
-import io
 import json
-import sys
+import struct
+import time
+import uuid
 from typing import Any
 
 import numpy as np
 
+from . import _validation as v
+from . import wire
 from ._files import npz_bytes
+from .curve import CurveKeyPair, load_curve_public, load_curve_secret
 from .errors import ImmersionError, InvalidArgumentError, OptionalDependencyError
+from .remote_kinds import PUBLIC_MATRICES, kind_of, public_target_matrices
 
-PUBLIC_MATRICES = ("Pi1_left", "Pi2", "Pi2_left", "Pi3", "Pi4")
+__all__ = [
+    "PUBLIC_MATRICES",
+    "AuthenticationError",
+    "ForbiddenError",
+    "MalformedRequestError",
+    "MessageTooLargeError",
+    "RemoteError",
+    "RemoteTarget",
+    "RemoteTimeoutError",
+    "SessionLimitError",
+    "UnknownSessionError",
+    "public_target_matrices",
+    "remote_stats",
+    "stop_server",
+]
 
 
 class RemoteError(ImmersionError):
-    """The remote side refused a request, or did not answer in time."""
+    """The remote side refused a request, or did not answer in time; ``code`` names the reason."""
+
+    code = "remote"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        if code is not None:
+            self.code = code
+        super().__init__(message)
+
+
+class RemoteTimeoutError(RemoteError):
+    """No answer within ``timeout_s`` on any of the ``attempts`` (is the server running?)."""
+
+    code = "timeout"
+
+
+class AuthenticationError(RemoteError):
+    """The CurveZMQ handshake failed: key not listed, wrong server key, CURVE on one side only."""
+
+    code = "authentication"
+
+
+class UnknownSessionError(RemoteError):
+    """The server holds no session with this id for this client (restart, idle expiry, close)."""
+
+    code = "unknown-session"
+
+
+class SessionLimitError(RemoteError):
+    """The server holds its maximum number of sessions."""
+
+    code = "too-many-sessions"
+
+
+class MessageTooLargeError(RemoteError):
+    """A request is larger than the server's ``max_message_bytes``."""
+
+    code = "message-too-large"
+
+
+class MalformedRequestError(RemoteError):
+    """The server could not read the request's frames."""
+
+    code = "malformed"
+
+
+class ForbiddenError(RemoteError):
+    """``stats`` and ``stop`` need an admin key."""
+
+    code = "forbidden"
+
+
+_ERRORS: dict[str, type[RemoteError]] = {
+    cls.code: cls
+    for cls in (
+        UnknownSessionError,
+        SessionLimitError,
+        MessageTooLargeError,
+        MalformedRequestError,
+        ForbiddenError,
+    )
+}
+_ERRORS["unknown-request"] = MalformedRequestError
 
 
 def _zmq() -> Any:
@@ -42,27 +126,187 @@ def _zmq() -> Any:
     return zmq
 
 
-def public_target_matrices(keys: Any) -> dict[str, np.ndarray]:
-    """The matrices the cloud needs for eq. 17 (dense keys only: remote mode ships them once)."""
-    if keys.kind != "dense":
-        raise InvalidArgumentError(
-            "keys", "remote mode ships dense target matrices; use keys='dense'"
+def _curve(
+    address: str, server_key: Any, client_key: Any, *, client_name: str = "client_key"
+) -> tuple[bytes, CurveKeyPair] | None:
+    """The server's public key and this client's pair, or None on loopback without keys."""
+    if server_key is None and client_key is None:
+        if not wire.is_loopback(address):
+            raise InvalidArgumentError(
+                "server_key",
+                f"{address} is not a loopback address: pass server_key= (the server's public "
+                f"key) and {client_name}= (this client's secret key file); see `immersion keys "
+                "curve`",
+            )
+        return None
+    if server_key is None or client_key is None:
+        missing = "server_key" if server_key is None else client_name
+        raise InvalidArgumentError(missing, "CurveZMQ needs both server_key and a client key")
+    wire.endpoint_host(address)
+    return load_curve_public(server_key, name="server_key"), load_curve_secret(
+        client_key, name=client_name
+    )
+
+
+class _Channel:
+    """One DEALER connection: request ids, time-outs, a fresh socket per retry, handshake checks."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float,
+        attempts: int,
+        curve: tuple[bytes, CurveKeyPair] | None,
+    ) -> None:
+        zmq = _zmq()
+        self._zmq, self._ctx = zmq, zmq.Context.instance()
+        self.address, self.timeout_s, self.attempts, self._curve = (
+            address,
+            timeout_s,
+            attempts,
+            curve,
         )
-    return {name: np.ascontiguousarray(getattr(keys, name)) for name in PUBLIC_MATRICES}
+        self._next_id = 0
+        self._sock: Any = None
+        self._open()
 
+    def _open(self) -> None:
+        zmq = self._zmq
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if self._curve is not None:
+            server_public, pair = self._curve
+            sock.curve_serverkey, sock.curve_publickey = server_public, pair.public
+            sock.curve_secretkey = pair.secret
+        endpoint = f"inproc://immersion-monitor-{uuid.uuid4().hex}"
+        sock.monitor(
+            endpoint,
+            zmq.EVENT_HANDSHAKE_SUCCEEDED
+            | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+            | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | zmq.EVENT_DISCONNECTED,
+        )
+        monitor = self._ctx.socket(zmq.PAIR)
+        monitor.setsockopt(zmq.LINGER, 0)
+        monitor.connect(endpoint)
+        try:
+            sock.connect(self.address)
+        except zmq.ZMQError as exc:
+            sock.disable_monitor()
+            monitor.close()
+            sock.close()
+            raise InvalidArgumentError(
+                "address",
+                f"{self.address!r} is not a ZeroMQ address such as tcp://HOST:PORT ({exc})",
+            ) from None
+        self._sock, self._monitor, self._handshaken = sock, monitor, False
+        self._poller = zmq.Poller()
+        self._poller.register(sock, zmq.POLLIN)
+        self._poller.register(monitor, zmq.POLLIN)
 
-def _unpack(blob: bytes) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
-        return {k: data[k] for k in data.files}
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.disable_monitor()
+            self._monitor.close()
+            self._sock.close()
+            self._sock = None
+
+    def request(self, kind: bytes, *body: bytes, attempts: int | None = None) -> list[bytes]:
+        """Send one request and return the reply body; raise the named error the server sent."""
+        tries = self.attempts if attempts is None else attempts
+        dropped = 0
+        for _ in range(tries):
+            self._next_id += 1
+            rid = struct.pack("<Q", self._next_id)
+            self._sock.send_multipart([b"", kind, rid, *body])
+            outcome = self._wait(rid)
+            if isinstance(outcome, list):
+                if outcome[:1] == [wire.OK]:
+                    return outcome[1:]
+                code = outcome[1].decode(errors="replace") if len(outcome) > 1 else "remote"
+                message = outcome[2].decode(errors="replace") if len(outcome) > 2 else "refused"
+                raise _ERRORS.get(code, RemoteError)(f"remote: {message}", code=code)
+            dropped += outcome == "dropped"
+            self.close()  # a fresh socket: nothing stale is queued, the handshake is redone
+            self._open()
+        if dropped == tries:
+            raise RemoteError(
+                f"remote: {self.address} closed the connection on each of {tries} attempts "
+                "(the server does so when one frame exceeds its max_message_bytes)",
+                code="disconnected",
+            )
+        raise RemoteTimeoutError(
+            f"remote: no answer from {self.address} in {self.timeout_s:g} s on {tries} attempts "
+            "(is `immersion serve` running?)"
+        )
+
+    def _wait(self, rid: bytes) -> list[bytes] | str:
+        zmq = self._zmq
+        deadline = time.monotonic() + self.timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            ready = dict(self._poller.poll(max(1, int(left * 1000))))
+            if self._monitor in ready and self._handshake_dropped():
+                return "dropped"
+            if self._sock in ready:
+                while True:
+                    try:
+                        frames = self._sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    if len(frames) >= 3 and frames[0] == b"" and frames[1] == rid:
+                        return frames[2:]  # anything else answers an earlier, abandoned attempt
+        return "timeout"
+
+    def _handshake_dropped(self) -> bool:
+        """Read monitor events: raise on a failed handshake, True if the server dropped us."""
+        from zmq.utils.monitor import parse_monitor_message
+
+        zmq = self._zmq
+        dropped = False
+        while self._monitor.poll(0):
+            event = parse_monitor_message(self._monitor.recv_multipart())["event"]
+            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                raise AuthenticationError(
+                    f"remote: {self.address} refused this client's public key (it is not in "
+                    "the server's clients folder)"
+                )
+            if event in (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
+                raise AuthenticationError(
+                    f"remote: the handshake with {self.address} failed: server_key is not that "
+                    "server's public key, or one side uses CurveZMQ keys and the other does not"
+                )
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._handshaken = True
+            elif event == zmq.EVENT_DISCONNECTED and self._handshaken:
+                dropped = True
+        return dropped
 
 
 class RemoteTarget:
     """Client side: the same ``advance`` as :class:`~immersion.target.TargetAlgorithm`, over ZeroMQ.
 
+    Parameters
+    ----------
+    address:
+        ``tcp://HOST:PORT`` of an ``immersion serve`` (``ipc://PATH`` also works).
+    imm:
+        The user's handle; its public target data is sent once (encrypted with keys).
+    algorithm, params:
+        The registered algorithm the server builds ``f``, ``g`` from, and its parameters.
+    timeout_s, attempts:
+        Seconds to wait for each answer, and how many fresh connections to try before
+        :class:`RemoteTimeoutError` (``attempts * timeout_s`` bounds a wait for a restart).
+    server_key, client_key:
+        CurveZMQ: the server's public key (a ``.key`` file or 40 Z85 characters) and this
+        client's ``.key_secret`` file. Required for any address but loopback.
+
     Examples
     --------
-    ``cloud = RemoteTarget("tcp://10.0.0.5:5555", imm, algorithm="reactor-controller", params={"dt": 0.01})``
-    then ``u_enc, x_enc = cloud.advance(x_enc, y_enc)`` in the control loop.
+    ``cloud = RemoteTarget("tcp://10.0.0.5:5555", imm, algorithm="reactor-controller",
+    params={"dt": 0.01}, server_key="server.key", client_key="plant-1.key_secret")``, then
+    ``u_enc, x_enc = cloud.advance(x_enc, y_enc)`` in the control loop. One object per thread.
     """
 
     def __init__(
@@ -70,56 +314,105 @@ class RemoteTarget:
         address: str,
         imm: Any,
         *,
-        algorithm: str,
+        algorithm: str | None = None,
         params: dict[str, Any] | None = None,
         timeout_s: float = 10.0,
+        attempts: int = 3,
+        server_key: Any = None,
+        client_key: Any = None,
     ) -> None:
-        zmq = _zmq()
-        self._zmq = zmq
-        self._ctx = zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.REQ)
-        self._sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
-        self._sock.setsockopt(zmq.SNDTIMEO, int(timeout_s * 1000))
-        self._sock.setsockopt(zmq.LINGER, 0)
-        try:
-            self._sock.connect(address)
-        except (zmq.ZMQError, TypeError) as exc:
-            self._sock.close()
+        timeout_s = v.positive_float("timeout_s", timeout_s)
+        attempts = v.positive_int("attempts", attempts)
+        curve = _curve(address, server_key, client_key)
+        kind = kind_of(imm)
+        header: dict[str, Any] = {"coding": kind.name}
+        if kind.needs_algorithm:
+            if not isinstance(algorithm, str):
+                raise InvalidArgumentError(
+                    "algorithm", f"name the registered algorithm f, g run, got {algorithm!r}"
+                )
+            header.update(algorithm=algorithm, params=params or {})
+        elif algorithm is not None or params is not None:
             raise InvalidArgumentError(
-                "address", f"{address!r} is not a ZeroMQ address such as tcp://HOST:PORT ({exc})"
-            ) from None
-        self.address = address
-        header = json.dumps({"algorithm": algorithm, "params": params or {}}).encode()
-        reply = self._request([b"setup", header, npz_bytes(public_target_matrices(imm.keys))])
-        info = json.loads(reply[0])
+                "algorithm", f"a {kind.name!r} target takes no algorithm or params"
+            )
+        try:
+            header_bytes = json.dumps(header, allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError("params", f"expected JSON-ready values ({exc})") from None
+        self._setup_frames = [header_bytes, npz_bytes(kind.public_arrays(imm))]
+        self._dtype = np.dtype(kind.wire_dtype)
+        self.address, self.kind = address, kind.name
+        self.resumed = self.samples = self.bytes_sent = self.bytes_received = 0
+        self._session = b""
+        self._channel = _Channel(address, timeout_s=timeout_s, attempts=attempts, curve=curve)
+        try:
+            self.limits: dict[str, Any] = json.loads(self._channel.request(wire.HELLO)[0])
+            size = sum(map(len, self._setup_frames)) + 64
+            if size > self.limits["max_message_bytes"]:
+                raise MessageTooLargeError(
+                    f"remote: the set-up is {size} bytes, over the server's max_message_bytes "
+                    f"({self.limits['max_message_bytes']}); start it with a larger "
+                    "--max-message-bytes",
+                    code="message-too-large",
+                )
+            self._setup()
+        except BaseException:
+            self._channel.close()
+            raise
+
+    def _setup(self) -> None:
+        info_frame, session = self._channel.request(wire.SETUP, *self._setup_frames)
+        info = json.loads(info_frame)
+        self._session = session
         self.n_state_encoded, self.n_input_encoded = (
             info["n_state_encoded"],
             info["n_input_encoded"],
         )
 
-    def _request(self, frames: list[bytes]) -> list[bytes]:
+    def _vector(self, name: str, value: Any) -> bytes:
         try:
-            self._sock.send_multipart(frames)
-            status, *rest = self._sock.recv_multipart()
-        except self._zmq.Again:
-            raise RemoteError(
-                f"remote: no answer from {self.address} in time (is `immersion serve` running?)"
-            ) from None
-        if status != b"ok":
-            raise RemoteError(f"remote: {rest[0].decode(errors='replace') if rest else 'refused'}")
-        return rest
+            return np.ascontiguousarray(value, dtype=self._dtype).tobytes()
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidArgumentError(name, f"expected a vector of numbers ({exc})") from None
 
     def advance(self, encoded_state: Any, encoded_input: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Send ``x~, y~``; receive ``u~, x~+``."""
-        xt = np.ascontiguousarray(encoded_state, dtype=np.float64)
-        yt = np.ascontiguousarray(encoded_input, dtype=np.float64)
-        ut, xt_next = self._request([b"advance", xt.tobytes(), yt.tobytes()])
-        return np.frombuffer(ut, dtype=np.float64).copy(), np.frombuffer(
-            xt_next, dtype=np.float64
+        """Send ``x~, y~``; receive ``u~, x~+`` (set up again by itself after a server restart).
+
+        ``bytes_sent`` and ``bytes_received`` count the vectors of every ``advance``.
+        """
+        if self._channel._sock is None:
+            raise InvalidArgumentError("self", "this RemoteTarget is closed")
+        xt, yt = (
+            self._vector("encoded_state", encoded_state),
+            self._vector("encoded_input", encoded_input),
+        )
+        try:
+            reply = self._channel.request(wire.ADVANCE, self._session, xt, yt)
+        except UnknownSessionError:
+            self._setup()
+            self.resumed += 1
+            reply = self._channel.request(wire.ADVANCE, self._session, xt, yt)
+        if len(reply) != 2 or any(len(r) % self._dtype.itemsize for r in reply):
+            raise RemoteError("remote: the server's reply is malformed", code="malformed")
+        self.samples += 1
+        self.bytes_sent += len(xt) + len(yt)
+        self.bytes_received += len(reply[0]) + len(reply[1])
+        return np.frombuffer(reply[0], dtype=self._dtype).copy(), np.frombuffer(
+            reply[1], dtype=self._dtype
         ).copy()
 
     def close(self) -> None:
-        self._sock.close()
+        """End the session on the server (best effort, one short try) and close the socket."""
+        if self._channel._sock is None:
+            return
+        if self._session:
+            self._channel.timeout_s = min(self._channel.timeout_s, 1.0)
+            try:
+                self._channel.request(wire.CLOSE, self._session, attempts=1)
+            except RemoteError:
+                pass
+        self._channel.close()
 
     def __enter__(self) -> "RemoteTarget":
         return self
@@ -128,95 +421,53 @@ class RemoteTarget:
         self.close()
 
 
-def _build_target(header: dict[str, Any], matrices: dict[str, np.ndarray]) -> Any:
-    from .backends import make_backend
-    from .plugin_manager import registry
-    from .probing import uses_public
-    from .target import CheckedFunction, TargetAlgorithm
-
-    spec = registry().algorithm(str(header["algorithm"]))
-    params = header.get("params") or {}
-    if not isinstance(params, dict):
-        raise InvalidArgumentError("params", "expected a JSON object")
-    algo = spec.build(**params)
-    be = make_backend("numpy", dtype=None, device=None)
-    missing = [m for m in PUBLIC_MATRICES if m not in matrices]
-    if missing:
-        raise InvalidArgumentError("setup", f"missing matrices {missing}")
-    f = CheckedFunction(algo.f, "f", algo.n_state, uses_public(algo.f, "f"), be)
-    g = CheckedFunction(algo.g, "g", algo.n_output, uses_public(algo.g, "g"), be)
-    return TargetAlgorithm.from_matrices(f=f, g=g, backend=be, **matrices)
-
-
-def serve(
-    bind: str = "tcp://127.0.0.1:5555", *, max_requests: int | None = None, log: Any = None
-) -> int:
-    """Run the cloud side until ``max_requests`` requests (or forever); return the count served."""
-    zmq = _zmq()
-    sock = zmq.Context.instance().socket(zmq.REP)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.bind(bind)
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    log(f"immersion serve: listening on {sock.getsockopt(zmq.LAST_ENDPOINT).decode()}")
-    target, served = None, 0
+def _admin_request(
+    address: str, kind: bytes, server_key: Any, admin_key: Any, timeout_s: float
+) -> list[bytes]:
+    if server_key is None or admin_key is None:
+        missing = "server_key" if server_key is None else "admin_key"
+        raise InvalidArgumentError(missing, "stats and stop need the server key and an admin key")
+    curve = _curve(address, server_key, admin_key, client_name="admin_key")
+    channel = _Channel(
+        address, timeout_s=v.positive_float("timeout_s", timeout_s), attempts=1, curve=curve
+    )
     try:
-        while max_requests is None or served < max_requests:
-            frames = sock.recv_multipart()
-            served += 1
-            try:
-                kind = frames[0]
-                if kind == b"setup":
-                    target = _build_target(json.loads(frames[1]), _unpack(frames[2]))
-                    log(f"immersion serve: target {json.loads(frames[1])['algorithm']!r} installed")
-                    sock.send_multipart(
-                        [
-                            b"ok",
-                            json.dumps(
-                                {
-                                    "n_state_encoded": target.n_state_encoded,
-                                    "n_input_encoded": target.n_input_encoded,
-                                }
-                            ).encode(),
-                        ]
-                    )
-                elif kind == b"advance":
-                    if target is None:
-                        raise InvalidArgumentError(
-                            "advance", "no target installed: send setup first"
-                        )
-                    xt = np.frombuffer(frames[1], dtype=np.float64)
-                    yt = np.frombuffer(frames[2], dtype=np.float64)
-                    ut, xt_next = target.advance(xt, yt)
-                    sock.send_multipart(
-                        [
-                            b"ok",
-                            np.ascontiguousarray(ut).tobytes(),
-                            np.ascontiguousarray(xt_next).tobytes(),
-                        ]
-                    )
-                elif kind == b"stop":
-                    sock.send_multipart([b"ok"])
-                    break
-                else:
-                    raise InvalidArgumentError("request", f"unknown request {kind[:20]!r}")
-            except (ImmersionError, ValueError, KeyError, IndexError, TypeError) as exc:
-                sock.send_multipart([b"error", str(exc).encode()])
+        return channel.request(kind)
     finally:
-        sock.close()
-    return served
+        channel.close()
 
 
-def stop_server(address: str, *, timeout_s: float = 5.0) -> None:
-    """Ask a server to stop (used by tests and by the demo's spawned server)."""
-    zmq = _zmq()
-    sock = zmq.Context.instance().socket(zmq.REQ)
-    sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(address)
-    try:
-        sock.send_multipart([b"stop"])
-        sock.recv_multipart()
-    except zmq.Again:
-        pass
-    finally:
-        sock.close()
+def remote_stats(
+    address: str, *, server_key: Any, admin_key: Any, timeout_s: float = 5.0
+) -> dict[str, Any]:
+    """The server's ``stats`` (sessions, counters, latency percentiles); needs an admin key.
+
+    Parameters
+    ----------
+    address:
+        The server's ``tcp://HOST:PORT``.
+    server_key, admin_key:
+        The server's public key (``.key`` file or Z85 text) and an admin's ``.key_secret`` file
+        (listed in the server's ``--admins``).
+    timeout_s:
+        Seconds to wait for the answer.
+
+    Returns
+    -------
+    dict
+        What :meth:`immersion.service.Service.stats` returns on the server.
+    """
+    return dict(
+        json.loads(_admin_request(address, wire.STATS, server_key, admin_key, timeout_s)[0])
+    )
+
+
+def stop_server(address: str, *, server_key: Any, admin_key: Any, timeout_s: float = 5.0) -> None:
+    """Ask a server to stop after the requests in flight; needs an admin key (or send SIGTERM).
+
+    Parameters
+    ----------
+    address, server_key, admin_key, timeout_s:
+        As for :func:`remote_stats`.
+    """
+    _admin_request(address, wire.STOP, server_key, admin_key, timeout_s)

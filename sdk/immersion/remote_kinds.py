@@ -1,0 +1,140 @@
+"""Kinds of cloud target ``immersion serve`` runs: set up from public arrays, advanced per sample.
+
+Each kind is one :class:`TargetKind` in :data:`TARGET_KINDS`, keyed by the ``coding`` attribute
+of the user's handle (``"immersion"`` when it has none):
+
+* the user side calls ``public_arrays(imm)`` for what the cloud needs (never a secret key);
+* the server calls ``build(header, arrays)`` and gets an object with
+  ``advance(encoded_state, encoded_input) -> (encoded_output, next_encoded_state)``,
+  ``n_state_encoded`` and ``n_input_encoded``;
+* vectors travel as raw bytes of ``wire_dtype``.
+
+A new coding (an integer or lattice target) adds one entry here; the session layer, transport,
+keys and limits stay the same.
+
+Examples
+--------
+>>> sorted(TARGET_KINDS)
+['immersion']
+>>> TARGET_KINDS["immersion"].wire_dtype
+<class 'numpy.float64'>
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+#: The dense matrices of seed 002 eq. 17 that a remote cloud receives (never N1, Pi3_left, noise).
+PUBLIC_MATRICES = ("Pi1_left", "Pi2", "Pi2_left", "Pi3", "Pi4")
+
+
+class CloudTarget(Protocol):
+    """What the server needs of a target: its sizes and one sample's ``advance``."""
+
+    n_state_encoded: int
+    n_input_encoded: int
+
+    def advance(self, encoded_state: Any, encoded_input: Any) -> tuple[Any, Any]: ...
+
+
+@dataclass(frozen=True)
+class TargetKind:
+    """One kind of cloud target (see the module docstring).
+
+    Parameters
+    ----------
+    name:
+        The ``coding`` of the handles it serves, sent in the set-up header.
+    wire_dtype:
+        numpy dtype of ``x~``, ``y~``, ``u~`` on the wire.
+    public_arrays:
+        User side: ``public_arrays(imm)``, the arrays the cloud needs.
+    build:
+        Server side: ``build(header, arrays)``, the target.
+    needs_algorithm:
+        True if the set-up names a registered algorithm (the server builds ``f``, ``g`` from its
+        own plugins, never from code on the wire).
+    """
+
+    name: str
+    wire_dtype: Any
+    public_arrays: Callable[[Any], dict[str, np.ndarray]]
+    build: Callable[[dict[str, Any], dict[str, np.ndarray]], CloudTarget]
+    needs_algorithm: bool = False
+
+
+def public_target_matrices(keys: Any) -> dict[str, np.ndarray]:
+    """The matrices the cloud needs for eq. 17 (dense keys only: remote mode ships them once)."""
+    if keys.kind != "dense":
+        raise InvalidArgumentError(
+            "keys", "remote mode ships dense target matrices; use keys='dense'"
+        )
+    return {name: np.ascontiguousarray(getattr(keys, name)) for name in PUBLIC_MATRICES}
+
+
+def _immersion_arrays(imm: Any) -> dict[str, np.ndarray]:
+    return public_target_matrices(imm.keys)
+
+
+def _immersion_target(header: dict[str, Any], matrices: dict[str, np.ndarray]) -> CloudTarget:
+    """Seed 002 eq. 17 from the five public matrices and a registered algorithm's ``f``, ``g``."""
+    from .backends import make_backend
+    from .plugin_manager import registry
+    from .probing import uses_public
+    from .target import CheckedFunction, TargetAlgorithm
+
+    name = header.get("algorithm")
+    if not isinstance(name, str):
+        raise InvalidArgumentError("algorithm", f"expected a registered name, got {name!r}")
+    spec = registry().algorithm(name)
+    params = header.get("params") or {}
+    if not isinstance(params, dict):
+        raise InvalidArgumentError("params", "expected a JSON object")
+    missing = [m for m in PUBLIC_MATRICES if m not in matrices]
+    if missing:
+        raise InvalidArgumentError("setup", f"missing matrices {missing}")
+    try:
+        algo = spec.build(**params)
+    except TypeError as exc:
+        raise InvalidArgumentError("params", f"{name!r} does not take them ({exc})") from None
+    be = make_backend("numpy", dtype=None, device=None)
+    f = CheckedFunction(algo.f, "f", algo.n_state, uses_public(algo.f, "f"), be)
+    g = CheckedFunction(algo.g, "g", algo.n_output, uses_public(algo.g, "g"), be)
+    arrays = {m: np.asarray(matrices[m], dtype=np.float64) for m in PUBLIC_MATRICES}
+    return TargetAlgorithm.from_matrices(f=f, g=g, backend=be, **arrays)
+
+
+#: The kinds this installation serves, by ``coding``.
+TARGET_KINDS: dict[str, TargetKind] = {
+    "immersion": TargetKind(
+        "immersion", np.float64, _immersion_arrays, _immersion_target, needs_algorithm=True
+    ),
+}
+
+
+def kind_of(imm: Any, kinds: dict[str, TargetKind] | None = None) -> TargetKind:
+    """The kind of a user handle, from its ``coding`` attribute (``"immersion"`` by default).
+
+    Parameters
+    ----------
+    imm:
+        The user's handle (:class:`~immersion.Immersion` or another coding's).
+    kinds:
+        The table to look in (default :data:`TARGET_KINDS`).
+
+    Returns
+    -------
+    TargetKind
+    """
+    table = TARGET_KINDS if kinds is None else kinds
+    coding = getattr(imm, "coding", "immersion")
+    if coding not in table:
+        raise InvalidArgumentError(
+            "imm", f"remote mode has no target kind for coding {coding!r}; known: {sorted(table)}"
+        )
+    return table[coding]

@@ -1,0 +1,140 @@
+"""``immersion serve`` as a child process: started, address read from its log, stopped by signal.
+
+Used by the reactor demo's ``--remote``, by ``immersion bench remote`` and by the fault tests
+(SIGKILL and restart on the same port). The child logs JSON lines (``--json``); they are kept
+in :attr:`ServerProcess.events`, and its final stats (stdout) come back from :meth:`stop`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from .errors import ImmersionError
+
+
+class ServerProcess:
+    """Start ``python -m immersion serve --json`` and wait until it listens.
+
+    Parameters
+    ----------
+    bind:
+        As ``immersion serve --bind``; ``tcp://127.0.0.1:*`` takes a free port (see
+        :attr:`address`), which a restart can then bind explicitly.
+    server_key, clients, admins, workers, max_sessions, session_idle_s, max_message_bytes:
+        As the ``immersion serve`` options (None: the default).
+    start_timeout_s:
+        How long to wait for the ``listening`` line.
+
+    Examples
+    --------
+    ``with ServerProcess() as server: RemoteTarget(server.address, imm, algorithm=...)``; leaving
+    the block sends SIGTERM and waits for a clean exit.
+    """
+
+    def __init__(
+        self,
+        bind: str = "tcp://127.0.0.1:*",
+        *,
+        server_key: str | os.PathLike[str] | None = None,
+        clients: str | os.PathLike[str] | None = None,
+        admins: str | os.PathLike[str] | None = None,
+        workers: int | None = None,
+        max_sessions: int | None = None,
+        session_idle_s: float | None = None,
+        max_message_bytes: int | None = None,
+        start_timeout_s: float = 120.0,
+    ) -> None:
+        command = [sys.executable, "-m", "immersion", "serve", "--bind", bind, "--json"]
+        for flag, value in (
+            ("--server-key", server_key),
+            ("--clients", clients),
+            ("--admins", admins),
+            ("--workers", workers),
+            ("--max-sessions", max_sessions),
+            ("--session-idle", session_idle_s),
+            ("--max-message-bytes", max_message_bytes),
+        ):
+            if value is not None:
+                command += [
+                    flag,
+                    str(Path(value)) if isinstance(value, os.PathLike) else str(value),
+                ]
+        self.events: list[dict[str, Any]] = []
+        self.other_lines: list[str] = []
+        self._listening = threading.Event()
+        self.proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
+        if not self._listening.wait(start_timeout_s) or self.proc.poll() is not None:
+            self.kill()
+            tail = "\n".join(self.other_lines[-20:])
+            raise ImmersionError(f"immersion serve did not start:\n{tail}")
+        self.address: str = next(e["address"] for e in self.events if e["event"] == "listening")
+
+    def _read_log(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                self.other_lines.append(line.rstrip())
+                continue
+            if isinstance(event, dict) and "event" in event:
+                self.events.append(event)
+                if event["event"] == "listening":
+                    self._listening.set()
+            else:
+                self.other_lines.append(line.rstrip())
+
+    def stop(
+        self, sig: signal.Signals = signal.SIGTERM, *, timeout_s: float = 60.0
+    ) -> dict[str, Any] | None:
+        """Send ``sig``, wait for the exit; return the final stats it printed (None if none)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=timeout_s)  # its stdout is one JSON object: no pipe fills up
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise ImmersionError(f"immersion serve did not stop within {timeout_s:g} s") from None
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read()
+        self._reader.join(5)
+        try:
+            return dict(json.loads(out.strip().splitlines()[-1])) if out.strip() else None
+        except ValueError:
+            return None
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up, no final stats (what a crash looks like to the clients)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._reader.join(5)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def __enter__(self) -> "ServerProcess":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.proc.poll() is None:
+            self.stop()

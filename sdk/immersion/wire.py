@@ -1,0 +1,110 @@
+"""The wire protocol of ``immersion serve`` (version 2): frames, requests, error codes, addresses.
+
+Shared by the server (:mod:`immersion.service`) and the client (:mod:`immersion.remote`). A
+request is one multipart ZeroMQ message ``[b"", kind, request_id, *body]`` and its reply is
+``[b"", request_id, b"ok", *body]`` or ``[b"", request_id, b"error", code, message]``; the
+empty first frame lets plain REQ sockets (other languages, lock-step clients) talk to the server
+as well as DEALER sockets. Nothing is pickled: headers are JSON, arrays raw bytes or ``.npz``
+read with ``allow_pickle=False``.
+
+=========  ================================  =====================================================
+kind       request body                      reply body
+=========  ================================  =====================================================
+hello      (none)                            JSON: protocol, limits, target kinds
+setup      JSON header, ``.npz`` of arrays   JSON: dimensions, session; the session id (16 bytes)
+advance    session, ``x~``, ``y~``           ``u~``, ``x~+`` (seed 002 eq. 17, one sample)
+close      session                           (none)
+stats      (none); admin keys only           JSON: sessions, counters, latency percentiles
+stop       (none); admin keys only           (none); the server then stops
+=========  ================================  =====================================================
+
+Examples
+--------
+>>> is_loopback("tcp://127.0.0.1:5555"), is_loopback("tcp://0.0.0.0:5555")
+(True, False)
+>>> endpoint_host("tcp://[::1]:5555")
+'::1'
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from .errors import InvalidArgumentError
+
+PROTOCOL = 2
+
+#: Request kinds (first frame after the empty delimiter).
+HELLO, SETUP, ADVANCE, CLOSE, STATS, STOP = (
+    b"hello",
+    b"setup",
+    b"advance",
+    b"close",
+    b"stats",
+    b"stop",
+)
+OK, ERROR = b"ok", b"error"
+
+#: Bytes of a session id (random, ``secrets.token_bytes``) and the longest request id accepted.
+SESSION_BYTES = 16
+MAX_REQUEST_ID_BYTES = 16
+
+#: Every error code the server sends, with what it means.
+ERROR_CODES: dict[str, str] = {
+    "malformed": "the frames do not form a request of this protocol",
+    "unknown-request": "the request kind is not one of hello/setup/advance/close/stats/stop",
+    "unknown-session": "no session with this id belongs to this client (expired, closed, "
+    "lost in a restart, or never created)",
+    "too-many-sessions": "the server holds its maximum number of sessions",
+    "message-too-large": "the request is larger than the server's max_message_bytes",
+    "forbidden": "stats and stop need an admin key",
+    "invalid-argument": "the target refused the set-up or the vectors (the message names what)",
+    "internal": "the target failed unexpectedly (the server logged the exception type)",
+}
+
+_TCP = re.compile(r"^tcp://(?P<host>\[[0-9A-Fa-f:.]+\]|[^:/\[\]\s]+):(?P<port>\d{1,5}|\*)$")
+_LOCAL_NAMES = {"localhost", "lo"}
+
+
+def endpoint_host(address: str, *, name: str = "address", bind: bool = False) -> str | None:
+    """The host of a ``tcp://HOST:PORT`` endpoint, ``None`` for ``ipc://`` and ``inproc://``.
+
+    Parameters
+    ----------
+    address:
+        A ZeroMQ endpoint.
+    name:
+        The argument an :class:`~immersion.InvalidArgumentError` names for anything else.
+    bind:
+        Also accept ZeroMQ's ``*`` wildcard port (a client needs a number).
+    """
+    if not isinstance(address, str):
+        raise InvalidArgumentError(name, f"expected a ZeroMQ address string, got {address!r}")
+    for local in ("ipc://", "inproc://"):
+        if address.startswith(local) and len(address) > len(local):
+            return None
+    match = _TCP.match(address)
+    port = match.group("port") if match else ""
+    if match is None or (port == "*" and not bind) or (port != "*" and not 0 < int(port) < 65536):
+        raise InvalidArgumentError(
+            name, f"{address!r} is not a ZeroMQ address such as tcp://HOST:PORT"
+        )
+    return match.group("host").strip("[]")
+
+
+def is_loopback(address: str, *, name: str = "address", bind: bool = False) -> bool:
+    """True if ``address`` only reaches this machine (loopback TCP, ``ipc://``, ``inproc://``).
+
+    Parameters
+    ----------
+    address, name, bind:
+        As for :func:`endpoint_host`.
+    """
+    host = endpoint_host(address, name=name, bind=bind)
+    if host is None or host.lower() in _LOCAL_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name or an interface name other than lo: not known to be local
+        return False
