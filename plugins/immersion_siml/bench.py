@@ -1,4 +1,5 @@
-"""``immersion bench siml``: plain training, SIML, Opacus DP-SGD and CKKS side by side (seed 002 Figs. 4-5).
+"""``immersion bench siml``: plain training, SIML, Opacus DP-SGD and CKKS side by side (seed 002
+Figs. 4-5).
 
 One process, one dataset, one model, one batch order. Timings are training only (no key
 drawing, encoding or evaluation), best of ``repeats`` with plain and SIML alternating. Ratios:
@@ -10,7 +11,9 @@ drawing, encoding or evaluation), best of ``repeats`` with plain and SIML altern
   forward+backward passes on a few samples, over SIML's measured training time.
 
 Baselines whose optional extra (``baselines``: opacus, tenseal) is missing are skipped with a
-message in ``skipped``.
+message in ``skipped``. ``model`` may be the user's ``package.module:function`` and ``dataset``
+the user's data (:class:`~immersion_siml.inputs.UserData`): plain and SIML then run on them (the
+baselines run on the SDK's models only).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from immersion import OptionalDependencyError
 
 from .dynamics import TrainingPlan, run_plan
 from .job import PrivacyDesign, decode_model, prepare_job
+from .models import MODEL_NAMES
 
 DPSGD_EPSILONS = (0.1, 0.6, 2.0, 10.0)
 
@@ -39,23 +43,26 @@ def _best_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
 def _plain_torch_seconds(
     model_name: str, dataset: Any, plan: TrainingPlan, repeats: int, seed: int
 ) -> float:
-    """A standard torch loop (``nn.Module``, ``torch.optim``): the plain counterpart of Opacus' DP-SGD."""
+    """A standard torch loop (``nn.Module``, ``torch.optim``): the plain counterpart of Opacus'
+    DP-SGD."""
     import torch
 
-    from .models import build_siml_model
+    from .inputs import build_module
 
     x = torch.as_tensor(dataset.x_train, dtype=torch.float64)
-    y = torch.as_tensor(dataset.y_train)
+    y = torch.as_tensor(dataset.y_train)  # labels (the SDK's data) or rows (the user's)
+    n_targets = int(y.shape[1]) if y.ndim == 2 else dataset.n_classes
 
     def train() -> None:
-        torch.manual_seed(seed)
-        module = build_siml_model(
-            model_name, image_shape=dataset.image_shape, n_classes=dataset.n_classes
+        module = build_module(
+            model_name, feature_shape=tuple(x.shape[1:]), n_targets=n_targets, seed=seed
         )
         opt = (
             torch.optim.Adam(module.parameters(), lr=plan.lr, eps=1e-7)
             if plan.optimizer == "adam"
-            else torch.optim.SGD(module.parameters(), lr=plan.lr)
+            else torch.optim.SGD(
+                module.parameters(), lr=plan.lr, momentum=0.9 if plan.optimizer == "momentum" else 0
+            )
         )
         for epoch in plan.batches(len(x)):
             for idx in epoch:
@@ -87,7 +94,7 @@ def _siml_side_by_side(
         design=design,
         init_seed=seed,
         rng=seed,
-        n_classes=dataset.n_classes,
+        n_classes=getattr(dataset, "n_classes", None),
     )
     target, dynamics = user.target, user.target.dynamics
     images, targets = target.layout.split(target.layout.rows(x_train, y_train))
@@ -108,10 +115,13 @@ def _siml_side_by_side(
         t_siml = min(t_siml, seconds)
     w_siml = decode_model(user, encoded_model, encoded_dataset[0])
     w_plain = dynamics.params(x_plain)
-    x_test, y_test = (
-        torch.as_tensor(dataset.x_test, dtype=torch.float64),
-        torch.as_tensor(dataset.y_test),
-    )
+
+    def accuracy(w: Any) -> float:
+        if dataset.x_test is None:
+            return float("nan")
+        x_test = torch.as_tensor(dataset.x_test, dtype=torch.float64)
+        return dynamics.model.accuracy(w, x_test, torch.as_tensor(dataset.y_test))
+
     report = user.report()
     return {
         "sync": plan.sync,
@@ -119,10 +129,11 @@ def _siml_side_by_side(
         "siml_seconds": t_siml,
         "time_ratio": t_siml / t_plain,
         "max_abs_diff_vs_plain": float((w_siml - w_plain).abs().max()),
-        "accuracy_plain": dynamics.model.evaluate(w_plain, x_test, y_test)[0],
-        "accuracy_siml": dynamics.model.evaluate(w_siml, x_test, y_test)[0],
+        "accuracy_plain": accuracy(w_plain),
+        "accuracy_siml": accuracy(w_siml),
         "epsilon_data": report.epsilon_input,
         "epsilon_model": report.epsilon_output,
+        "n_params": dynamics.n_params,
     }
 
 
@@ -160,6 +171,7 @@ def bench_siml(
     main_row = rows[0] if plan.sync == "epoch" else rows[1]
     out: dict[str, Any] = {
         "model": model,
+        "n_params": rows[0]["n_params"],
         "dataset": dataset.name,
         "n_train": len(dataset.x_train),
         "optimizer": plan.optimizer,
@@ -182,6 +194,9 @@ def bench_siml(
     }
     if not baselines:
         out["skipped"].append("baselines: not requested")
+        return out
+    if model not in MODEL_NAMES:
+        out["skipped"].append(f"baselines: run on the SDK's models ({', '.join(MODEL_NAMES)}) only")
         return out
 
     from . import ckks, dpsgd
@@ -211,7 +226,8 @@ def bench_siml(
         return out
     try:
         say(
-            f"CKKS encrypted forward+backward on {ckks_samples} samples (extrapolated to the training set)"
+            f"CKKS encrypted forward+backward on {ckks_samples} samples "
+            "(extrapolated to the training set)"
         )
         flat = dataset.x_train.reshape(len(dataset.x_train), -1)
         m = ckks.measure_ckks_training(flat, dataset.y_train, n_samples=ckks_samples, seed=seed)
