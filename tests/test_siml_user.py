@@ -229,6 +229,44 @@ def test_mse_regression_on_tabular_data():
     assert out.history[-1]["loss"] < out.history[0]["loss"]
 
 
+class SequenceNet(torch.nn.Module):
+    """Samples of shape (T, F) = (6, 3): a shared step map, averaged over time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = torch.nn.Linear(3, 8)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.step(x)).mean(dim=1))
+
+
+class ScalarNet(torch.nn.Module):
+    """One number per sample: X has shape (N,)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lift = torch.nn.Linear(1, 6)
+        self.head = torch.nn.Linear(6, 2)
+
+    def forward(self, x):
+        return self.head(torch.sin(self.lift(x.unsqueeze(1))))
+
+
+@pytest.mark.parametrize("net_class,shape", [(SequenceNet, (6, 3)), (ScalarNet, ())])
+def test_any_feature_shape(net_class, shape):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, *shape))
+    y = rng.dirichlet(np.ones(4 if shape else 2), size=50)  # soft labels: probability rows
+    torch.manual_seed(1)
+    net = net_class().double()
+    out = train(net, x, y, lr=0.2, epochs=2, batch_size=12, shuffle=False, rng=0)
+    assert out.n_sample == int(np.prod(shape)) + y.shape[1]
+    plain = plain_training(net, x, torch.as_tensor(y), in_order(50, 12, 2), optimizer="sgd", lr=0.2)
+    assert max_param_diff(out.model, plain) <= 1e-9
+    assert max_param_diff(plain, net) > 1e-3
+
+
 def test_privacy_design_options_and_figures():
     x, y = _wine()
     net = _module("mlp-wine")

@@ -5,6 +5,8 @@ One process, one dataset, one model, one batch order. Timings are training only 
 drawing, encoding or evaluation), best of ``repeats`` with plain and SIML alternating. Ratios:
 
 * ``siml_time_ratio``: SIML's target optimizer over the plain optimizer (same flat-vector code);
+* ``siml_time_ratio_vs_torch``: over a standard torch loop of the same module (``torch.optim``),
+  with ``siml_max_abs_diff_vs_torch`` the largest weight difference to that loop's model;
 * ``dpsgd[].time_ratio``: Opacus DP-SGD over a standard torch training loop of the same model
   (Opacus trains ``nn.Module`` objects, so that is its plain counterpart);
 * ``ckks_time_ratio_vs_siml``: CKKS training of the x^2 network, **extrapolated** from encrypted
@@ -40,37 +42,32 @@ def _best_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return best, out
 
 
-def _plain_torch_seconds(
-    model_name: str, dataset: Any, plan: TrainingPlan, repeats: int, seed: int
-) -> float:
-    """A standard torch loop (``nn.Module``, ``torch.optim``): the plain counterpart of Opacus'
-    DP-SGD."""
+def _torch_loop(module: Any, x: Any, y: Any, plan: TrainingPlan) -> Callable[[], Any]:
+    """Plain training as a torch user writes it: the module itself, ``torch.optim`` (Adam with
+    Keras' ``eps = 1e-7``, SGD with or without momentum 0.9), cross-entropy against ``y`` (labels
+    or rows), the plan's batches. Each call trains a fresh copy from the same initial weights;
+    this is also the plain counterpart of Opacus' DP-SGD."""
+    import copy
+
     import torch
 
-    from .inputs import build_module
-
-    x = torch.as_tensor(dataset.x_train, dtype=torch.float64)
-    y = torch.as_tensor(dataset.y_train)  # labels (the SDK's data) or rows (the user's)
-    n_targets = int(y.shape[1]) if y.ndim == 2 else dataset.n_classes
-
-    def train() -> None:
-        module = build_module(
-            model_name, feature_shape=tuple(x.shape[1:]), n_targets=n_targets, seed=seed
-        )
+    def train() -> Any:
+        net = copy.deepcopy(module)
         opt = (
-            torch.optim.Adam(module.parameters(), lr=plan.lr, eps=1e-7)
+            torch.optim.Adam(net.parameters(), lr=plan.lr, eps=1e-7)
             if plan.optimizer == "adam"
             else torch.optim.SGD(
-                module.parameters(), lr=plan.lr, momentum=0.9 if plan.optimizer == "momentum" else 0
+                net.parameters(), lr=plan.lr, momentum=0.9 if plan.optimizer == "momentum" else 0
             )
         )
         for epoch in plan.batches(len(x)):
             for idx in epoch:
                 opt.zero_grad()
-                torch.nn.functional.cross_entropy(module(x[idx]), y[idx]).backward()
+                torch.nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
                 opt.step()
+        return torch.nn.utils.parameters_to_vector(net.parameters()).detach()
 
-    return _best_time(train, repeats)[0]
+    return train
 
 
 def _siml_side_by_side(
@@ -81,7 +78,10 @@ def _siml_side_by_side(
     repeats: int,
     seed: int,
 ) -> dict[str, Any]:
-    """Plain and SIML training timed alternately; decoded model and accuracy compared."""
+    """Plain (the same flat-vector optimizer code, and a standard torch loop) and SIML training
+    timed alternately, best of ``repeats``; decoded model and accuracy compared."""
+    import copy
+
     import torch
 
     x_train = torch.as_tensor(dataset.x_train, dtype=torch.float64)
@@ -102,13 +102,18 @@ def _siml_side_by_side(
         torch.as_tensor(job.encoded_state),
         torch.as_tensor(job.encoded_dataset),
     )
+    module = copy.deepcopy(dynamics.model.module)
+    torch.nn.utils.vector_to_parameters(dynamics.params(x0), module.parameters())
+    torch_loop = _torch_loop(module, x_train, y_train, plan)
     plain_plan = dataclasses.replace(plan, sync="batch")
-    t_plain, t_siml = float("inf"), float("inf")
+    t_plain, t_torch, t_siml = float("inf"), float("inf"), float("inf")
     for _ in range(repeats):
         seconds, x_plain = _best_time(
             lambda: run_plan(dynamics, x0, images, targets, plain_plan), 1
         )
         t_plain = min(t_plain, seconds)
+        seconds, w_torch = _best_time(torch_loop, 1)
+        t_torch = min(t_torch, seconds)
         seconds, (encoded_model, _) = _best_time(
             lambda: target.train(encoded_state, encoded_dataset, plan), 1
         )
@@ -126,9 +131,12 @@ def _siml_side_by_side(
     return {
         "sync": plan.sync,
         "plain_seconds": t_plain,
+        "torch_seconds": t_torch,
         "siml_seconds": t_siml,
         "time_ratio": t_siml / t_plain,
+        "time_ratio_vs_torch": t_siml / t_torch,
         "max_abs_diff_vs_plain": float((w_siml - w_plain).abs().max()),
+        "max_abs_diff_vs_torch": float((w_siml - w_torch).abs().max()),
         "accuracy_plain": accuracy(w_plain),
         "accuracy_siml": accuracy(w_siml),
         "epsilon_data": report.epsilon_input,
@@ -184,6 +192,8 @@ def bench_siml(
         "accuracy_siml": main_row["accuracy_siml"],
         "siml_max_abs_diff_vs_plain": max(r["max_abs_diff_vs_plain"] for r in rows),
         "siml_time_ratio": main_row["time_ratio"],
+        "siml_time_ratio_vs_torch": main_row["time_ratio_vs_torch"],
+        "siml_max_abs_diff_vs_torch": max(r["max_abs_diff_vs_torch"] for r in rows),
         "siml_by_sync": rows,
         "epsilon_data": main_row["epsilon_data"],
         "epsilon_model": main_row["epsilon_model"],
@@ -202,8 +212,7 @@ def bench_siml(
     from . import ckks, dpsgd
 
     try:
-        say("plain torch loop (Opacus' plain counterpart)")
-        plain_torch = _plain_torch_seconds(model, dataset, plan, repeats, seed)
+        plain_torch = main_row["torch_seconds"]  # Opacus' plain counterpart
         out["plain_torch_seconds"] = plain_torch
         for eps in epsilons:
             say(f"Opacus DP-SGD at epsilon {eps}")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Callable
 
 import click
-from immersion.cli_types import SEED, FiniteFloatRange
+from immersion.cli_types import SEED, FiniteFloatRange, json_safe
 
 from .models import MODEL_NAMES
 
@@ -152,12 +151,6 @@ def _progress(message: str) -> None:
     click.echo(f"[siml] {message}", err=True)
 
 
-def _finite(out: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()
-    }
-
-
 @click.group("siml")
 def siml_group() -> None:
     """Privacy-preserving training service by immersion (seed 002 SIML)."""
@@ -231,7 +224,7 @@ def run_cmd(
 
         out["plots"] = [str(p) for p in write_siml_plots(result, plot_dir)]
     if as_json:
-        click.echo(json.dumps(_finite(out)))
+        click.echo(json.dumps(json_safe(out)))
         return
     click.echo(
         f"SIML {model} ({out['n_params']} -> {out['n_params_encoded']} parameters), {optimizer}, "
@@ -553,7 +546,7 @@ def bench_siml_cmd(
         baselines=not no_baselines,
         progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
     )
-    text = json.dumps(result)
+    text = json.dumps(json_safe(result))
     if out_file is not None:
         out_file.write_text(text + "\n")
     if as_json:
@@ -565,7 +558,10 @@ def bench_siml_cmd(
         f"max |w_SIML - w_plain| {result['siml_max_abs_diff_vs_plain']:.2e}"
     )
     for row in result["siml_by_sync"]:
-        click.echo(f"  SIML / plain time ({row['sync']} sync): {row['time_ratio']:.2f}")
+        click.echo(
+            f"  SIML / plain time ({row['sync']} sync): {row['time_ratio']:.2f} "
+            f"(/ a torch loop of the same module: {row['time_ratio_vs_torch']:.2f})"
+        )
     for row in result["dpsgd"]:
         click.echo(
             f"  DP-SGD epsilon {row['epsilon']:>4}: accuracy {row['accuracy']:.4f}, "
