@@ -3,6 +3,7 @@
 Run from the repository root (prints one JSON object; progress on stderr):
 
     .venv/bin/python benchmarks/siml_user_model.py [--optimizer adam] [--epochs 10] [--repeats 3]
+        [--threads N]
     .venv/bin/immersion bench siml --model benchmarks.siml_user_model:build_model --no-baselines
 
 The module below is not one of the SDK's: a digits MLP 64-448-384-10 with the Mish activation
@@ -56,7 +57,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's choice)"
+    )
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     lr = 0.001 if args.optimizer == "adam" else 0.05
     plan = TrainingPlan(
         optimizer=args.optimizer,
@@ -74,6 +80,7 @@ def main() -> None:
         baselines=False,
         progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True),
     )
+    result["torch_threads"] = torch.get_num_threads()
     print(json.dumps(json_safe(result)))
 
 

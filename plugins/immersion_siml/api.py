@@ -215,7 +215,7 @@ def train(
 
     # the service: eq. 44 on the encoded dataset and state only
     target = user.target
-    recorder = _History(user, flat, features, targets, progress)
+    recorder = _History(user, flat, features, targets, progress, keep_weights=compare_plain)
     start = time.perf_counter()
     encoded_model, _ = target.train(encoded_state, encoded_dataset, plan, on_epoch=recorder)
     train_seconds = time.perf_counter() - start - recorder.seconds
@@ -233,7 +233,7 @@ def train(
             x0,
             features,
             targets,
-            dataclasses.replace(plan, sync="batch"),
+            dataclasses.replace(plan, sync="epoch"),  # the plain loop (no encoding)
             on_epoch=lambda _e, x: plain.append(dynamics.params(x).clone()),
         )
         for row, w_epoch, w_plain in zip(recorder.history, recorder.weights, plain, strict=True):
@@ -267,7 +267,8 @@ def train(
 
 
 class _History:
-    """After every epoch of the service: the user decodes the state and evaluates the loss.
+    """After every epoch of the service: the user decodes the state and evaluates the training
+    loss (one forward pass over ``X``); it keeps the weights only to compare with plain training.
 
     The time spent here is the user's, not the service's: it is subtracted from the timing.
     """
@@ -279,9 +280,11 @@ class _History:
         features: Any,
         targets: Any,
         progress: Callable[[str], None] | None,
+        *,
+        keep_weights: bool,
     ) -> None:
         self.user, self.model, self.features, self.targets = user, model, features, targets
-        self.progress = progress
+        self.progress, self.keep_weights = progress, keep_weights
         self.history: list[dict[str, Any]] = []
         self.weights: list[Any] = []
         self.seconds = 0.0
@@ -291,7 +294,8 @@ class _History:
         start = time.perf_counter()
         w = self.user.target.dynamics.params(self.user.decode_state(encoded_state)).clone()
         loss = self.model.mean_loss(w, self.features, self.targets)
-        self.weights.append(w)
+        if self.keep_weights:
+            self.weights.append(w)
         self.history.append({"epoch": epoch + 1, "loss": loss, "seconds": start - self._last})
         if self.progress is not None:
             self.progress(f"epoch {epoch + 1}: loss {loss:.4g}")

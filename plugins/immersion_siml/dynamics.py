@@ -2,8 +2,10 @@
 
 The state ``x`` is the flat vector ``(w, optimizer moments)``: ``w`` alone for SGD (eq. 40),
 ``(w, m, v)`` for Adam (eq. 41); Adam's step counter is public (it is the loop index). Plain
-training and the target optimizer call the same :meth:`OptimizerDynamics.change`, so the only
-difference between them is the encoding, which is what makes their comparison exact.
+training and the target optimizer call the same :meth:`OptimizerDynamics.change` (per batch) or
+:meth:`OptimizerDynamics.epoch_change` (per epoch: the ordinary loop on ``(w, state)``, packed
+once), so the only difference between them is the encoding, which is what makes their comparison
+exact. Plain training runs per epoch (no encoding between batches to pay for).
 
 A target step is one mini-batch (``sync="batch"``, eqs. 40-41 literally) or one epoch
 (``sync="epoch"``: ``t`` counts epochs, as the paper's eq. 39 says); both are instances of
@@ -168,11 +170,18 @@ class OptimizerDynamics:
     def epoch_change(
         self, x: Any, features: Any, targets: Any, batches: list[np.ndarray], steps_done: int
     ) -> Any:
-        """``x_{e+1} - x_e`` over one epoch of mini-batches (``sync="epoch"``)."""
-        start = x
-        for i, idx in enumerate(batches):
-            x = x + self.change(x, features[idx], targets[idx], steps_done + i)
-        return x - start
+        """``x_{e+1} - x_e`` over one epoch of mini-batches (``sync="epoch"``).
+
+        Inside the epoch the optimizer runs on ``(w, state)`` as an ordinary training loop (no
+        flat state per step); the state is packed once, at the end.
+        """
+        torch = self.model._torch
+        w, state = self._unpack(x, steps_done)
+        for idx in batches:
+            _, grad = self.model.loss_and_grad(w, features[idx], targets[idx])
+            update, state = self.optimizer.update(grad, state, w)
+            w = w + update
+        return torch.cat([w] + self._stored(state)) - x
 
 
 def run_plan(
