@@ -1,4 +1,5 @@
-"""SIML (seed 002 section VI-A): the decoded model equals plain training, epoch by epoch; files; errors."""
+"""SIML (seed 002 section VI-A): the decoded model equals plain training, epoch by epoch; files;
+errors."""
 
 from __future__ import annotations
 
@@ -303,7 +304,8 @@ def test_bench_skips_missing_baselines_with_a_message(monkeypatch, digits):
 
 
 def test_the_service_can_decode_the_training_set(tmp_path, digits):
-    """THREAT_MODEL.md: eq. 44 needs Pi1_left, so whoever holds the job file recovers every sample."""
+    """THREAT_MODEL.md: eq. 44 needs Pi1_left, so whoever holds the job file recovers every
+    sample."""
     plan = TrainingPlan(optimizer="sgd", lr=0.05, epochs=1)
     x, y = torch.as_tensor(digits.x_train[:100]), torch.as_tensor(digits.y_train[:100])
     _, job, _ = prepare_job("nn-x2", x, y, plan, design=PrivacyDesign(epsilon_data=0.1), rng=2)
