@@ -10,7 +10,6 @@ and inf, and truncated, flipped or re-signed files.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -1105,20 +1104,32 @@ JSON_SCALARS = st.one_of(
     st.sampled_from([1e308, -1.0, 0.0, 5e-324, [1.0], {}]),
 )
 SIML_META = {
-    "model": st.sampled_from(["resnet", "mlp64", "", 3]),
-    "image_shape": st.one_of(st.lists(st.integers(-2, 10**9), max_size=4), st.text(max_size=3)),
-    "n_classes": st.one_of(st.integers(-5, 10**12), st.text(max_size=3), st.none()),
+    "model": st.sampled_from(["resnet", "mlp64", "", 3, "os:getcwd", "math:pi"]),
+    "feature_shape": st.one_of(
+        st.lists(st.integers(-2, 10**9), max_size=4), st.text(max_size=3)
+    ),
+    "n_targets": st.one_of(st.integers(-5, 10**12), st.text(max_size=3), st.none()),
+    "loss": st.one_of(st.sampled_from(["cross_entropy", "mse", "hinge"]), JSON_SCALARS),
+    "parameters": st.one_of(
+        st.none(),
+        st.lists(
+            st.tuples(st.text(max_size=8), st.lists(st.integers(-2, 20), max_size=3)).map(list),
+            max_size=5,
+        ),
+        JSON_SCALARS,
+    ),
     "plan": st.one_of(
         st.none(),
         st.fixed_dictionaries(
             {},
             optional={
-                "optimizer": st.sampled_from(["sgd", "adam", "rmsprop"]),
+                "optimizer": st.sampled_from(["sgd", "adam", "rmsprop", "momentum"]),
                 "lr": JSON_SCALARS,
                 "epochs": st.integers(-1, 2),
                 "batch_size": st.integers(-1, 64),
                 "sync": st.text(max_size=6),
                 "order_seed": st.integers(-3, 3),
+                "shuffle": JSON_SCALARS,
             },
         ),
     ),
@@ -1132,18 +1143,13 @@ def test_resigned_siml_job_files_are_refused_or_train_to_a_finite_model(
 ) -> None:
     """The service receives job files from users: altered content with a valid checksum must give a
     clean error. Before: negative or huge image shapes, NaN or string datasets and a negative order
-    seed ran into torch/numpy errors, and a NaN dataset trained to a NaN model silently."""
-    from immersion.keys.store import key_arrays, keys_meta
-    from immersion_siml.job import JOB_MAGIC
+    seed ran into torch/numpy errors, and a NaN dataset trained to a NaN model silently. A job
+    naming user code (``os:getcwd``) is refused without importing it: the service allows none."""
+    from immersion.keys.store import key_arrays
+    from immersion_siml.job import JOB_MAGIC, job_meta
 
     job = siml_job[0]
-    meta = {
-        "model": job.model,
-        "image_shape": list(job.image_shape),
-        "n_classes": job.n_classes,
-        "plan": dataclasses.asdict(job.plan),
-        "keys": keys_meta(job.public_keys),
-    }
+    meta = job_meta(job)
     arrays_ = {
         **key_arrays(job.public_keys),
         "encoded_dataset": job.encoded_dataset,

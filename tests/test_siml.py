@@ -1,4 +1,5 @@
-"""SIML (seed 002 section VI-A): the decoded model equals plain training, epoch by epoch; files; errors."""
+"""SIML (seed 002 section VI-A): the decoded model equals plain training, epoch by epoch; files;
+errors."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_decoded_model_equals_plain_training_every_epoch(digits, model, optimize
 
 def test_plain_dynamics_is_the_ordinary_optimizer(digits):
     """The flat-state Adam (second moment carried as its square root) is Adam, step for step."""
-    model = siml_model("nn-x2", image_shape=(1, 8, 8))
+    model = siml_model("nn-x2", feature_shape=(1, 8, 8))
     dynamics = OptimizerDynamics(model, adam(0.01))
     layout = SampleLayout((1, 8, 8), 10)
     images, targets = layout.split(
@@ -171,11 +172,13 @@ def test_bad_input_names_the_argument(digits):
     with pytest.raises(InvalidArgumentError, match="sync"):
         TrainingPlan(sync="step")
     with pytest.raises(InvalidArgumentError, match="model"):
-        siml_model("resnet", image_shape=(1, 8, 8))
+        siml_model("resnet", feature_shape=(1, 8, 8))
     plan = TrainingPlan(optimizer="sgd", lr=0.05, epochs=1)
     x, y = torch.as_tensor(digits.x_train[:20]), torch.as_tensor(digits.y_train[:20])
-    with pytest.raises(InvalidArgumentError, match="images"):
-        prepare_job("nn-x2", x.reshape(20, -1), y, plan, design=PrivacyDesign())
+    with pytest.raises(InvalidArgumentError, match="Y"):
+        prepare_job("nn-x2", x, y[:-1], plan, design=PrivacyDesign())
+    with pytest.raises(InvalidArgumentError, match="model"):
+        prepare_job("cnn", x.reshape(20, -1), y, plan, design=PrivacyDesign())
     user, job, _ = prepare_job("nn-x2", x, y, plan, design=PrivacyDesign(), rng=0)
     with pytest.raises(InvalidArgumentError, match="encoded_dataset"):
         user.target.train(
@@ -186,8 +189,10 @@ def test_bad_input_names_the_argument(digits):
             torch.as_tensor(job.encoded_state[:-1]), torch.as_tensor(job.encoded_dataset), plan
         )
     other = dataclasses.replace(job, model="mlp64")
+    with pytest.raises(InvalidArgumentError, match="model: mlp64 builds parameters"):
+        other.target()  # the job's parameter list is checked first
     with pytest.raises(InvalidArgumentError, match="keys"):
-        other.target()
+        dataclasses.replace(other, parameters=None).target()  # as for a version-1 file
 
 
 def test_cli_run_json_and_the_three_step_service(tmp_path):
@@ -299,7 +304,8 @@ def test_bench_skips_missing_baselines_with_a_message(monkeypatch, digits):
 
 
 def test_the_service_can_decode_the_training_set(tmp_path, digits):
-    """THREAT_MODEL.md: eq. 44 needs Pi1_left, so whoever holds the job file recovers every sample."""
+    """THREAT_MODEL.md: eq. 44 needs Pi1_left, so whoever holds the job file recovers every
+    sample."""
     plan = TrainingPlan(optimizer="sgd", lr=0.05, epochs=1)
     x, y = torch.as_tensor(digits.x_train[:100]), torch.as_tensor(digits.y_train[:100])
     _, job, _ = prepare_job("nn-x2", x, y, plan, design=PrivacyDesign(epsilon_data=0.1), rng=2)

@@ -1,16 +1,22 @@
-"""``immersion bench siml``: plain training, SIML, Opacus DP-SGD and CKKS side by side (seed 002 Figs. 4-5).
+"""``immersion bench siml``: plain training, SIML, Opacus DP-SGD and CKKS side by side (seed 002
+Figs. 4-5).
 
 One process, one dataset, one model, one batch order. Timings are training only (no key
 drawing, encoding or evaluation), best of ``repeats`` with plain and SIML alternating. Ratios:
 
-* ``siml_time_ratio``: SIML's target optimizer over the plain optimizer (same flat-vector code);
+* ``siml_time_ratio``: SIML's target optimizer over the plain optimizer (the same flat-vector
+  code, run as a plain loop: no encoding, the state packed once an epoch);
+* ``siml_time_ratio_vs_torch``: over a standard torch loop of the same module (``torch.optim``),
+  with ``siml_max_abs_diff_vs_torch`` the largest weight difference to that loop's model;
 * ``dpsgd[].time_ratio``: Opacus DP-SGD over a standard torch training loop of the same model
   (Opacus trains ``nn.Module`` objects, so that is its plain counterpart);
 * ``ckks_time_ratio_vs_siml``: CKKS training of the x^2 network, **extrapolated** from encrypted
   forward+backward passes on a few samples, over SIML's measured training time.
 
 Baselines whose optional extra (``baselines``: opacus, tenseal) is missing are skipped with a
-message in ``skipped``.
+message in ``skipped``. ``model`` may be the user's ``package.module:function`` and ``dataset``
+the user's data (:class:`~immersion_siml.inputs.UserData`): plain and SIML then run on them (the
+baselines run on the SDK's models only).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from immersion import OptionalDependencyError
 
 from .dynamics import TrainingPlan, run_plan
 from .job import PrivacyDesign, decode_model, prepare_job
+from .models import MODEL_NAMES
 
 DPSGD_EPSILONS = (0.1, 0.6, 2.0, 10.0)
 
@@ -36,34 +43,32 @@ def _best_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return best, out
 
 
-def _plain_torch_seconds(
-    model_name: str, dataset: Any, plan: TrainingPlan, repeats: int, seed: int
-) -> float:
-    """A standard torch loop (``nn.Module``, ``torch.optim``): the plain counterpart of Opacus' DP-SGD."""
+def _torch_loop(module: Any, x: Any, y: Any, plan: TrainingPlan) -> Callable[[], Any]:
+    """Plain training as a torch user writes it: the module itself, ``torch.optim`` (Adam with
+    Keras' ``eps = 1e-7``, SGD with or without momentum 0.9), cross-entropy against ``y`` (labels
+    or rows), the plan's batches. Each call trains a fresh copy from the same initial weights;
+    this is also the plain counterpart of Opacus' DP-SGD."""
+    import copy
+
     import torch
 
-    from .models import build_siml_model
-
-    x = torch.as_tensor(dataset.x_train, dtype=torch.float64)
-    y = torch.as_tensor(dataset.y_train)
-
-    def train() -> None:
-        torch.manual_seed(seed)
-        module = build_siml_model(
-            model_name, image_shape=dataset.image_shape, n_classes=dataset.n_classes
-        )
+    def train() -> Any:
+        net = copy.deepcopy(module)
         opt = (
-            torch.optim.Adam(module.parameters(), lr=plan.lr, eps=1e-7)
+            torch.optim.Adam(net.parameters(), lr=plan.lr, eps=1e-7)
             if plan.optimizer == "adam"
-            else torch.optim.SGD(module.parameters(), lr=plan.lr)
+            else torch.optim.SGD(
+                net.parameters(), lr=plan.lr, momentum=0.9 if plan.optimizer == "momentum" else 0
+            )
         )
         for epoch in plan.batches(len(x)):
             for idx in epoch:
                 opt.zero_grad()
-                torch.nn.functional.cross_entropy(module(x[idx]), y[idx]).backward()
+                torch.nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
                 opt.step()
+        return torch.nn.utils.parameters_to_vector(net.parameters()).detach()
 
-    return _best_time(train, repeats)[0]
+    return train
 
 
 def _siml_side_by_side(
@@ -74,7 +79,10 @@ def _siml_side_by_side(
     repeats: int,
     seed: int,
 ) -> dict[str, Any]:
-    """Plain and SIML training timed alternately; decoded model and accuracy compared."""
+    """Plain (the same flat-vector optimizer code, and a standard torch loop) and SIML training
+    timed alternately, best of ``repeats``; decoded model and accuracy compared."""
+    import copy
+
     import torch
 
     x_train = torch.as_tensor(dataset.x_train, dtype=torch.float64)
@@ -87,7 +95,7 @@ def _siml_side_by_side(
         design=design,
         init_seed=seed,
         rng=seed,
-        n_classes=dataset.n_classes,
+        n_classes=getattr(dataset, "n_classes", None),
     )
     target, dynamics = user.target, user.target.dynamics
     images, targets = target.layout.split(target.layout.rows(x_train, y_train))
@@ -95,34 +103,46 @@ def _siml_side_by_side(
         torch.as_tensor(job.encoded_state),
         torch.as_tensor(job.encoded_dataset),
     )
-    plain_plan = dataclasses.replace(plan, sync="batch")
-    t_plain, t_siml = float("inf"), float("inf")
+    module = copy.deepcopy(dynamics.model.module)
+    torch.nn.utils.vector_to_parameters(dynamics.params(x0), module.parameters())
+    torch_loop = _torch_loop(module, x_train, y_train, plan)
+    plain_plan = dataclasses.replace(plan, sync="epoch")  # the plain loop, packed once an epoch
+    t_plain, t_torch, t_siml = float("inf"), float("inf"), float("inf")
     for _ in range(repeats):
         seconds, x_plain = _best_time(
             lambda: run_plan(dynamics, x0, images, targets, plain_plan), 1
         )
         t_plain = min(t_plain, seconds)
+        seconds, w_torch = _best_time(torch_loop, 1)
+        t_torch = min(t_torch, seconds)
         seconds, (encoded_model, _) = _best_time(
             lambda: target.train(encoded_state, encoded_dataset, plan), 1
         )
         t_siml = min(t_siml, seconds)
     w_siml = decode_model(user, encoded_model, encoded_dataset[0])
     w_plain = dynamics.params(x_plain)
-    x_test, y_test = (
-        torch.as_tensor(dataset.x_test, dtype=torch.float64),
-        torch.as_tensor(dataset.y_test),
-    )
+
+    def accuracy(w: Any) -> float:
+        if dataset.x_test is None:
+            return float("nan")
+        x_test = torch.as_tensor(dataset.x_test, dtype=torch.float64)
+        return dynamics.model.accuracy(w, x_test, torch.as_tensor(dataset.y_test))
+
     report = user.report()
     return {
         "sync": plan.sync,
         "plain_seconds": t_plain,
+        "torch_seconds": t_torch,
         "siml_seconds": t_siml,
         "time_ratio": t_siml / t_plain,
+        "time_ratio_vs_torch": t_siml / t_torch,
         "max_abs_diff_vs_plain": float((w_siml - w_plain).abs().max()),
-        "accuracy_plain": dynamics.model.evaluate(w_plain, x_test, y_test)[0],
-        "accuracy_siml": dynamics.model.evaluate(w_siml, x_test, y_test)[0],
+        "max_abs_diff_vs_torch": float((w_siml - w_torch).abs().max()),
+        "accuracy_plain": accuracy(w_plain),
+        "accuracy_siml": accuracy(w_siml),
         "epsilon_data": report.epsilon_input,
         "epsilon_model": report.epsilon_output,
+        "n_params": dynamics.n_params,
     }
 
 
@@ -160,6 +180,7 @@ def bench_siml(
     main_row = rows[0] if plan.sync == "epoch" else rows[1]
     out: dict[str, Any] = {
         "model": model,
+        "n_params": rows[0]["n_params"],
         "dataset": dataset.name,
         "n_train": len(dataset.x_train),
         "optimizer": plan.optimizer,
@@ -172,6 +193,8 @@ def bench_siml(
         "accuracy_siml": main_row["accuracy_siml"],
         "siml_max_abs_diff_vs_plain": max(r["max_abs_diff_vs_plain"] for r in rows),
         "siml_time_ratio": main_row["time_ratio"],
+        "siml_time_ratio_vs_torch": main_row["time_ratio_vs_torch"],
+        "siml_max_abs_diff_vs_torch": max(r["max_abs_diff_vs_torch"] for r in rows),
         "siml_by_sync": rows,
         "epsilon_data": main_row["epsilon_data"],
         "epsilon_model": main_row["epsilon_model"],
@@ -183,12 +206,14 @@ def bench_siml(
     if not baselines:
         out["skipped"].append("baselines: not requested")
         return out
+    if model not in MODEL_NAMES:
+        out["skipped"].append(f"baselines: run on the SDK's models ({', '.join(MODEL_NAMES)}) only")
+        return out
 
     from . import ckks, dpsgd
 
     try:
-        say("plain torch loop (Opacus' plain counterpart)")
-        plain_torch = _plain_torch_seconds(model, dataset, plan, repeats, seed)
+        plain_torch = main_row["torch_seconds"]  # Opacus' plain counterpart
         out["plain_torch_seconds"] = plain_torch
         for eps in epsilons:
             say(f"Opacus DP-SGD at epsilon {eps}")
@@ -211,7 +236,8 @@ def bench_siml(
         return out
     try:
         say(
-            f"CKKS encrypted forward+backward on {ckks_samples} samples (extrapolated to the training set)"
+            f"CKKS encrypted forward+backward on {ckks_samples} samples "
+            "(extrapolated to the training set)"
         )
         flat = dataset.x_train.reshape(len(dataset.x_train), -1)
         m = ckks.measure_ckks_training(flat, dataset.y_train, n_samples=ckks_samples, seed=seed)

@@ -415,7 +415,8 @@ def measure_ckks_training(
     immersion.OptionalDependencyError
         TenSEAL (extra ``baselines``) is not installed.
     immersion.InvalidArgumentError
-        Shapes disagree, labels are out of range, or ``hidden``/``n_classes``/``n_samples`` are out of range.
+        Shapes disagree, labels are out of range, or ``hidden``/``n_classes``/``n_samples`` are
+        out of range.
     """
     x, y = _check(x_train, y_train, hidden, n_classes, n_samples)
     ts = _tenseal()

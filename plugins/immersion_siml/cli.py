@@ -3,26 +3,42 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Callable
 
 import click
-from immersion.cli_types import SEED, FiniteFloatRange
+from immersion.cli_types import SEED, FiniteFloatRange, json_safe
 
 from .models import MODEL_NAMES
 
 DEFAULT_LR = {"adam": 0.001, "sgd": 0.05}
 
+MODEL_HELP = (
+    "Seed 002 Table I model (mlp64, nn-x2, cnn; digits-sized on digits), or your own as "
+    "package.module:function returning a float64 torch.nn.Module (called with no arguments "
+    "under torch.manual_seed(--seed): its weights are the initial ones)."
+)
+DATASET_HELP = (
+    "digits, digits28, mnist:PATH, fashion:PATH, or your own as package.module:function "
+    "returning (X, Y) or (X, Y, X_test, Y_test): X (N, ...) real, Y integer labels (N,) or "
+    "probability rows (N, C)."
+)
+
+
+def _model_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from immersion.imports import is_import_path
+
+    if value in MODEL_NAMES or is_import_path(value):
+        return value
+    raise click.BadParameter(
+        f"{value!r}: expected {', '.join(MODEL_NAMES)} or package.module:function"
+    )
+
 
 def _plan_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option(
-            "--model",
-            type=click.Choice(MODEL_NAMES),
-            default="mlp64",
-            show_default=True,
-            help="Seed 002 Table I model (digits-sized on digits).",
+            "--model", default="mlp64", show_default=True, callback=_model_name, help=MODEL_HELP
         ),
         click.option(
             "--optimizer", type=click.Choice(["sgd", "adam"]), default="adam", show_default=True
@@ -48,12 +64,7 @@ def _plan_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
             help="One target step per epoch (eq. 39's t) or per mini-batch (eqs. 40-41).",
         ),
-        click.option(
-            "--dataset",
-            default="digits",
-            show_default=True,
-            help="digits, digits28, mnist:PATH or fashion:PATH.",
-        ),
+        click.option("--dataset", default="digits", show_default=True, help=DATASET_HELP),
         click.option(
             "--epsilon-data",
             type=FiniteFloatRange(min=0, min_open=True),
@@ -140,12 +151,6 @@ def _progress(message: str) -> None:
     click.echo(f"[siml] {message}", err=True)
 
 
-def _finite(out: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()
-    }
-
-
 @click.group("siml")
 def siml_group() -> None:
     """Privacy-preserving training service by immersion (seed 002 SIML)."""
@@ -185,9 +190,9 @@ def run_cmd(
     plot_dir: Path | None,
     as_json: bool,
 ) -> None:
-    """Encode a dataset, train it with the target optimizer, decode the model, compare with plain training."""
-    from immersion_fl.data import load_dataset
-
+    """Encode a dataset, train it with the target optimizer, decode the model, compare with
+    plain training."""
+    from .inputs import load_data
     from .run import run_siml
 
     plan, design = _plan_and_design(
@@ -205,7 +210,7 @@ def run_cmd(
     )
     result = run_siml(
         model,
-        load_dataset(dataset, seed=seed),
+        load_data(dataset, seed=seed),
         plan,
         design=design,
         init_seed=seed,
@@ -219,11 +224,12 @@ def run_cmd(
 
         out["plots"] = [str(p) for p in write_siml_plots(result, plot_dir)]
     if as_json:
-        click.echo(json.dumps(_finite(out)))
+        click.echo(json.dumps(json_safe(out)))
         return
     click.echo(
-        f"SIML {model} ({out['n_params']} -> {out['n_params_encoded']} parameters), {optimizer}, {epochs} epochs, "
-        f"sync per {sync}, on {out['dataset']} ({out['n_sample']} -> {out['n_sample_encoded']} per sample)"
+        f"SIML {model} ({out['n_params']} -> {out['n_params_encoded']} parameters), {optimizer}, "
+        f"{epochs} epochs, sync per {sync}, on {out['dataset']} "
+        f"({out['n_sample']} -> {out['n_sample_encoded']} per sample)"
     )
     click.echo(
         f"  accuracy {out['accuracy']:.4f}   plain {out['accuracy_plain']:.4f}   "
@@ -278,8 +284,8 @@ def encode_cmd(
     """User side: encode the training set and the initial model into a job file for the service."""
     import torch
     from immersion import save_keys
-    from immersion_fl.data import load_dataset
 
+    from .inputs import load_data
     from .job import prepare_job, save_job
 
     plan, design = _plan_and_design(
@@ -302,7 +308,7 @@ def encode_cmd(
             not path.parent.is_dir()
         ):  # checked before anything is written: no keys without their job file
             raise click.UsageError(f"{option}: folder {path.parent} does not exist")
-    data = load_dataset(dataset, seed=seed)
+    data = load_data(dataset, seed=seed)
     user, job, _ = prepare_job(
         model,
         torch.as_tensor(data.x_train),
@@ -312,7 +318,7 @@ def encode_cmd(
         init_seed=seed,
         rng=None if secure else seed,
         secure=secure,
-        n_classes=data.n_classes,
+        n_classes=getattr(data, "n_classes", None),
     )
     save_keys(user.keys, keys_out, overwrite=force)
     save_job(job, job_out, overwrite=force)
@@ -334,9 +340,24 @@ def encode_cmd(
     help="Where to write the encoded model w~*.",
 )
 @click.option("--device", default=None, help="torch device for training (cpu, cuda).")
+@click.option(
+    "--allow-model",
+    "allowed_models",
+    multiple=True,
+    metavar="PACKAGE.MODULE:FUNCTION",
+    help="A user's model builder this service may import and run (repeatable); a job naming "
+    "user code that is not allowed is refused. The code must be installed here.",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
-def serve_cmd(job_file: Path, out_file: Path, device: str | None, force: bool) -> None:
-    """Service side: train a job file with the target optimizer (eq. 44) and write the encoded model."""
+def serve_cmd(
+    job_file: Path,
+    out_file: Path,
+    device: str | None,
+    allowed_models: tuple[str, ...],
+    force: bool,
+) -> None:
+    """Service side: train a job file with the target optimizer (eq. 44) and write the encoded
+    model."""
     import time
 
     import torch
@@ -348,7 +369,7 @@ def serve_cmd(job_file: Path, out_file: Path, device: str | None, force: bool) -
         raise click.UsageError(f"{out_file} exists; pass --force to replace it")
     if not out_file.parent.is_dir():  # checked before training, not after
         raise click.UsageError(f"--out: folder {out_file.parent} does not exist")
-    target = job.target(device=device)
+    target = job.target(device=device, allowed_models=allowed_models)
     be = target.backend
     epochs = job.plan.epochs
     start = time.perf_counter()
@@ -397,7 +418,8 @@ def serve_cmd(job_file: Path, out_file: Path, device: str | None, force: bool) -
     "--evaluate",
     "eval_dataset",
     default=None,
-    help="Report test accuracy on this dataset (e.g. digits).",
+    help="Report test accuracy on this dataset's test split (digits, ..., or your "
+    "package.module:function returning (X, Y, X_test, Y_test)).",
 )
 @click.option(
     "--seed", type=SEED, default=0, show_default=True, help="Dataset split seed for --evaluate."
@@ -429,22 +451,24 @@ def decode_cmd(
         np.save(out_file, w.numpy())
         out["decoded_model"] = str(out_file)
     if eval_dataset is not None:
-        from immersion_fl.data import load_dataset
+        from .inputs import load_data
 
-        data = load_dataset(eval_dataset, seed=seed)
-        out["accuracy"] = target.dynamics.model.evaluate(
-            w, torch.as_tensor(data.x_test), torch.as_tensor(data.y_test)
-        )[0]
+        data = load_data(eval_dataset, seed=seed)
+        if data.x_test is None:
+            raise click.UsageError(f"--evaluate: {eval_dataset} returned no test split")
+        out["accuracy"] = target.dynamics.model.accuracy(
+            w, torch.as_tensor(data.x_test, dtype=torch.float64), torch.as_tensor(data.y_test)
+        )
     click.echo(json.dumps(out) if as_json else "\n".join(f"{k:14s} {v}" for k, v in out.items()))
 
 
 @click.command("siml")
 @click.option(
     "--model",
-    type=click.Choice(MODEL_NAMES),
     default="nn-x2",
     show_default=True,
-    help="CKKS runs on nn-x2 only.",
+    callback=_model_name,
+    help=MODEL_HELP + " CKKS runs on nn-x2 only; DP-SGD on the SDK's models only.",
 )
 @click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default="adam", show_default=True)
 @click.option(
@@ -462,7 +486,7 @@ def decode_cmd(
     show_default=True,
     help="SIML's headline sync (both are measured).",
 )
-@click.option("--dataset", default="digits", show_default=True)
+@click.option("--dataset", default="digits", show_default=True, help=DATASET_HELP)
 @click.option(
     "--delta",
     type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
@@ -499,10 +523,9 @@ def bench_siml_cmd(
     as_json: bool,
 ) -> None:
     """Plain, SIML, Opacus DP-SGD (epsilon 0.1, 0.6, 2, 10) and CKKS on one model and dataset."""
-    from immersion_fl.data import load_dataset
-
     from .bench import bench_siml
     from .dynamics import TrainingPlan
+    from .inputs import load_data
 
     plan = TrainingPlan(
         optimizer=optimizer,
@@ -514,7 +537,7 @@ def bench_siml_cmd(
     )
     result = bench_siml(
         model=model,
-        dataset=load_dataset(dataset, seed=seed),
+        dataset=load_data(dataset, seed=seed),
         plan=plan,
         delta=delta,
         repeats=repeats,
@@ -523,7 +546,7 @@ def bench_siml_cmd(
         baselines=not no_baselines,
         progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
     )
-    text = json.dumps(result)
+    text = json.dumps(json_safe(result))
     if out_file is not None:
         out_file.write_text(text + "\n")
     if as_json:
@@ -535,11 +558,14 @@ def bench_siml_cmd(
         f"max |w_SIML - w_plain| {result['siml_max_abs_diff_vs_plain']:.2e}"
     )
     for row in result["siml_by_sync"]:
-        click.echo(f"  SIML / plain time ({row['sync']} sync): {row['time_ratio']:.2f}")
+        click.echo(
+            f"  SIML / plain time ({row['sync']} sync): {row['time_ratio']:.2f} "
+            f"(/ a torch loop of the same module: {row['time_ratio_vs_torch']:.2f})"
+        )
     for row in result["dpsgd"]:
         click.echo(
-            f"  DP-SGD epsilon {row['epsilon']:>4}: accuracy {row['accuracy']:.4f}, time / plain torch "
-            f"{row['time_ratio']:.2f}"
+            f"  DP-SGD epsilon {row['epsilon']:>4}: accuracy {row['accuracy']:.4f}, "
+            f"time / plain torch {row['time_ratio']:.2f}"
         )
     if result["ckks_time_ratio_vs_siml"] is not None:
         click.echo(f"  CKKS (extrapolated) / SIML time: {result['ckks_time_ratio_vs_siml']:.0f}")

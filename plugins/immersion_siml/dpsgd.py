@@ -1,9 +1,10 @@
 """DP-SGD baseline (Opacus) for the SIML training service: same data, same models as plain training.
 
 Seed 002 (Fig. 4) compares the accuracy of the immersed (SIML) training with DP-SGD at
-epsilon 0.1, 0.6, 2 and 10. :func:`train_dpsgd` trains one of :data:`~immersion_siml.models.MODEL_NAMES`
-with Opacus (RDP accountant, Poisson sampling, per-sample clipping) calibrated to a target
-``(epsilon, delta)``, and reports the test accuracy, the epsilon actually spent and the wall time.
+epsilon 0.1, 0.6, 2 and 10. :func:`train_dpsgd` trains one of
+:data:`~immersion_siml.models.MODEL_NAMES` with Opacus (RDP accountant, Poisson sampling,
+per-sample clipping) calibrated to a target ``(epsilon, delta)``, and reports the test accuracy,
+the epsilon actually spent and the wall time.
 
 Opacus is an optional dependency (extra ``baselines``); this module imports without it.
 """
@@ -23,8 +24,9 @@ from immersion_siml.models import MODEL_NAMES, build_siml_model
 #: Optimizers accepted by :func:`train_dpsgd`.
 OPTIMIZERS = ("adam", "sgd")
 
-# RDP orders: Opacus's defaults stop at 63, where the conversion term log(1/delta) / (alpha - 1) alone is
-# 0.186 for delta = 1e-5, so epsilon 0.1 (seed 002 Fig. 4) would be unreachable; orders up to 4096 fix that.
+# RDP orders: Opacus's defaults stop at 63, where the conversion term log(1/delta) / (alpha - 1)
+# alone is 0.186 for delta = 1e-5, so epsilon 0.1 (seed 002 Fig. 4) would be unreachable; orders
+# up to 4096 fix that.
 _ALPHAS = (
     [1 + x / 10.0 for x in range(1, 100)]
     + list(range(12, 64))
@@ -32,10 +34,11 @@ _ALPHAS = (
     + [256, 320, 384, 512, 768, 1024, 1536, 2048, 4096]
 )
 
-# Opacus / torch warnings that would repeat on every run (or every step) and carry no information here:
-# the secure-RNG reminder (this is an experiment, not a deployment), the RDP "largest alpha" hint (raised
-# while calibration probes huge noise levels; the bound is then conservative, never optimistic), and torch's
-# notice that a full backward hook fires on a first layer whose input needs no gradient.
+# Opacus / torch warnings that would repeat on every run (or every step) and carry no information
+# here: the secure-RNG reminder (this is an experiment, not a deployment), the RDP "largest alpha"
+# hint (raised while calibration probes huge noise levels; the bound is then conservative, never
+# optimistic), and torch's notice that a full backward hook fires on a first layer whose input
+# needs no gradient.
 _QUIET = (
     r"Secure RNG turned off",
     r"Optimal order is the largest alpha",
@@ -94,8 +97,9 @@ class DpSgdResult:
     --------
     >>> r = DpSgdResult(epsilon=2.0, epsilon_spent=1.99, delta=1e-5, noise_multiplier=1.1,
     ...                 accuracy=0.8, seconds=1.5, epochs=1, batch_size=32)
-    >>> sorted(r.as_dict())
-    ['accuracy', 'batch_size', 'delta', 'epochs', 'epsilon', 'epsilon_spent', 'noise_multiplier', 'seconds']
+    >>> sorted(r.as_dict())  # doctest: +NORMALIZE_WHITESPACE
+    ['accuracy', 'batch_size', 'delta', 'epochs', 'epsilon', 'epsilon_spent',
+     'noise_multiplier', 'seconds']
     """
 
     epsilon: float
@@ -221,10 +225,10 @@ def train_dpsgd(
     --------
     Arguments are checked before Opacus is needed:
 
-    >>> train_dpsgd("nn-x2", None, epsilon=2.0)
+    >>> train_dpsgd("nn-x2", None, epsilon=2.0)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    immersion.errors.InvalidArgumentError: dataset: expected a Dataset with x_train, y_train, x_test and y_test
+    immersion.errors.InvalidArgumentError: dataset: expected a Dataset with x_train, ... y_test
 
     A run (needs the ``baselines`` extra, so skipped here; ``tests/test_siml_dpsgd.py`` runs it):
 
@@ -245,7 +249,7 @@ def train_dpsgd(
     torch.manual_seed(seed)
     model = build_siml_model(
         model_name,
-        image_shape=tuple(dataset.x_train.shape[1:]),
+        feature_shape=tuple(dataset.x_train.shape[1:]),
         n_classes=int(max(np.max(dataset.y_train), np.max(dataset.y_test))) + 1,
     )
     x_train = torch.as_tensor(np.asarray(dataset.x_train, dtype=np.float64))

@@ -2,8 +2,10 @@
 
 The state ``x`` is the flat vector ``(w, optimizer moments)``: ``w`` alone for SGD (eq. 40),
 ``(w, m, v)`` for Adam (eq. 41); Adam's step counter is public (it is the loop index). Plain
-training and the target optimizer call the same :meth:`OptimizerDynamics.change`, so the only
-difference between them is the encoding, which is what makes their comparison exact.
+training and the target optimizer call the same :meth:`OptimizerDynamics.change` (per batch) or
+:meth:`OptimizerDynamics.epoch_change` (per epoch: the ordinary loop on ``(w, state)``, packed
+once), so the only difference between them is the encoding, which is what makes their comparison
+exact. Plain training runs per epoch (no encoding between batches to pay for).
 
 A target step is one mini-batch (``sync="batch"``, eqs. 40-41 literally) or one epoch
 (``sync="epoch"``: ``t`` counts epochs, as the paper's eq. 39 says); both are instances of
@@ -24,11 +26,18 @@ if TYPE_CHECKING:
     from immersion_fl.optimizers import GradientTransformation
 
 SYNC_MODES = ("epoch", "batch")
+#: Optimizers whose state SIML carries in the encoded state (:class:`OptimizerDynamics`).
+OPTIMIZERS = ("sgd", "momentum", "adam")
 
 
 @dataclass(frozen=True)
 class TrainingPlan:
-    """The public training schedule: optimizer, learning rate, epochs, batches and their order."""
+    """The public training schedule: optimizer, learning rate, epochs, batches and their order.
+
+    ``shuffle=True``: a fresh permutation of the samples every epoch, drawn from
+    ``order_seed``; ``shuffle=False``: the samples in their order every epoch. Either way the
+    last batch of an epoch may be shorter than ``batch_size``.
+    """
 
     optimizer: str = "adam"
     lr: float = 0.001
@@ -36,11 +45,12 @@ class TrainingPlan:
     batch_size: int = 32
     sync: str = "epoch"
     order_seed: int = 0
+    shuffle: bool = True
 
     def __post_init__(self) -> None:
-        if self.optimizer not in ("sgd", "adam"):
+        if self.optimizer not in OPTIMIZERS:
             raise InvalidArgumentError(
-                "optimizer", f"expected 'sgd' or 'adam', got {self.optimizer!r}"
+                "optimizer", f"expected one of {OPTIMIZERS}, got {self.optimizer!r}"
             )
         if not (isinstance(self.lr, (int, float)) and np.isfinite(self.lr) and self.lr > 0):
             raise InvalidArgumentError("lr", f"expected a finite lr > 0, got {self.lr!r}")
@@ -58,19 +68,26 @@ class TrainingPlan:
             raise InvalidArgumentError(
                 "order_seed", f"expected an integer >= 0, got {self.order_seed!r}"
             )
+        if not isinstance(self.shuffle, bool):
+            raise InvalidArgumentError("shuffle", f"expected True or False, got {self.shuffle!r}")
 
     def batches(self, n_samples: int) -> list[list[np.ndarray]]:
-        """Index arrays of every mini-batch, epoch by epoch (a fresh shuffle per epoch; last batch may be short).
+        """Index arrays of every mini-batch, epoch by epoch (a fresh shuffle per epoch, or the
+        samples in order; the last batch may be short).
 
         Examples
         --------
-        >>> [[b.tolist() for b in e] for e in TrainingPlan(epochs=1, batch_size=2, order_seed=0).batches(3)]
+        >>> plan = TrainingPlan(epochs=1, batch_size=2, order_seed=0)
+        >>> [[b.tolist() for b in e] for e in plan.batches(3)]
         [[[2, 0], [1]]]
+        >>> plan = TrainingPlan(epochs=2, batch_size=2, shuffle=False)
+        >>> [[b.tolist() for b in e] for e in plan.batches(3)]
+        [[[0, 1], [2]], [[0, 1], [2]]]
         """
         rng = np.random.default_rng(self.order_seed)
         epochs = []
         for _ in range(self.epochs):
-            order = rng.permutation(n_samples)
+            order = rng.permutation(n_samples) if self.shuffle else np.arange(n_samples)
             epochs.append(
                 [order[i : i + self.batch_size] for i in range(0, n_samples, self.batch_size)]
             )
@@ -78,7 +95,8 @@ class TrainingPlan:
 
 
 class OptimizerDynamics:
-    """``change(x, features, targets, t)`` of one mini-batch step on the flat state ``x`` (eq. 39-41).
+    """``change(x, features, targets, t)``: one mini-batch step on the flat state ``x``
+    (eqs. 39-41).
 
     The optimizer is a gradient transformation with a named state
     (:mod:`immersion_fl.optimizers`); its array fields are the moment blocks of ``x`` after ``w``,
@@ -98,7 +116,7 @@ class OptimizerDynamics:
     def __init__(self, model: SimlModel, optimizer: GradientTransformation) -> None:
         self.model, self.optimizer = model, optimizer
         self.n_params = model.n_params
-        probe = optimizer.init(model.initial_vector(0))
+        probe = optimizer.init(model._torch.zeros(model.n_params, dtype=model._torch.float64))
         if not (isinstance(probe, tuple) and hasattr(type(probe), "_fields")):
             raise InvalidArgumentError(
                 "optimizer",
@@ -106,7 +124,7 @@ class OptimizerDynamics:
                 "transformation with a named-tuple state (sgd, momentum, adam), not a chain",
             )
         self._state_type = type(probe)
-        self._fields = probe._fields
+        self._fields: tuple[str, ...] = probe._fields  # type: ignore[attr-defined]
         self._vector_fields = [
             name for name in self._fields if hasattr(getattr(probe, name), "shape")
         ]
@@ -138,7 +156,8 @@ class OptimizerDynamics:
         ]
 
     def change(self, x: Any, features: Any, targets: Any, steps_done: int) -> Any:
-        """``x_{t+1} - x_t`` for one mini-batch: ``-p(x_t)`` of eq. 44 (eq. 40 for SGD, eq. 41 for Adam)."""
+        """``x_{t+1} - x_t`` for one mini-batch: ``-p(x_t)`` of eq. 44 (eq. 40 for SGD, eq. 41 for
+        Adam)."""
         torch = self.model._torch
         w, state = self._unpack(x, steps_done)
         _, grad = self.model.loss_and_grad(w, features, targets)
@@ -151,11 +170,18 @@ class OptimizerDynamics:
     def epoch_change(
         self, x: Any, features: Any, targets: Any, batches: list[np.ndarray], steps_done: int
     ) -> Any:
-        """``x_{e+1} - x_e`` over one epoch of mini-batches (``sync="epoch"``)."""
-        start = x
-        for i, idx in enumerate(batches):
-            x = x + self.change(x, features[idx], targets[idx], steps_done + i)
-        return x - start
+        """``x_{e+1} - x_e`` over one epoch of mini-batches (``sync="epoch"``).
+
+        Inside the epoch the optimizer runs on ``(w, state)`` as an ordinary training loop (no
+        flat state per step); the state is packed once, at the end.
+        """
+        torch = self.model._torch
+        w, state = self._unpack(x, steps_done)
+        for idx in batches:
+            _, grad = self.model.loss_and_grad(w, features[idx], targets[idx])
+            update, state = self.optimizer.update(grad, state, w)
+            w = w + update
+        return torch.cat([w] + self._stored(state)) - x
 
 
 def run_plan(

@@ -4,12 +4,17 @@
   (eq. 42, fresh noise per sample) and the initial state ``x~_0 = Pi2 x_0`` (eq. 43).
 * :func:`save_job` / :func:`load_job`: the *job file* the service receives: the public target
   (the key geometry eq. 44 needs, without the noise law), the encoded dataset, the encoded
-  initial state, the model name and the training plan. Nothing in it is decoded data.
+  initial state (the initial weights travel only encoded, eq. 43), the model (a name of
+  :data:`~immersion_siml.models.MODEL_NAMES`, or the import path ``package.module:function`` of
+  the user's builder with the names and shapes of its parameters), the loss and the training
+  plan. Nothing in it is decoded data, and nothing is a pickle: the service rebuilds the module
+  by importing the path (it must have the user's code installed, and allow it explicitly).
 * :func:`save_encoded_model` / :func:`load_encoded_model`: the service's answer ``w~*``.
 * :func:`decode_model` (user): ``w* = Pi3_left (w~* - Pi4 y~_0)`` (eq. 45).
 
 Files are single ``.npz`` payloads behind a magic line and a SHA-256 (no pickle), written
-atomically with mode 0600.
+atomically with mode 0600. Job files are version 2 (``IMMERSION-SIML-JOB-2``: any feature
+shape, target rows, the user's model by path); version-1 files (images, built-in models) load.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 import numpy as np
 from immersion import ImmersionError, InvalidArgumentError, Keys
+from immersion import _validation as v
 from immersion._files import as_path, read_signed, writable_path, write_signed
 from immersion.backends import make_backend
 from immersion.coding import Immersion
@@ -30,11 +36,26 @@ from immersion.keys.store import key_arrays, keys_from_arrays, keys_meta
 from immersion.privacy.precision import refuse_infeasible_precision
 
 from .dynamics import OptimizerDynamics, TrainingPlan
-from .models import siml_model
+from .inputs import (
+    build_module,
+    check_outputs,
+    feature_shape_of,
+    initial_weights,
+    parameter_manifest,
+    sample_tensors,
+)
+from .models import LOSSES, SimlModel
 from .target import SampleLayout, TargetOptimizer
 
-JOB_MAGIC = b"IMMERSION-SIML-JOB-1\n"
+#: The job format written now (version 2); :data:`JOB_MAGIC_V1` files still load.
+JOB_MAGIC = b"IMMERSION-SIML-JOB-2\n"
+JOB_MAGIC_V1 = b"IMMERSION-SIML-JOB-1\n"
 MODEL_MAGIC = b"IMMERSION-SIML-MODEL-1\n"
+
+#: Most memory that drawing dense keys may take (bytes). Measured: drawing and validating dense
+#: codes of immersed sizes ``s`` peaks at about ``7 x 8 s^2`` bytes (0.9 GiB for a 4,028-entry
+#: state with a 1,361-entry output, 50 s); block keys need ``O(s b)``.
+DENSE_KEY_BUDGET = 2 * 2**30
 
 
 class SimlFileError(ImmersionError):
@@ -60,28 +81,97 @@ class PrivacyDesign:
     block_size: int = 32
     tolerance: float | None = 1e-6
 
+    def __post_init__(self) -> None:
+        for name in ("epsilon_data", "epsilon_model", "sensitivity_data", "sensitivity_model"):
+            v.positive_float(name, getattr(self, name))
+        for name in ("extra_data", "extra_state", "extra_model", "block_size"):
+            v.positive_int(name, getattr(self, name))
+        v.one_of("keys", self.keys, ("auto", "dense", "block"))
+        if self.tolerance is not None:
+            v.positive_float("tolerance", self.tolerance)
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> "PrivacyDesign":
+        """A design from keyword options (``train(..., **design)``), refusing unknown names.
+
+        Examples
+        --------
+        >>> PrivacyDesign.from_options({"epsilon_data": 0.5}).epsilon_data
+        0.5
+        >>> PrivacyDesign.from_options({"epsilon": 0.5})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        immersion.errors.InvalidArgumentError: epsilon: is not an option of SIML's privacy ...
+        """
+        known = sorted(f.name for f in dataclasses.fields(cls))
+        for name in options:
+            if name not in known:
+                raise InvalidArgumentError(
+                    name,
+                    f"is not an option of SIML's privacy design; its options: {', '.join(known)}",
+                )
+        return cls(**options)
+
 
 @dataclass(frozen=True)
 class SimlJob:
-    """Everything the service needs (all public or encoded), plus how to rebuild its target."""
+    """Everything the service needs (all public or encoded), plus how to rebuild its target.
+
+    ``model`` is a name of :data:`~immersion_siml.models.MODEL_NAMES` or the import path of the
+    user's builder; ``parameters`` the names and shapes of its parameters (``None`` in version-1
+    files), which the service checks against the module it rebuilds.
+    """
 
     model: str
-    image_shape: tuple[int, int, int]
-    n_classes: int
+    feature_shape: tuple[int, ...]
+    n_targets: int
     plan: TrainingPlan
     public_keys: Keys
     encoded_dataset: np.ndarray
     encoded_state: np.ndarray
+    loss: str = "cross_entropy"
+    parameters: tuple[tuple[str, tuple[int, ...]], ...] | None = None
 
-    def target(self, *, backend: str = "torch", device: str | None = None) -> TargetOptimizer:
-        """The target optimizer of eq. 44 for this job (float64)."""
-        model = siml_model(self.model, image_shape=self.image_shape, n_classes=self.n_classes)
+    def target(
+        self,
+        *,
+        backend: str = "torch",
+        device: str | None = None,
+        allowed_models: Collection[str] = (),
+    ) -> TargetOptimizer:
+        """The target optimizer of eq. 44 for this job (float64).
+
+        ``allowed_models``: import paths of user code this process trusts; a job naming another
+        path is refused (importing it would run its code here).
+        """
+        be = make_backend(backend, dtype="float64", device=device)
+        module = build_module(
+            self.model,
+            feature_shape=self.feature_shape,
+            n_targets=self.n_targets,
+            seed=0,
+            allow_import=self.model in allowed_models,
+        )
+        if self.parameters is not None and parameter_manifest(module) != self.parameters:
+            raise InvalidArgumentError(
+                "model",
+                f"{self.model} builds parameters {_describe(parameter_manifest(module))}, but the "
+                f"job was encoded for {_describe(self.parameters)}: the service needs the same "
+                "version of the user's code",
+            )
+        if getattr(be, "device", "cpu") != "cpu":
+            module = module.to(be.device)
         return TargetOptimizer(
             keys=self.public_keys,
-            dynamics=plan_dynamics(model, self.plan),
-            layout=SampleLayout(self.image_shape, self.n_classes),
-            backend=make_backend(backend, dtype="float64", device=device),
+            dynamics=plan_dynamics(SimlModel(module, loss=self.loss), self.plan),
+            layout=SampleLayout(self.feature_shape, self.n_targets),
+            backend=be,
         )
+
+
+def _describe(manifest: tuple[tuple[str, tuple[int, ...]], ...]) -> str:
+    shown = ", ".join(f"{name}{list(shape)}" for name, shape in manifest[:4])
+    return f"[{shown}{', ...' if len(manifest) > 4 else ''}] ({len(manifest)} tensors)"
 
 
 def plan_dynamics(model: Any, plan: TrainingPlan) -> OptimizerDynamics:
@@ -101,7 +191,8 @@ def draw_siml_keys(
     rng: Any = None,
     secure: bool = False,
 ) -> tuple[Keys, np.random.Generator]:
-    """Keys for SIML and the noise generator; refuses designs float64 cannot decode to ``design.tolerance``."""
+    """Keys for SIML and the noise generator; refuses dense keys beyond :data:`DENSE_KEY_BUDGET`
+    (naming ``keys``) and designs float64 cannot decode to ``design.tolerance``."""
     dims, targets = validated_design(
         n_state=n_state,
         n_input=n_sample,
@@ -118,6 +209,16 @@ def draw_siml_keys(
         sensitivity_output=design.sensitivity_model,
         noise_mean=0.0,
     )
+    if design.keys == "dense":
+        sizes = [dims[f"n_{k}"] + dims[f"extra_{k}"] for k in ("state", "input", "output")]
+        need = 7 * 8 * sum(s * s for s in sizes)
+        if need > DENSE_KEY_BUDGET:
+            raise InvalidArgumentError(
+                "keys",
+                f"dense keys for an optimizer state of {n_state} entries ({n_params} parameters) "
+                f"would need about {need / 2**30:.1f} GiB to draw (limit "
+                f"{DENSE_KEY_BUDGET / 2**30:.0f} GiB): use keys='block' (memory O(n b)) or 'auto'",
+            )
     key_rng, noise_rng = split_rng(rng, secure)
     keys = targets.apply(draw_geometry(design.keys, dims, design.block_size, key_rng))
     if design.tolerance is not None:
@@ -125,36 +226,27 @@ def draw_siml_keys(
     return keys, noise_rng
 
 
-def prepare_job(
-    model_name: str,
-    images: Any,
-    labels: Any,
+def encode_training(
+    model: SimlModel,
+    features: Any,
+    targets: Any,
     plan: TrainingPlan,
+    w0: Any,
     *,
     design: PrivacyDesign,
-    init_seed: int = 0,
+    backend: Any,
     rng: Any = None,
     secure: bool = False,
-    n_classes: int = 10,
-) -> tuple[Immersion, SimlJob, Any]:
-    """User side: keys, encoded dataset and encoded initial state; returns ``(user, job, x_0)``.
+) -> tuple[Immersion, Any, Any, Any]:
+    """User side for any model: keys, ``y~_i`` (eq. 42) and ``x~_0`` (eq. 43).
 
-    ``user`` is an :class:`immersion.Immersion` (keys, decoders, ``report()``); ``x_0`` is the
-    plain initial state (for comparing with plain training).
+    Returns ``(user, encoded_dataset, encoded_state, x_0)`` as arrays of ``backend``; ``user`` is
+    an :class:`immersion.Immersion` whose ``target`` is the service's :class:`TargetOptimizer`.
+    ``features`` ``(N, ...)`` and ``targets`` ``(N, C)`` are checked tensors
+    (:func:`~immersion_siml.inputs.sample_tensors`), ``w0`` the initial parameter vector.
     """
-    import torch
-
-    if images.ndim != 4 or len(images) != len(labels) or len(images) == 0:
-        raise InvalidArgumentError(
-            "images",
-            f"expected (N, C, H, W) images with N labels, got {tuple(images.shape)} "
-            f"and {tuple(labels.shape)}",
-        )
-    image_shape = tuple(int(s) for s in images.shape[1:])
-    model = siml_model(model_name, image_shape=image_shape, n_classes=n_classes)  # type: ignore[arg-type]
     dynamics = plan_dynamics(model, plan)
-    layout = SampleLayout(image_shape, n_classes)  # type: ignore[arg-type]
-    backend = make_backend("torch", dtype="float64")
+    layout = SampleLayout(feature_shape_of(features), int(targets.shape[1]))
     keys, noise_rng = draw_siml_keys(
         layout.n_sample,
         dynamics.n_state,
@@ -166,23 +258,80 @@ def prepare_job(
     )
     target = TargetOptimizer(keys=keys, dynamics=dynamics, layout=layout, backend=backend)
     user = Immersion(keys=keys, target=target, backend=backend, noise_rng=noise_rng)  # type: ignore[arg-type]
-    x0 = dynamics.initial_state(model.initial_vector(init_seed))
-    rows = layout.rows(torch.as_tensor(images, dtype=torch.float64), torch.as_tensor(labels))
+    x0 = dynamics.initial_state(backend.asarray(w0))
+    rows = layout.rows(backend.asarray(features), backend.asarray(targets))
+    return user, user.encode_input(rows), user.encode_state(x0), x0
+
+
+def prepare_job(
+    model: str,
+    features: Any,
+    targets: Any,
+    plan: TrainingPlan,
+    *,
+    design: PrivacyDesign,
+    init_seed: int = 0,
+    rng: Any = None,
+    secure: bool = False,
+    n_classes: int | None = None,
+    loss: str = "cross_entropy",
+) -> tuple[Immersion, SimlJob, Any]:
+    """User side: keys, encoded dataset and encoded initial state; returns ``(user, job, x_0)``.
+
+    Parameters
+    ----------
+    model:
+        A name of :data:`~immersion_siml.models.MODEL_NAMES` (initial weights drawn under
+        ``init_seed``), or ``package.module:function`` returning a float64 ``nn.Module`` (called
+        with no arguments under ``torch.manual_seed(init_seed)``; its weights are the initial ones).
+    features, targets:
+        ``X`` ``(N, ...)`` and ``Y`` (rows ``(N, C)`` or integer labels, one-hot encoded with
+        ``n_classes`` columns), as :func:`~immersion_siml.inputs.sample_tensors` takes them.
+    plan, design:
+        The training plan and the privacy design.
+    init_seed, rng, secure:
+        Initial weights; keys and noise (``secure``: from OS entropy).
+    n_classes, loss:
+        One-hot width for integer labels; ``"cross_entropy"`` or ``"mse"``.
+
+    Returns
+    -------
+    tuple
+        ``user`` (an :class:`immersion.Immersion`: keys, decoders, ``report()``), the
+        :class:`SimlJob` for the service, and the plain initial state ``x_0``.
+    """
+    if loss not in LOSSES:
+        raise InvalidArgumentError("loss", f"expected one of {LOSSES}, got {loss!r}")
+    x, y = sample_tensors(features, targets, loss=loss, n_classes=n_classes)
+    feature_shape = feature_shape_of(x)
+    module = build_module(
+        model, feature_shape=feature_shape, n_targets=int(y.shape[1]), seed=init_seed
+    )
+    flat = SimlModel(module, loss=loss)
+    w0 = initial_weights(model, flat, init_seed)
+    check_outputs(flat, w0, x, y)
+    backend = make_backend("torch", dtype="float64")
+    user, encoded_dataset, encoded_state, x0 = encode_training(
+        flat, x, y, plan, w0, design=design, backend=backend, rng=rng, secure=secure
+    )
     job = SimlJob(
-        model_name,
-        image_shape,
-        n_classes,
+        model,
+        feature_shape,
+        int(y.shape[1]),
         plan,
-        dataclasses.replace(keys, noise=None),  # type: ignore[arg-type]
-        user.encode_input(rows).numpy(),
-        user.encode_state(x0).numpy(),
+        dataclasses.replace(user.keys, noise=None),  # type: ignore[arg-type]
+        encoded_dataset.numpy(),
+        encoded_state.numpy(),
+        loss,
+        parameter_manifest(module),
     )
     return user, job, x0
 
 
 def key_holder(keys: Keys, job: SimlJob) -> Immersion:
-    """The user's handle rebuilt from saved keys and the job they encoded (to decode the service's answer)."""
-    target = job.target()
+    """The user's handle rebuilt from saved keys and the job they encoded (to decode the service's
+    answer); the user's own model code is trusted here."""
+    target = job.target(allowed_models=(job.model,))
     return Immersion(
         keys=keys,
         target=target,
@@ -202,18 +351,27 @@ def _checked_path(path: str | os.PathLike[str], overwrite: bool) -> Path:
     )
 
 
+def job_meta(job: SimlJob) -> dict[str, Any]:
+    """The JSON part of a version-2 job file."""
+    return {
+        "model": job.model,
+        "feature_shape": list(job.feature_shape),
+        "n_targets": job.n_targets,
+        "loss": job.loss,
+        "parameters": None
+        if job.parameters is None
+        else [[name, list(shape)] for name, shape in job.parameters],
+        "plan": dataclasses.asdict(job.plan),
+        "keys": keys_meta(job.public_keys),
+    }
+
+
 def save_job(job: SimlJob, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
     """Write the job file for the service (atomic, mode 0600)."""
     if not isinstance(job, SimlJob):
         raise InvalidArgumentError("job", f"expected a SimlJob, got {type(job).__name__}")
     target = _checked_path(path, overwrite)
-    meta = {
-        "model": job.model,
-        "image_shape": list(job.image_shape),
-        "n_classes": job.n_classes,
-        "plan": dataclasses.asdict(job.plan),
-        "keys": keys_meta(job.public_keys),
-    }
+    meta = job_meta(job)
     arrays = {
         **key_arrays(job.public_keys),
         "encoded_dataset": job.encoded_dataset,
@@ -224,29 +382,77 @@ def save_job(job: SimlJob, path: str | os.PathLike[str], *, overwrite: bool = Fa
 
 
 def load_job(path: str | os.PathLike[str]) -> SimlJob:
-    """Read a job file written by :func:`save_job`; refuse foreign, truncated or modified files."""
+    """Read a job file written by :func:`save_job` (version 2, or version 1 of the first SIML
+    releases); refuse foreign, truncated or modified files. Imports nothing."""
     source = as_path(path)
+    try:
+        with open(source, "rb") as fh:
+            head = fh.read(len(JOB_MAGIC_V1))
+    except OSError:
+        head = b""
+    version = 1 if head == JOB_MAGIC_V1 else 2
     meta, arrays = read_signed(
-        source, JOB_MAGIC, what="SIML job", error=SimlFileError, private=False
+        source,
+        JOB_MAGIC_V1 if version == 1 else JOB_MAGIC,
+        what="SIML job",
+        error=SimlFileError,
+        private=False,
     )
     try:
+        if not isinstance(meta, dict):
+            raise ValueError("its metadata is not a JSON object")
         plan = TrainingPlan(**meta["plan"])
         keys = keys_from_arrays(meta["keys"], arrays, source=source)
-        image_shape = tuple(int(s) for s in meta["image_shape"])
-        n_classes = int(meta["n_classes"])
-        if len(image_shape) != 3 or min(image_shape) < 1 or n_classes < 1:
-            raise ValueError(f"image shape {image_shape} and {n_classes} classes")
-        if SampleLayout(image_shape, n_classes).n_sample != keys.dims["n_input"]:  # type: ignore[arg-type]
+        model = meta["model"]
+        if not isinstance(model, str):
+            raise ValueError(f"model {model!r} is not a name or an import path")
+        if version == 1:
+            feature_shape, n_targets = _shape(meta["image_shape"]), _count(meta["n_classes"])
+            if len(feature_shape) != 3:
+                raise ValueError(f"image shape {feature_shape} is not (C, H, W)")
+            loss, parameters = "cross_entropy", None
+        else:
+            feature_shape, n_targets = _shape(meta["feature_shape"]), _count(meta["n_targets"])
+            loss = meta["loss"]
+            if loss not in LOSSES:
+                raise ValueError(f"loss {loss!r} is not one of {LOSSES}")
+            parameters = _manifest(meta["parameters"])
+        if SampleLayout(feature_shape, n_targets).n_sample != keys.dims["n_input"]:
             raise ValueError(
-                f"samples of {image_shape} images and {n_classes} classes do not fit the keys"
+                f"samples of shape {feature_shape} with {n_targets} targets do not fit the keys"
             )
         dataset = _finite(
             arrays["encoded_dataset"], "encoded_dataset", (None, keys.input_code.n_total)
         )
         state = _finite(arrays["encoded_state"], "encoded_state", (keys.state_code.n_total,))
-        return SimlJob(str(meta["model"]), image_shape, n_classes, plan, keys, dataset, state)  # type: ignore[arg-type]
+        return SimlJob(
+            model, feature_shape, n_targets, plan, keys, dataset, state, loss, parameters
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise SimlFileError(f"path: {source} is malformed ({exc})") from None
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{value!r} is not a count >= 1")
+    return value
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or len(value) > 8:
+        raise ValueError(f"{value!r} is not a sample shape")
+    return tuple(_count(s) for s in value)
+
+
+def _manifest(value: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    if not isinstance(value, list) or not value:
+        raise ValueError("its parameter list is empty or not a list")
+    out = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+            raise ValueError(f"parameter entry {item!r} is not [name, shape]")
+        out.append((item[0], _shape(item[1])))
+    return tuple(out)
 
 
 def _finite(arr: np.ndarray, name: str, shape: tuple[int | None, ...]) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""SIML figures: one sample before and after encoding (seed 002 Fig. 2), accuracy per epoch (Fig. 3)."""
+"""SIML figures: one sample before and after encoding (seed 002 Fig. 2), accuracy per epoch
+(Fig. 3)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ def write_siml_plots(result: Any, folder: Path) -> list[Path]:
 
     plt = _pyplot()
     folder.mkdir(parents=True, exist_ok=True)
-    side = int(round(np.sqrt(result.sample_original.size)))
+    size = result.sample_original.size
+    side = int(round(np.sqrt(size)))
+    shape = (side, side) if side * side == size else (1, size)  # an image, or a row of features
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.4))
     for ax, image, title in (
         (axes[0], result.sample_original, "original sample"),
@@ -35,7 +38,8 @@ def write_siml_plots(result: Any, folder: Path) -> list[Path]:
             f"encoded (first {result.sample_encoded.size} of {result.n_sample_encoded} entries)",
         ),
     ):
-        shown = ax.imshow(np.asarray(image).reshape(side, side), cmap="gray")
+        aspect = "equal" if shape[0] > 1 else "auto"
+        shown = ax.imshow(np.asarray(image).reshape(shape), cmap="gray", aspect=aspect)
         ax.set_title(title, fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
@@ -57,7 +61,8 @@ def write_siml_plots(result: Any, folder: Path) -> list[Path]:
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy")
     ax.set_title(
-        f"{result.model} on {result.dataset}: max |w_SIML - w_plain| = {result.max_abs_diff_vs_plain:.1e}",
+        f"{result.model} on {result.dataset}: "
+        f"max |w_SIML - w_plain| = {result.max_abs_diff_vs_plain:.1e}",
         fontsize=10,
     )
     ax.legend()

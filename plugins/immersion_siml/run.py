@@ -1,4 +1,5 @@
-"""``run_siml``: user, service and plain training side by side in one process (seed 002 section VI-A).
+"""``run_siml``: user, service and plain training side by side in one process (seed 002
+section VI-A).
 
 The plain run and the service's target optimizer share the model, the initial weights, the
 batch order and the optimizer code; the comparison is therefore exact up to rounding, epoch by
@@ -96,7 +97,8 @@ class _EpochRecorder:
 
 
 def privacy_figures(user: Any) -> dict[str, Any]:
-    """Seed 002 Theorem 1 per element for the encoded data and the encoded model, from the drawn keys."""
+    """Seed 002 Theorem 1 per element for the encoded data and the encoded model, from the drawn
+    keys."""
     report = user.report()
     return {
         "epsilon_data": report.epsilon_input,
@@ -107,8 +109,9 @@ def privacy_figures(user: Any) -> dict[str, Any]:
         "sensitivity_model": report.sensitivity_output,
         "noise_scale": report.noise_scale,
         "decode_error_estimate": report.decode_error_estimate,
-        "guarantee": "per element of one encoded sample (epsilon_data) and of the encoded model (epsilon_model), "
-        "against parties without the target; the service decodes both (THREAT_MODEL.md)",
+        "guarantee": "per element of one encoded sample (epsilon_data) and of the encoded model "
+        "(epsilon_model), against parties without the target; the service decodes both "
+        "(THREAT_MODEL.md)",
     }
 
 
@@ -123,10 +126,14 @@ def run_siml(
     compare_plain: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> SimlResult:
-    """Encode ``dataset`` (an ``immersion_fl.data.Dataset``), train with the target optimizer, decode.
+    """Encode ``dataset``, train with the target optimizer, decode.
 
-    With ``compare_plain`` the plain optimizer runs on the same data, initial weights and batch
-    order, and every epoch's decoded iterate is compared with the plain one.
+    ``model_name`` is one of :data:`~immersion_siml.models.MODEL_NAMES` or the user's
+    ``package.module:function`` (see :func:`~immersion_siml.job.prepare_job`); ``dataset`` an
+    ``immersion_fl.data.Dataset`` or the user's :class:`~immersion_siml.inputs.UserData` (without
+    a test split the accuracies are NaN). With ``compare_plain`` the plain optimizer runs on the
+    same data, initial weights and batch order, and every epoch's decoded iterate is compared
+    with the plain one.
 
     Examples
     --------
@@ -141,8 +148,9 @@ def run_siml(
     design = design or PrivacyDesign()
     x_train = torch.as_tensor(dataset.x_train, dtype=torch.float64)
     y_train = torch.as_tensor(dataset.y_train)
-    x_test = torch.as_tensor(dataset.x_test, dtype=torch.float64)
-    y_test = torch.as_tensor(dataset.y_test)
+    has_test = dataset.x_test is not None
+    x_test = torch.as_tensor(dataset.x_test, dtype=torch.float64) if has_test else None
+    y_test = torch.as_tensor(dataset.y_test) if has_test else None
 
     start = time.perf_counter()
     user, job, x0 = prepare_job(
@@ -153,7 +161,7 @@ def run_siml(
         design=design,
         init_seed=init_seed,
         rng=rng,
-        n_classes=dataset.n_classes,
+        n_classes=getattr(dataset, "n_classes", None),
     )
     encode_seconds = time.perf_counter() - start
     target = user.target
@@ -185,7 +193,7 @@ def run_siml(
             x0,
             images,
             targets,
-            dataclasses.replace(plan, sync="batch"),
+            dataclasses.replace(plan, sync="epoch"),  # the plain loop (no encoding)
             on_epoch=plain_epochs,
         )
         train_seconds_plain = time.perf_counter() - start - plain_epochs.seconds
@@ -193,14 +201,14 @@ def run_siml(
         w_plain = dynamics.params(x_plain)
 
     def accuracy(w: Any) -> float:
-        return model.evaluate(w, x_test, y_test)[0]
+        return model.accuracy(w, x_test, y_test) if has_test else float("nan")
 
     per_epoch = (
         [float((a - b).abs().max()) for a, b in zip(siml_params, plain_params, strict=True)]
         if compare_plain
         else []
     )
-    sample = dataset.x_train[0].reshape(-1)
+    sample = np.asarray(dataset.x_train[0], dtype=np.float64).reshape(-1)
     return SimlResult(
         model=model_name,
         dataset=dataset.name,
@@ -216,8 +224,8 @@ def run_siml(
         max_abs_diff_per_epoch=per_epoch,
         accuracy=accuracy(w_decoded),
         accuracy_plain=accuracy(w_plain) if compare_plain else float("nan"),
-        accuracy_curve=[accuracy(w) for w in siml_params],
-        accuracy_curve_plain=[accuracy(w) for w in plain_params],
+        accuracy_curve=[accuracy(w) for w in siml_params] if has_test else [],
+        accuracy_curve_plain=[accuracy(w) for w in plain_params] if has_test else [],
         train_seconds=train_seconds,
         train_seconds_plain=train_seconds_plain,
         encode_seconds=encode_seconds,

@@ -16,6 +16,7 @@ element (Theorem 1). See THREAT_MODEL.md.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from immersion import InvalidArgumentError, Keys, NonFiniteError
@@ -24,7 +25,12 @@ from .dynamics import OptimizerDynamics, TrainingPlan, run_plan
 
 
 class SampleLayout:
-    """One dataset row ``y_i = (flattened image, one-hot label)``; ``n_sample = prod(image_shape) + n_classes``.
+    """One dataset row ``y_i = (flattened features, target row)`` (eq. 42's ``y_i``).
+
+    ``n_sample = prod(feature_shape) + n_targets``. Features may have any shape (an image
+    ``(C, H, W)``, a tabular row ``(F,)``, a sequence ``(T, F)``, or ``()`` for one number per
+    sample); targets are one-hot or probability rows of width ``n_targets`` (integer class
+    labels are one-hot encoded by :meth:`rows`).
 
     Examples
     --------
@@ -33,29 +39,34 @@ class SampleLayout:
     >>> rows = layout.rows(torch.ones(2, 1, 2, 2, dtype=torch.float64), torch.tensor([0, 2]))
     >>> rows.shape, rows[1, 4:].tolist()
     (torch.Size([2, 7]), [0.0, 0.0, 1.0])
+    >>> features, targets = SampleLayout((3,), 2).split(torch.arange(10.0).reshape(2, 5))
+    >>> features.tolist(), targets.tolist()
+    ([[0.0, 1.0, 2.0], [5.0, 6.0, 7.0]], [[3.0, 4.0], [8.0, 9.0]])
     """
 
-    def __init__(self, image_shape: tuple[int, int, int], n_classes: int) -> None:
-        self.image_shape, self.n_classes = tuple(int(s) for s in image_shape), int(n_classes)
-        self.n_features = self.image_shape[0] * self.image_shape[1] * self.image_shape[2]
-        self.n_sample = self.n_features + self.n_classes
+    def __init__(self, feature_shape: tuple[int, ...], n_targets: int) -> None:
+        self.feature_shape = tuple(int(s) for s in feature_shape)
+        self.n_targets = int(n_targets)
+        self.n_features = math.prod(self.feature_shape)
+        self.n_sample = self.n_features + self.n_targets
 
-    def rows(self, images: Any, labels: Any) -> Any:
-        """Stack images (N, C, H, W) and integer labels (N,) into rows (N, n_sample)."""
+    def rows(self, features: Any, targets: Any) -> Any:
+        """Stack features ``(N, *feature_shape)`` and targets (integer labels ``(N,)`` or rows
+        ``(N, n_targets)``) into rows ``(N, n_sample)``."""
         import torch
 
-        onehot = torch.nn.functional.one_hot(labels.long(), self.n_classes).to(images.dtype)
-        return torch.cat([images.reshape(len(images), -1), onehot], dim=1)
+        if targets.ndim == 1:
+            targets = torch.nn.functional.one_hot(targets.long(), self.n_targets)
+        return torch.cat([features.reshape(len(features), -1), targets.to(features.dtype)], dim=1)
 
     def split(self, rows: Any) -> tuple[Any, Any]:
-        """``(images, targets)`` from rows: the inverse of :meth:`rows` (targets stay probability rows)."""
-        return rows[:, : self.n_features].reshape((-1,) + self.image_shape), rows[
-            :, self.n_features :
-        ]
+        """``(features, targets)`` from rows: the inverse of :meth:`rows` (targets stay rows)."""
+        features = rows[:, : self.n_features].reshape((-1,) + self.feature_shape)
+        return features, rows[:, self.n_features :]
 
 
 class TargetOptimizer:
-    """Eq. 44 on one backend: what the training service runs. Holds no ``N1``, ``Pi3_left`` or noise.
+    """Eq. 44 on one backend: what the training service runs. Holds no ``N1``, ``Pi3_left``, noise.
 
     Parameters
     ----------
@@ -65,7 +76,7 @@ class TargetOptimizer:
     dynamics:
         The plain optimizer (:class:`OptimizerDynamics`), built from public model and plan.
     layout:
-        How a decoded row splits into image and label.
+        How a decoded row splits into features and target row.
     backend:
         An ``immersion`` array backend (torch, float64 for exact decoding).
     """
@@ -95,7 +106,7 @@ class TargetOptimizer:
         self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
 
     def decoded_dataset(self, encoded_dataset: Any) -> tuple[Any, Any]:
-        """``D_bar``: images and label rows from ``Pi1_left y~_i`` (eq. 44)."""
+        """``D_bar``: features and target rows from ``Pi1_left y~_i`` (eq. 44)."""
         if tuple(encoded_dataset.shape[1:]) != (self.n_input_encoded,) or encoded_dataset.ndim != 2:
             raise InvalidArgumentError(
                 "encoded_dataset",
@@ -104,7 +115,8 @@ class TargetOptimizer:
         return self.layout.split(self._input_in(encoded_dataset))
 
     def decoded_params(self, encoded_state: Any) -> Any:
-        """``w_t``, the parameter block of ``Pi2_left x~_t`` (what the service evaluates, e.g. for curves)."""
+        """``w_t``, the parameter block of ``Pi2_left x~_t`` (what the service evaluates, e.g. for
+        curves)."""
         return self.dynamics.params(self._state_in(encoded_state))
 
     def train(
@@ -129,8 +141,8 @@ class TargetOptimizer:
         for name, value in (("encoded_state", encoded_state), ("encoded_dataset", encoded_dataset)):
             if not self.backend.all_finite(value):
                 raise NonFiniteError(name, "contains NaN or inf")
-        images, targets = self.decoded_dataset(encoded_dataset)
-        if not (self.backend.all_finite(images) and self.backend.all_finite(targets)):
+        features, targets = self.decoded_dataset(encoded_dataset)
+        if not (self.backend.all_finite(features) and self.backend.all_finite(targets)):
             raise NonFiniteError(
                 "encoded_dataset", "is too large: decoding it overflows to inf or NaN"
             )
@@ -149,7 +161,7 @@ class TargetOptimizer:
         final = run_plan(
             self.dynamics,
             encoded_state,
-            images,
+            features,
             targets,
             plan,
             read_state=self._state_in,
