@@ -298,3 +298,46 @@ def test_runs_use_fresh_public_seeds():
     assert first[:2].tolist() != second[:2].tolist()  # a restart never reuses a's under the key
     other = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=1)
     assert other.encode_state()[:2].tolist() != first[:2].tolist()
+
+
+def test_remote_lwe_loop_on_loopback():
+    """`immersion serve` runs an LWE target: integer matrix at set-up, uint64 words per sample."""
+    pytest.importorskip("zmq")
+    import queue
+    import threading
+
+    from immersion.remote import RemoteTarget, serve, stop_server
+
+    endpoints: queue.Queue[str] = queue.Queue()
+
+    def log(message: str) -> None:  # serve() reports the port it bound to ("tcp://...:*")
+        if "listening on" in message:
+            endpoints.put(message.rsplit(" ", 1)[1])
+
+    thread = threading.Thread(
+        target=serve, args=("tcp://127.0.0.1:*",), kwargs={"log": log}, daemon=True
+    )
+    thread.start()
+    address = endpoints.get(timeout=10)
+    loop = lqg_loop(2)
+    imm = encrypt_controller(
+        loop.controller, input_range=loop.input_range, output_range=loop.output_range,
+        modulus_bits=100, rng=5,
+    )  # fmt: skip
+    try:
+        with RemoteTarget(address, imm, timeout_s=10) as cloud:
+            twin = imm.fixed_point_twin()
+            xt = imm.encode_state()
+            steps = 30
+            for y in np.random.default_rng(1).uniform(-1, 1, (steps, 1)):
+                yt = imm.encode_input(y)
+                ut, xt = cloud.advance(xt, yt)
+                assert imm.decode_output(ut, yt)[0] == twin.output(y)[0]
+            r = imm.report()
+            assert cloud.bytes_sent == steps * (r.state_bytes + r.uplink_bytes)
+            assert cloud.bytes_received == steps * (r.downlink_bytes + r.state_bytes)
+            assert r.uplink_bytes == 8 * (3 + 2 * 2)  # header + y and u_prev, two limbs each
+    finally:
+        stop_server(address)
+        thread.join(timeout=5)
+    assert not thread.is_alive()

@@ -12,7 +12,11 @@ Protocol (multipart messages, JSON headers, float64 payloads; nothing is unpickl
   its own plugin registry (only registered algorithms run), never from code sent over the wire.
 * ``advance``: raw ``x~`` and ``y~``; reply raw ``u~`` and ``x~+`` (seed 002 eq. 17).
 
-The server never receives ``N1``, ``Pi3_left``, the noise or any decoded value.
+LWE targets (``coding="lwe"``, :mod:`immersion.lwe`): ``setup`` carries ``{"coding": "lwe"}`` and
+an ``.npz`` of the public integer matrix and sizes (:meth:`~immersion.lwe.LweTarget.public_arrays`);
+``advance`` carries uint64 words (header and ciphertext ``b`` words) instead of float64.
+
+The server never receives ``N1``, ``Pi3_left``, the noise, an LWE key or any decoded value.
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ class RemoteTarget:
 
     Examples
     --------
-    ``cloud = RemoteTarget("tcp://10.0.0.5:5555", imm, algorithm="reactor-controller", params={"dt": 0.01})``
+    ``cloud = RemoteTarget("tcp://10.0.0.5:5555", imm, algorithm="reactor-controller",
+    params={"dt": 0.01})`` (an LWE handle needs no algorithm: its target is the integer matrix),
     then ``u_enc, x_enc = cloud.advance(x_enc, y_enc)`` in the control loop.
     """
 
@@ -70,7 +75,7 @@ class RemoteTarget:
         address: str,
         imm: Any,
         *,
-        algorithm: str,
+        algorithm: str | None = None,
         params: dict[str, Any] | None = None,
         timeout_s: float = 10.0,
     ) -> None:
@@ -89,8 +94,18 @@ class RemoteTarget:
                 "address", f"{address!r} is not a ZeroMQ address such as tcp://HOST:PORT ({exc})"
             ) from None
         self.address = address
-        header = json.dumps({"algorithm": algorithm, "params": params or {}}).encode()
-        reply = self._request([b"setup", header, npz_bytes(public_target_matrices(imm.keys))])
+        self.bytes_sent = self.bytes_received = self.samples = 0
+        if getattr(imm, "coding", None) == "lwe":
+            self._dtype: Any = np.uint64
+            setup = [json.dumps({"coding": "lwe"}).encode(), npz_bytes(imm.target.public_arrays())]
+        else:
+            if algorithm is None:
+                self._sock.close()
+                raise InvalidArgumentError("algorithm", "name the registered algorithm f, g run")
+            self._dtype = np.float64
+            header = json.dumps({"algorithm": algorithm, "params": params or {}}).encode()
+            setup = [header, npz_bytes(public_target_matrices(imm.keys))]
+        reply = self._request([b"setup", *setup])
         info = json.loads(reply[0])
         self.n_state_encoded, self.n_input_encoded = (
             info["n_state_encoded"],
@@ -110,12 +125,18 @@ class RemoteTarget:
         return rest
 
     def advance(self, encoded_state: Any, encoded_input: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Send ``x~, y~``; receive ``u~, x~+``."""
-        xt = np.ascontiguousarray(encoded_state, dtype=np.float64)
-        yt = np.ascontiguousarray(encoded_input, dtype=np.float64)
-        ut, xt_next = self._request([b"advance", xt.tobytes(), yt.tobytes()])
-        return np.frombuffer(ut, dtype=np.float64).copy(), np.frombuffer(
-            xt_next, dtype=np.float64
+        """Send ``x~, y~``; receive ``u~, x~+`` (float64, or uint64 words for LWE targets).
+
+        ``bytes_sent`` and ``bytes_received`` count the payload of every ``advance``.
+        """
+        xt = np.ascontiguousarray(encoded_state, dtype=self._dtype).tobytes()
+        yt = np.ascontiguousarray(encoded_input, dtype=self._dtype).tobytes()
+        ut, xt_next = self._request([b"advance", xt, yt])
+        self.bytes_sent += len(xt) + len(yt)
+        self.bytes_received += len(ut) + len(xt_next)
+        self.samples += 1
+        return np.frombuffer(ut, dtype=self._dtype).copy(), np.frombuffer(
+            xt_next, dtype=self._dtype
         ).copy()
 
     def close(self) -> None:
@@ -129,6 +150,10 @@ class RemoteTarget:
 
 
 def _build_target(header: dict[str, Any], matrices: dict[str, np.ndarray]) -> Any:
+    if header.get("coding") == "lwe":
+        from .lwe import LweTarget
+
+        return LweTarget.from_public_arrays(matrices)
     from .backends import make_backend
     from .plugin_manager import registry
     from .probing import uses_public
@@ -166,8 +191,9 @@ def serve(
             try:
                 kind = frames[0]
                 if kind == b"setup":
-                    target = _build_target(json.loads(frames[1]), _unpack(frames[2]))
-                    log(f"immersion serve: target {json.loads(frames[1])['algorithm']!r} installed")
+                    header = json.loads(frames[1])
+                    target = _build_target(header, _unpack(frames[2]))
+                    log(f"immersion serve: target {header.get('algorithm') or target!r} installed")
                     sock.send_multipart(
                         [
                             b"ok",
@@ -184,8 +210,9 @@ def serve(
                         raise InvalidArgumentError(
                             "advance", "no target installed: send setup first"
                         )
-                    xt = np.frombuffer(frames[1], dtype=np.float64)
-                    yt = np.frombuffer(frames[2], dtype=np.float64)
+                    wire = np.uint64 if getattr(target, "coding", None) == "lwe" else np.float64
+                    xt = np.frombuffer(frames[1], dtype=wire)
+                    yt = np.frombuffer(frames[2], dtype=wire)
                     ut, xt_next = target.advance(xt, yt)
                     sock.send_multipart(
                         [
