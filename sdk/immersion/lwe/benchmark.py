@@ -1,0 +1,262 @@
+"""``immersion bench control``: one controller, per-sample time under every coding, side by side.
+
+Rows (same LQG controller, same closed loop, one process; each loop timed ``repeats`` times in
+turn and the fastest kept):
+
+* ``plain``: the float controller (two small matrix-vector products per sample);
+* ``immerse``: the float affine immersion (encode, ``target.output``, ``target.step``, decode);
+* ``lwe``: this package at table parameters, ``q = 2^64`` and a wide modulus (``lwe-wide``),
+  plant side (encrypt, decrypt) and cloud side (``output``, ``step``) timed apart;
+* ``eclib`` (if installed, extra ``bench-control``): ECLib's Regev scheme (public-key LWE, Python
+  integers), the controller state re-encrypted by the plant every sample, at small dimensions;
+  ``lwe-same-dimension``: ours at the same dimension (no security claim) for the ratio.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from . import encrypt_controller
+from .examples import ControlLoop, lqg_loop, simulate_float
+
+#: ECLib's Regev parameters: plaintext modulus 2^32, q = 2^64, sigma 3.2 (its example's values),
+#: and the encoding step delta (products carry delta^2 = 2^-20).
+ECLIB_T, ECLIB_Q, ECLIB_SIGMA, ECLIB_DELTA = 2**32, 2**64, 3.2, 2.0**-10
+
+
+def _relative(us: np.ndarray, ref: np.ndarray) -> float | None:
+    """``max |u - u_float| / max |u_float|`` (None while the float controls are all zero)."""
+    scale = float(np.abs(ref).max())
+    return float(np.abs(us - ref).max()) / scale if scale > 0 else None
+
+
+def _closed_loop(
+    loop: ControlLoop, steps: int, controller: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """Run the plant with ``controller(y) -> u``; return the controls."""
+    A, B, C = loop.plant
+    w, v = loop.disturbance(steps)
+    x = loop.x0.copy()
+    us = np.empty((steps, B.shape[1]))
+    for k in range(steps):
+        u = controller(C @ x + v[k])
+        x = A @ x + B @ u + w[k]
+        us[k] = u
+    return us
+
+
+class _TimedLwe:
+    """The LWE loop as a controller ``y -> u``, timing the plant's and the cloud's work apart."""
+
+    def __init__(self, imm: Any) -> None:
+        self.imm, self.xt = imm, imm.encode_state()
+        self.plant = self.cloud = 0.0
+
+    def __call__(self, y: np.ndarray) -> np.ndarray:
+        imm, clock = self.imm, time.perf_counter
+        t0 = clock()
+        yt = imm.encode_input(y)
+        t1 = clock()
+        ut = imm.target.output(self.xt, yt)
+        self.xt = imm.target.step(self.xt, yt)
+        t2 = clock()
+        u = imm.decode_output(ut, yt)
+        self.plant += (t1 - t0) + (clock() - t2)
+        self.cloud += t2 - t1
+        return u
+
+
+def _lwe_row(loop: ControlLoop, steps: int, repeats: int, **options: Any) -> dict[str, Any]:
+    imm = encrypt_controller(
+        loop.controller, input_range=loop.input_range, output_range=loop.output_range, **options
+    )
+    best_plant = best_cloud = math.inf
+    us = np.zeros(0)
+    for _ in range(repeats):
+        timed = _TimedLwe(imm)
+        us = _closed_loop(loop, steps, timed)
+        best_plant = min(best_plant, timed.plant / steps)
+        best_cloud = min(best_cloud, timed.cloud / steps)
+    ref = simulate_float(loop, steps)[1]
+    r = imm.report()
+    return {
+        "plant_s": best_plant,
+        "cloud_s": best_cloud,
+        "per_sample_s": best_plant + best_cloud,
+        "dimension": r.parameters.dimension,
+        "modulus_bits": r.parameters.modulus_bits,
+        "security_bits": r.parameters.security_bits,
+        "max_rel_u_error_vs_float": _relative(us, ref),
+        "bit_identical_to_twin": bool(np.array_equal(us, _twin_run(imm, loop, steps))),
+        "uplink_bytes": r.uplink_bytes,
+        "downlink_bytes": r.downlink_bytes,
+        "frac_bits": [r.frac_input, r.frac_output, r.frac_gain],
+        "headroom_bits": r.headroom_bits,
+        "prg": r.prg,
+    }
+
+
+def _twin_run(imm: Any, loop: ControlLoop, steps: int) -> np.ndarray:
+    twin = imm.fixed_point_twin()
+    return _closed_loop(loop, steps, twin.output)
+
+
+def _time_loop(loop: ControlLoop, steps: int, repeats: int, make: Callable[[], Any]) -> float:
+    best = math.inf
+    for _ in range(repeats):
+        controller = make()
+        start = time.perf_counter()
+        _closed_loop(loop, steps, controller)
+        best = min(best, (time.perf_counter() - start) / steps)
+    return best
+
+
+def _plant_only(loop: ControlLoop, steps: int, repeats: int) -> float:
+    """The plant simulation alone (subtracted from whole-loop timings)."""
+    return _time_loop(loop, steps, repeats, lambda: lambda y: np.zeros(loop.plant[1].shape[1]))
+
+
+def _plain(loop: ControlLoop) -> Callable[[np.ndarray], np.ndarray]:
+    F, G, H, J = loop.controller
+    state = {"x": np.zeros(F.shape[0])}
+
+    def controller(y: np.ndarray) -> np.ndarray:
+        u = H @ state["x"] + J @ y
+        state["x"] = F @ state["x"] + G @ y
+        return u
+
+    return controller
+
+
+def _immersed(loop: ControlLoop) -> Callable[[np.ndarray], np.ndarray]:
+    from ..coding import immerse
+
+    F, G, H, J = loop.controller
+    imm = immerse(
+        lambda x, y: F @ x + G @ y, lambda x, y: H @ x + J @ y,
+        F.shape[0], G.shape[1], H.shape[0], rng=0,
+    )  # fmt: skip
+    state = {"xt": imm.encode_state(np.zeros(F.shape[0]))}
+
+    def controller(y: np.ndarray) -> np.ndarray:
+        yt = imm.encode_input(y)
+        u = imm.decode_output(imm.target.output(state["xt"], yt), yt)
+        state["xt"] = imm.target.step(state["xt"], yt)
+        return np.asarray(u)
+
+    return controller
+
+
+def _eclib_row(loop: ControlLoop, dimension: int, steps: int) -> dict[str, Any]:
+    """ECLib's Regev: the plant encrypts ``[x_c; y]``, the cloud multiplies by the encoded
+    ``[[F, G], [H, J]]``, the plant decrypts ``[x_c+; u]`` (state re-encrypted every sample)."""
+    from eclib import regev
+
+    F, G, H, J = loop.controller
+    n_x = F.shape[0]
+    start = time.perf_counter()
+    params, pk, sk = regev.keygen(dimension, ECLIB_T, ECLIB_Q, ECLIB_SIGMA)
+    keygen_s = time.perf_counter() - start
+    encoded = regev.encode(params, np.block([[F, G], [H, J]]), ECLIB_DELTA)
+    state = {"x": np.zeros(n_x)}
+    plant = cloud = 0.0
+
+    def controller(y: np.ndarray) -> np.ndarray:
+        nonlocal plant, cloud
+        t0 = time.perf_counter()
+        ct = regev.enc(params, pk, np.concatenate([state["x"], y]), ECLIB_DELTA)
+        t1 = time.perf_counter()
+        out = regev.int_mult(params, encoded, ct)
+        t2 = time.perf_counter()
+        v = np.asarray(regev.dec(params, sk, out, ECLIB_DELTA**2), dtype=np.float64)
+        plant += (t1 - t0) + (time.perf_counter() - t2)
+        cloud += t2 - t1
+        state["x"] = v[:n_x]
+        return v[n_x:]
+
+    us = _closed_loop(loop, steps, controller)
+    ref = simulate_float(loop, steps)[1]
+    return {
+        "dimension": dimension,
+        "samples": steps,
+        "keygen_s": keygen_s,
+        "plant_s": plant / steps,
+        "cloud_s": cloud / steps,
+        "per_sample_s": (plant + cloud) / steps,
+        "max_rel_u_error_vs_float": _relative(us, ref),
+    }
+
+
+def eclib_available() -> bool:
+    try:
+        import eclib.regev  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def bench_control(
+    *,
+    n_state: int = 2,
+    steps: int = 2000,
+    repeats: int = 3,
+    wide_modulus_bits: int = 104,
+    eclib_dimensions: tuple[int, ...] = (10, 64, 128),
+    eclib_budget_s: float = 10.0,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Per-sample time of one LQG controller under each coding (see module docstring); ratios.
+
+    ``eclib_budget_s`` bounds the samples ECLib runs at each dimension (at least 2).
+    """
+    say = progress or (lambda message: None)
+    loop = lqg_loop(n_state)
+    plant_sim = _plant_only(loop, steps, repeats)
+    say("plain and float immersion")
+    plain = _time_loop(loop, steps, repeats, lambda: _plain(loop)) - plant_sim
+    immersed = _time_loop(loop, steps, repeats, lambda: _immersed(loop)) - plant_sim
+    rows: dict[str, Any] = {
+        "plain": {"per_sample_s": plain},
+        "immerse": {"per_sample_s": immersed, "ratio_to_plain": immersed / plain},
+    }
+    say("lwe, q = 2^64, 128-bit table parameters")
+    rows["lwe"] = _lwe_row(loop, steps, repeats, rng=0)
+    say(f"lwe, q = 2^{wide_modulus_bits}")
+    rows["lwe-wide"] = _lwe_row(loop, steps, repeats, rng=0, modulus_bits=wide_modulus_bits)
+    for name in ("lwe", "lwe-wide"):
+        rows[name]["ratio_to_plain"] = rows[name]["per_sample_s"] / plain
+    comparisons, note = [], None
+    if eclib_available():
+        for n in eclib_dimensions:
+            say(f"eclib regev at n = {n}")
+            probe = _eclib_row(loop, n, 1)
+            samples = int(max(2, min(steps, eclib_budget_s / max(probe["per_sample_s"], 1e-9))))
+            ecl = _eclib_row(loop, n, samples)
+            ours = _lwe_row(
+                loop, min(steps, 500), repeats, rng=0, security_bits=None, dimension=max(n, 2)
+            )
+            comparisons.append(
+                {
+                    "dimension": n,
+                    "eclib": ecl,
+                    "lwe_same_dimension": ours,
+                    "ratio_eclib_over_lwe": ecl["per_sample_s"] / ours["per_sample_s"],
+                }
+            )
+    else:
+        note = "eclib not installed (pip install 'immersion-coding[bench-control]'): rows skipped"
+    return {
+        "benchmark": "control",
+        "controller": f"LQG, {loop.controller[0].shape[0]} states, 1 measurement, 1 control",
+        "steps": steps,
+        "repeats": repeats,
+        "machine": f"{platform.machine()}, Python {platform.python_version()}",
+        "rows": rows,
+        "eclib": comparisons,
+        "note": note,
+    }
