@@ -191,8 +191,8 @@ def test_public_target_bytes_counts_the_five_matrices():
 # ---------------------------------------------------------------- audit rows and CLI
 def test_both_attacks_are_registered_for_immerse():
     specs = registry().attacks()
-    assert specs["subspace"].schemes == ("immerse",)
-    assert specs["known-plaintext"].schemes == ("immerse",)
+    assert specs["subspace"].schemes == ("immerse", "lwe")  # lwe: tests/test_lwe_attacks.py
+    assert specs["known-plaintext"].schemes == ("immerse", "lwe")
 
 
 def test_known_plaintext_rows_before_and_after_rotation():
@@ -221,9 +221,10 @@ def test_cli_audit_subspace_quick_json():
     rows = obj["attacks"]
     assert rows and all(ROW_FIELDS <= set(r) for r in rows)
     assert {r["attack"] for r in rows} == {"subspace"} and {r["scheme"] for r in rows} == {
-        "immerse"
+        "immerse",
+        "lwe",
     }
-    plain = [r for r in rows if r["mitigation"] is None]
+    plain = [r for r in rows if r["mitigation"] is None and r["scheme"] == "immerse"]
     assert len(plain) == 2 and all(r["verdict"] == "leaks" and r["value"] > 0.98 for r in plain)
     short = [r for r in rows if r["mitigation"] == f"rotate_keys_every={EXTRA_INPUT}"]
     assert len(short) == 2 and all(r["verdict"] == "resists" and r["value"] == 0.0 for r in short)

@@ -1,4 +1,4 @@
-"""Built-in plugin: the numpy and torch backends, and the audit's attacks on ``immerse`` (entry-point group)."""
+"""Built-in plugin: the numpy and torch backends, the audit's attacks on ``immerse`` and ``lwe``."""
 
 from __future__ import annotations
 
@@ -37,5 +37,6 @@ def immersion_register_backends() -> list[BackendSpec]:
 @hookimpl
 def immersion_register_attacks() -> list[AttackSpec]:
     from .attacks.eavesdropper import attack_specs
+    from .lwe.attacks import extend_specs
 
-    return attack_specs()
+    return extend_specs(attack_specs())  # subspace and known-plaintext also run against "lwe"

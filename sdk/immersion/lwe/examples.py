@@ -6,6 +6,7 @@ deterministic (a seed), all numpy/scipy.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,8 @@ from .._validation import positive_int
 @dataclass(frozen=True)
 class ControlLoop:
     """A discrete plant ``x+ = A x + B u + w``, ``y = C x + v`` and its controller ``(F, G, H, J)``.
+
+    Built once per argument set and shared (do not modify its arrays).
 
     ``disturbance(k)`` gives ``(w_k, v_k)``; ``input_range``/``output_range`` bound ``|y|`` and
     ``|u|`` along the closed loop (measured on the float loop over 100,000 samples, doubled).
@@ -48,6 +51,7 @@ def _c2d(Ac: np.ndarray, Bc: np.ndarray, h: float) -> tuple[np.ndarray, np.ndarr
     return e[:n, :n], e[:n, n:]
 
 
+@functools.lru_cache(maxsize=16)
 def lqg_loop(
     n_state: int = 2, *, n_input: int = 1, n_output: int = 1, seed: int = 0
 ) -> ControlLoop:
@@ -82,6 +86,7 @@ def lqg_loop(
     return ControlLoop(loop.name, loop.plant, controller, loop.x0, 2 * y_max, 2 * u_max, seed)
 
 
+@functools.lru_cache(maxsize=4)
 def pi_loop(*, seed: int = 0) -> ControlLoop:
     """A first-order lag ``x+ = 0.95 x + 0.1 u`` under a PI controller (``Kp = 2``, ``Ki h = 0.2``).
 
