@@ -41,12 +41,12 @@ class _Run:
         self, seed: bytes, stream: EncryptionStream, n_window: int, n_feedback: int
     ) -> None:
         self.seed = seed
-        self.header = np.frombuffer(seed, dtype="<u8").astype(np.uint64).tolist() + [0]
+        self.header: list[int] = np.frombuffer(seed, dtype="<u8").tolist() + [0]
         self.stream = stream
         self.window_masks = [0] * n_window
         self.u_prev = [0] * n_feedback
         self.initial: list[list[int]] = []
-        self.pending: tuple[bytes, list[int]] | None = None  # (header bytes of y~, its masks)
+        self.pending: tuple[list[int], list[int]] | None = None  # (header of y~, its masks)
         self.noise_observed = (
             0  # the largest |noise| decrypted so far (bound: report().noise_bound)
         )
@@ -136,9 +136,8 @@ class LweImmersion:
         body = [
             (a + e + (m << shift)) & mask for a, e, m in zip(masks, errors, messages, strict=True)
         ]
-        words = np.array(run.header + self.ring.pack(body).tolist(), dtype=np.uint64)
-        run.pending = (words[:HEADER].tobytes(), masks)
-        return words
+        run.pending = (list(run.header), masks)
+        return np.array(run.header + self.ring.limb_list(body), dtype=np.uint64)
 
     def decode_output(self, encoded_output: Any, encoded_input: Any) -> np.ndarray:
         """Decrypt ``u~`` (computed from ``encoded_input``), round the noise away, rescale: ``u``.
@@ -149,14 +148,15 @@ class LweImmersion:
         """
         run = self._started()
         target, ring = self.target, self.ring
-        ut = target.words("encoded_output", encoded_output, target.n_output_encoded)
-        yt = target.words("encoded_input", encoded_input, target.n_input_encoded)
-        header = yt[:HEADER].tobytes()
+        u_words = target.words("encoded_output", encoded_output, target.n_output_encoded).tolist()
+        header = target.words("encoded_input", encoded_input, target.n_input_encoded)[
+            :HEADER
+        ].tolist()
         if run.pending is None or header != run.pending[0]:
             raise InvalidArgumentError(
                 "encoded_input", "is not the input this handle encoded last (one decode per sample)"
             )
-        if ut[:HEADER].tobytes() != header:
+        if u_words[:HEADER] != header:
             raise InvalidArgumentError(
                 "encoded_output", "answers another sample than encoded_input (headers differ)"
             )
@@ -164,7 +164,7 @@ class LweImmersion:
         expected = target.combine(masks, run.window_masks)
         shift, half = self._scale_bits, 1 << (self._scale_bits - 1)
         acc = []
-        for b, m in zip(ring.unpack(ut[HEADER:]), expected, strict=True):
+        for b, m in zip(ring.unpack(u_words[HEADER:]), expected, strict=True):
             phase = ring.centered(b - m)
             value = (phase + half) >> shift
             noise = abs(phase - (value << shift))

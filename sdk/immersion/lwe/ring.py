@@ -60,15 +60,19 @@ class Ring:
         return [sum(map(operator.mul, row, vector)) & mask for row in rows]
 
     # ------------------------------------------------------------ words
+    def limb_list(self, values: Sequence[int]) -> list[int]:
+        """Elements in ``[0, q)`` as the list of their uint64 words (low limb first)."""
+        if self.limbs == 1:
+            return list(values)
+        return [w for v in values for w in (v & _M64, v >> 64)]
+
     def pack(self, values: Sequence[int]) -> np.ndarray:
         """Elements in ``[0, q)`` as uint64 words (``limbs`` per element, low limb first)."""
-        if self.limbs == 1:
-            return np.array(values, dtype=np.uint64)
-        return np.array([w for v in values for w in (v & _M64, v >> 64)], dtype=np.uint64)
+        return np.array(self.limb_list(values), dtype=np.uint64)
 
-    def unpack(self, words: np.ndarray) -> list[int]:
+    def unpack(self, words: np.ndarray | list[int]) -> list[int]:
         """Inverse of :meth:`pack` (words of a trusted source: reduced modulo ``q``)."""
-        values = words.tolist()
+        values = words.tolist() if isinstance(words, np.ndarray) else words
         if self.limbs == 1:
             return [v & self.mask for v in values] if self.bits < 64 else values
         return [

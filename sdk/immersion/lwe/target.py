@@ -135,26 +135,29 @@ class LweTarget:
 
     def output(self, encoded_state: Any, encoded_input: Any) -> np.ndarray:
         """``u~``: the header of ``y~`` and the ``b`` words of ``M [y~, u~_prev, window]``."""
-        return self._output(*self._checked(encoded_state, encoded_input))
+        xt, yt = self._checked(encoded_state, encoded_input)
+        return self._output(xt.tolist(), yt.tolist())
 
-    def _output(self, xt: np.ndarray, yt: np.ndarray) -> np.ndarray:
+    def _output(self, xt: list[int], yt: list[int]) -> np.ndarray:
         ring = self.ring
         body = self.combine(ring.unpack(yt[HEADER:]), ring.unpack(xt[HEADER:]))
-        return np.concatenate([yt[:HEADER], ring.pack(body)])
+        return np.array(yt[:HEADER] + ring.limb_list(body), dtype=np.uint64)
 
     def step(self, encoded_state: Any, encoded_input: Any) -> np.ndarray:
         """``x~+``: the window shifted by one sample (header: the next sample)."""
-        return self._step(*self._checked(encoded_state, encoded_input))
+        xt, yt = self._checked(encoded_state, encoded_input)
+        return self._step(xt.tolist(), yt.tolist())
 
-    def _step(self, xt: np.ndarray, yt: np.ndarray) -> np.ndarray:
-        header = yt[:HEADER].copy()
-        header[2] += np.uint64(1)
-        return np.concatenate([header, self.shift(xt[HEADER:], yt[HEADER:], self.ring.limbs)])
+    def _step(self, xt: list[int], yt: list[int]) -> np.ndarray:
+        header = [yt[0], yt[1], yt[2] + 1]
+        window = self.shift(xt[HEADER:], yt[HEADER:], self.ring.limbs)
+        return np.array(header + window, dtype=np.uint64)
 
     def advance(self, encoded_state: Any, encoded_input: Any) -> tuple[np.ndarray, np.ndarray]:
         """``(output, step)`` of one sample, checking the arguments once."""
         xt, yt = self._checked(encoded_state, encoded_input)
-        return self._output(xt, yt), self._step(xt, yt)
+        xs, ys = xt.tolist(), yt.tolist()
+        return self._output(xs, ys), self._step(xs, ys)
 
     def __repr__(self) -> str:
         return (
