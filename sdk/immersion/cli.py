@@ -139,21 +139,24 @@ def bench_control_cmd(
     if as_json:
         click.echo(json.dumps(json_safe(result)))
         return
-    click.echo(f"{result['controller']}, {steps} samples, best of {repeats}")
+    click.echo(f"{result['controller']}, {steps} samples, best of {repeats} (wall / CPU)")
     for name, row in result["rows"].items():
         extra = ""
         if "dimension" in row:
             extra = (
                 f"  n={row['dimension']} q=2^{row['modulus_bits']} "
-                f"(plant {row['plant_s'] * 1e6:.1f} + cloud {row['cloud_s'] * 1e6:.1f} us), "
+                f"(plant {row['plant_s'] * 1e6:.1f} + cloud {row['cloud_s'] * 1e6:.1f} us wall), "
                 f"rel. error {row['max_rel_u_error_vs_float']:.1e}"
             )
-        click.echo(f"{name:>9} {row['per_sample_s'] * 1e6:>10.1f} us/sample{extra}")
+        click.echo(
+            f"{name:>9} {row['per_sample_s'] * 1e6:>9.1f} / {row['per_sample_cpu_s'] * 1e6:.1f} us"
+            f"{extra}"
+        )
     for c in result["eclib"]:
         click.echo(
-            f"n={c['dimension']:>4}: ECLib {c['eclib']['per_sample_s'] * 1e3:.2f} ms, "
-            f"ours {c['lwe_same_dimension']['per_sample_s'] * 1e6:.1f} us: "
-            f"x{c['ratio_eclib_over_lwe']:.0f}"
+            f"n={c['dimension']:>4}: ECLib {c['eclib']['per_sample_cpu_s'] * 1e3:.2f} ms CPU, "
+            f"ours {c['lwe_same_dimension']['per_sample_cpu_s'] * 1e6:.1f} us: "
+            f"x{c['cpu_ratio_eclib_over_lwe']:.0f}"
         )
     if result["note"]:
         click.echo(result["note"])
