@@ -29,12 +29,14 @@ def test_encrypted_lqg_demo(tmp_path):
 
 def test_bench_control_quick_json():
     result = CliRunner().invoke(
-        main, ["bench", "control", "--quick", "--steps", "50", "--eclib-budget", "0.2", "--json"]
+        main,
+        ["bench", "control", "--quick", "--eclib-budget", "0.2", "--hidden-samples", "0", "--json"],
     )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output.strip().splitlines()[-1])
     rows = out["rows"]
-    assert set(rows) == {"plain", "immerse", "lwe", "lwe-wide"}
+    assert set(rows) == {"plain", "immerse", "lwe", "lwe-wide", "lwe-hidden-gains"}
+    assert rows["lwe-hidden-gains"] == {"skipped": "hidden_samples = 0"}
     assert rows["lwe"]["dimension"] == 4096 and rows["lwe"]["security_bits"] == 128
     assert rows["lwe"]["bit_identical_to_twin"] and rows["lwe-wide"]["bit_identical_to_twin"]
     assert rows["lwe"]["per_sample_s"] == pytest.approx(
@@ -52,7 +54,7 @@ def test_bench_control_skips_eclib_with_a_note(monkeypatch):
     import immersion.lwe.benchmark as bench
 
     monkeypatch.setattr(bench, "eclib_available", lambda: False)
-    out = bench.bench_control(steps=20, repeats=1, eclib_dimensions=(10,))
+    out = bench.bench_control(steps=20, repeats=1, eclib_dimensions=(10,), hidden_samples=0)
     assert out["eclib"] == [] and "eclib not installed" in out["note"]
 
 

@@ -101,7 +101,14 @@ def bench_core_cmd(steps: int, repeats: int, quick: bool, as_json: bool) -> None
     show_default=True,
     help="Seconds of ECLib samples per dimension (at least 2 samples).",
 )
-@click.option("--quick", is_flag=True, help="200 steps, 1 repeat, ECLib at n = 10 (a smoke run).")
+@click.option(
+    "--hidden-samples",
+    type=click.IntRange(0),
+    default=20,
+    show_default=True,
+    help="Samples of the hidden-gains (BFV) loop; 0 skips it.",
+)
+@click.option("--quick", is_flag=True, help="200 steps, 1 repeat, ECLib at n = 10, 3 BFV samples.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_control_cmd(
     steps: int,
@@ -110,6 +117,7 @@ def bench_control_cmd(
     wide_bits: int,
     eclib_dims: str,
     eclib_budget: float,
+    hidden_samples: int,
     quick: bool,
     as_json: bool,
 ) -> None:
@@ -126,7 +134,7 @@ def bench_control_cmd(
     if any(d < 2 for d in dims):
         raise InvalidArgumentError("--eclib-dims", f"dimensions must be >= 2, got {dims}")
     if quick:
-        steps, repeats, dims = 200, 1, dims[:1]
+        steps, repeats, dims, hidden_samples = 200, 1, dims[:1], min(hidden_samples, 3)
     result = bench_control(
         n_state=n_state,
         steps=steps,
@@ -134,6 +142,7 @@ def bench_control_cmd(
         wide_modulus_bits=wide_bits,
         eclib_dimensions=dims,
         eclib_budget_s=eclib_budget,
+        hidden_samples=hidden_samples,
         progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
     )
     if as_json:
@@ -141,6 +150,9 @@ def bench_control_cmd(
         return
     click.echo(f"{result['controller']}, {steps} samples, best of {repeats} (wall / CPU)")
     for name, row in result["rows"].items():
+        if "skipped" in row:
+            click.echo(f"{name:>9} skipped: {row['skipped']}")
+            continue
         extra = ""
         if "dimension" in row:
             extra = (

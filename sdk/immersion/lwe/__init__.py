@@ -8,7 +8,8 @@ applied ``u`` back, encrypted), and decrypts ``u`` by rounding the noise away, s
 Modules: :mod:`.params` (HE-standard parameters), :mod:`.ring` (``Z_{2^64}``, ``Z_{2^128}``),
 :mod:`.keys` (secret, seeded public vectors, errors), :mod:`.convert` (controller to history
 form), :mod:`.fixed_point` (scales, bits budget, twin), :mod:`.encryption`, :mod:`.target`
-(cloud), :mod:`.handle` (user), :mod:`.report`.
+(cloud), :mod:`.handle` (user), :mod:`.report`; :mod:`.hidden` encrypts the gains too
+(:func:`encrypt_controller_and_gains`, BFV through TenSEAL).
 
 Examples
 --------
@@ -37,6 +38,7 @@ from .convert import HistoryForm, LinearController, history_form, linear_control
 from .encryption import public_part
 from .fixed_point import FixedPointDesign, FixedPointTwin, WrapAroundError, design, ranges
 from .handle import CiphertextIntegrityError, LweImmersion
+from .hidden import HiddenGainsImmersion, HiddenGainsTarget, encrypt_controller_and_gains
 from .keys import LweSecretKey, resolve_prg
 from .params import HE_STANDARD_SOURCE, HE_STANDARD_TERNARY, LweParameters, lwe_parameters
 from .report import LweReport
@@ -125,6 +127,9 @@ __all__ = [
     "encrypt_controller",
     "LweImmersion",
     "LweTarget",
+    "encrypt_controller_and_gains",
+    "HiddenGainsImmersion",
+    "HiddenGainsTarget",
     "LweReport",
     "LweParameters",
     "LweSecretKey",

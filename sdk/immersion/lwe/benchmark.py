@@ -56,6 +56,7 @@ class _TimedLwe:
     def __init__(self, imm: Any) -> None:
         self.imm, self.xt = imm, imm.encode_state()
         self.plant = self.cloud = 0.0
+        self.up = self.down = 0  # bytes of the last encoded input and output
 
     def __call__(self, y: np.ndarray) -> np.ndarray:
         imm, clock = self.imm, time.perf_counter
@@ -68,6 +69,7 @@ class _TimedLwe:
         u = imm.decode_output(ut, yt)
         self.plant += (t1 - t0) + (clock() - t2)
         self.cloud += t2 - t1
+        self.up, self.down = yt.nbytes, ut.nbytes
         return u
 
 
@@ -207,6 +209,41 @@ def _eclib_row(loop: ControlLoop, dimension: int, steps: int) -> dict[str, Any]:
     }
 
 
+def _hidden_row(loop: ControlLoop, samples: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """Gains encrypted too (BFV through TenSEAL): per-sample wall and CPU time, twin identity."""
+    if samples <= 0:
+        return {"skipped": "hidden_samples = 0"}
+    try:
+        from .hidden import encrypt_controller_and_gains
+
+        say(f"lwe with hidden gains (BFV, N = 8192), {samples} samples")
+        start = time.perf_counter()
+        imm = encrypt_controller_and_gains(
+            loop.controller, input_range=loop.input_range, output_range=loop.output_range
+        )
+    except ImportError as exc:
+        return {"skipped": str(exc)}
+    keygen = time.perf_counter() - start
+    timed = _TimedLwe(imm)
+    start_cpu = time.process_time()
+    us = _closed_loop(loop, samples, timed)
+    cpu = (time.process_time() - start_cpu) / samples
+    ref = simulate_float(loop, samples)[1]
+    return {
+        "plant_s": timed.plant / samples,
+        "cloud_s": timed.cloud / samples,
+        "per_sample_s": (timed.plant + timed.cloud) / samples,
+        "per_sample_cpu_s": cpu,
+        "samples": samples,
+        "keygen_s": keygen,
+        "plain_modulus_bits": imm.plain_modulus.bit_length(),
+        "max_rel_u_error_vs_float": _relative(us, ref),
+        "bit_identical_to_twin": bool(np.array_equal(us, _twin_run(imm, loop, samples))),
+        "uplink_bytes": timed.up,
+        "downlink_bytes": timed.down,
+    }
+
+
 def eclib_available() -> bool:
     try:
         import eclib.regev  # noqa: F401
@@ -223,11 +260,13 @@ def bench_control(
     wide_modulus_bits: int = 104,
     eclib_dimensions: tuple[int, ...] = (10, 64, 128),
     eclib_budget_s: float = 10.0,
+    hidden_samples: int = 20,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Per-sample time of one LQG controller under each coding (see module docstring); ratios.
 
-    ``eclib_budget_s`` bounds the samples ECLib runs at each dimension (at least 2).
+    ``eclib_budget_s`` bounds the samples ECLib runs at each dimension (at least 2);
+    ``hidden_samples`` is the length of the hidden-gains loop (0 skips it).
     """
     say = progress or (lambda message: None)
     loop = lqg_loop(n_state)
@@ -243,8 +282,11 @@ def bench_control(
     rows["lwe-wide"] = _lwe_row(
         loop, steps, repeats, plant_cpu, rng=0, modulus_bits=wide_modulus_bits
     )
+    rows["lwe-hidden-gains"] = _hidden_row(loop, hidden_samples, say)
     for row in rows.values():
-        row["cpu_ratio_to_plain"] = row["per_sample_cpu_s"] / rows["plain"]["per_sample_cpu_s"]
+        if "per_sample_cpu_s" in row:
+            plain_cpu = rows["plain"]["per_sample_cpu_s"]
+            row["cpu_ratio_to_plain"] = row["per_sample_cpu_s"] / plain_cpu
     comparisons, note = [], None
     if eclib_available():
         for n in eclib_dimensions:
