@@ -2,4 +2,8 @@
 
 import importlib.util
 
-collect_ignore = [] if importlib.util.find_spec("flwr") else ["plugins/immersion_fl/flower_app.py"]
+collect_ignore = (
+    []
+    if importlib.util.find_spec("flwr")
+    else ["plugins/immersion_fl/flower_app.py", "plugins/immersion_fl/flower_native.py"]
+)

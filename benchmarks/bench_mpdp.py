@@ -1,4 +1,4 @@
-"""MP-DP (seed 004) beside plain FedSGD in the same runs: round time, upload size, accuracy at epsilon.
+"""MP-DP (seed 004) beside plain FedSGD in the same runs: round time, upload size, accuracy.
 
 Prints one JSON object (and each accuracy row on stderr as it finishes).
 

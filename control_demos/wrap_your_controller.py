@@ -27,7 +27,10 @@ def plant(x: np.ndarray, u: float) -> np.ndarray:
 
 
 def g(x_hat: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Cancel gravity and damping, then PD to the upright-down position: u = g sin(th) + c w - kp th - kd w."""
+    """Cancel gravity and damping, then PD to ``th = 0``.
+
+    ``u = g sin(th) + c w - kp th - kd w``.
+    """
     th, w = x_hat
     return np.array([G_OVER_L * np.sin(th) + DAMPING * w - KP * th - KD * w])
 
@@ -60,8 +63,9 @@ def main() -> None:
     )
     print(imm.keys)
     print(
-        f"per-element epsilon: input {imm.report().epsilon_input:.2e}, output {imm.report().epsilon_output:.2e}; "
-        f"predicted decode error {imm.report().decode_error_bound:.1e}"
+        f"per-element epsilon: input {imm.report().epsilon_input:.2e}, output "
+        f"{imm.report().epsilon_output:.2e}; predicted decode error "
+        f"{imm.report().decode_error_bound:.1e}"
     )
 
     sensor = np.random.default_rng(0).normal(0, 1e-3, args.steps)
@@ -82,8 +86,8 @@ def main() -> None:
         x_plain, x_imm = plant(x_plain, u_plain[0]), plant(x_imm, u_imm[0])
         history.append((x_plain[0], x_imm[0], u_plain[0], u_imm[0], y_enc[0]))
     print(
-        f"{args.steps} steps: max |u_plain - u_decoded| = {worst_u:.2e}; final angle plain {x_plain[0]:+.2e}, "
-        f"immersed {x_imm[0]:+.2e}"
+        f"{args.steps} steps: max |u_plain - u_decoded| = {worst_u:.2e}; final angle plain "
+        f"{x_plain[0]:+.2e}, immersed {x_imm[0]:+.2e}"
     )
     if args.plot:
         import matplotlib

@@ -1,69 +1,26 @@
-"""Attacks on MP-DP (seed 004) on the data available here: gradient inversion and membership inference.
+"""Attacks on MP-DP (seed 004) on the data available here: gradient inversion, membership inference.
 
-    .venv/bin/python fl_demos/mpdp_attacks.py [--json] [--quick] [--seed 0] [--hidden 64] [--clients 10]
+    .venv/bin/python fl_demos/mpdp_attacks.py [--json] [--quick] [--seed 0] [--hidden 64] \\
+        [--clients 10]
 
-Seed 004's Tables 2-4 compare reconstruction (GIFD on CIFAR/BreakHis ResNets) and membership
-inference (ASR) against FedAvg and MP-DP at a privacy budget of 3. The scheme is derived only for
-bias-free ReLU MLPs with the MSE loss, so this demo uses the model the algebra covers: sklearn's
-8x8 digits, an MLP 64-h-10 without biases, one-hot targets, float64 throughout.
+Seed 004's Tables 2-4 compare reconstruction and membership inference against FedAvg and MP-DP.
+The scheme is derived only for bias-free ReLU MLPs with the MSE loss, so this demo uses the model
+the algebra covers: sklearn's 8x8 digits, an MLP 64-h-10 without biases, one-hot targets, float64.
 
-Gradient inversion (Tables 2-3). A DLG-style attacker optimises dummy images (and, where the loss
-needs them, dummy one-hot targets, as iDLG) with L-BFGS until their gradient matches what the
-*server* observes from one client with a small batch (1, and 4 in the full run); see
-:func:`invert`. PSNR (data range 1, capped at 100 dB for exact reconstructions) and MSE to the true
-images are averaged over the attacked images, dummies paired with true images by the best
-assignment. ``baseline_mean_image`` is the score of guessing the average training digit: a
-reconstruction below it carries no information. Settings:
+Notes
+-----
+Gradient inversion (DLG/iDLG, and an exact algebraic inversion of the noise-free correction
+``Phi``) attacks what the server sees from one client: the plain FedSGD gradient, the MP-DP upload
+with noise off and at epsilon 1 and 3, ``Phi`` in the clear (the paper) and its masked sum over
+the round's clients (this SDK's default). Membership inference (a loss threshold) attacks the
+plain model, the perturbed ``W^hat`` clients hold, and ``W^hat`` corrected by the client's
+least-squares estimate of the output key ``r``. Every setting and JSON field is described in
+``docs/notes/mpdp_attacks.md``; the building blocks live in ``immersion_mpdp.attacks``, which also
+registers the audit attacks ``gradient-inversion`` and ``mpdp-output-mask``.
 
-* ``fedsgd``: the client's plain gradient (no protection). For a bias-free ReLU MLP and batch 1
-  every row of the first layer's gradient is proportional to the image, so it falls exactly.
-* ``mpdp_noise_off``: MP-DP without DP noise. The server holds the keys ``R, r``, so Eq. 22 on this
-  client's own upload gives back its exact true gradient (``checks`` reports the difference): model
-  perturbation hides nothing from the server, only the noise does.
-* ``mpdp_eps1``, ``mpdp_eps3``: noise on, ``(sigma_eta, sigma_Delta)`` calibrated by Theorem 10 for
-  ``K`` clients at per-round ``epsilon`` 1 and 3. What the server recovers for one client is
-  ``R o (grad_hat + eta + sum Delta - r^T Psi + v Phi)``: the true gradient plus noise of the
-  calibrated scale, tens of times its norm (``noise_to_signal``); the ``Delta`` only cancel in the
-  sum over clients. This is the attack target of the paper's Table 2, and the attack fails.
-* ``mpdp_phi_clear``: the paper sends the corrections ``Psi`` and ``Phi`` in the clear
-  (``mask_corrections=False``), here taken from the same noisy upload. ``Phi = d/dW^hat mean 1/2
-  alpha^2`` carries no noise, depends on the inputs only (no labels) and is a gradient of the
-  perturbed model ``W^hat``, which the server built. Its structure,
-  ``Phi^(1) = 1/N sum_i alpha_i (d o m_i) x_i^T`` with 0/1 activation patterns ``m_i``, admits an
-  exact algebraic inversion (:func:`invert_phi_algebraic`) whenever ``N`` is small: the inputs
-  come back to rounding error, whatever the DP noise on the gradient. Notes section 10.11(c).
-* ``mpdp_phi_sum_K10``: with ``mask_corrections=True`` (this SDK's default) the server learns only
-  the sum of ``Phi`` over the ``K`` clients of the round (pairwise masks, as in secure aggregation),
-  still noise-free. The same inversion applies to the sum with ``N = K x batch``: for ``K = 10``
-  clients with one image each it recovers all 10 images exactly (not which client sent which).
-  Masking removes the per-client channel, not the leak of the aggregate; the exhaustive step costs
-  ``2^N``, so at ``N = 40`` (batch 4) it is not run and DLG alone fails here, which is no evidence
-  that a better attack would fail too. The PSNR is over every image in the sum.
-
-The attacked model is the initial one (``init_weights(sizes, seed)``). In the JSON, the entries
-directly under ``gradient_inversion`` are batch 1's; ``batch_N`` holds each batch size's details
-(per-trial PSNR, the method that inverted ``Phi``, the noise-to-gradient norm ratio).
-
-Membership inference (Tables 3-4). An MLP is trained without noise (full-batch Adam, 400 steps)
-on 200 members, the union of the clients' data, until it fits them; the perturbed models are
-perturbations of these same weights, so only the effect of the perturbation is measured (not
-that of DP noise during training). The attacker knows half of the members and as many non-members, picks the
-loss threshold that best separates them (Yeom et al.), and is scored on the other half against
-as many unseen non-members: the attack success rate is the balanced accuracy (50% = guessing).
-
-* ``plain``: the trained model itself, what FedAvg/FedSGD clients hold.
-* ``perturbed``: the perturbed model ``W^hat`` MP-DP clients hold, its outputs
-  ``y_hat = y + alpha r`` used as if they were the model's (the paper's attack; averaged over
-  several key draws). The large ``alpha r`` term hides the loss gap.
-* ``perturbed_corrected``: notes section 10.11(d). The client also knows ``alpha`` for any input,
-  so with its labelled calibration data it fits ``r`` by least squares,
-  ``r_est = sum_i alpha_i (y_hat_i - t_i) / sum_i alpha_i^2`` (the trained model is close to its
-  targets), and attacks ``y_hat - alpha r_est``: a model functionally close to the true one.
-  Theorem 7 rules out recovering the exact weights, not this.
-
-The building blocks (DLG, the algebraic inversion of ``Phi``, the estimate of ``r``) live in
-``immersion_mpdp.attacks``, which also registers the audit attacks ``gradient-inversion`` and
-``mpdp-output-mask`` (``immersion audit --scheme mpdp``).
+References
+----------
+Seed 004 (MP-DP), Tables 2-4, Theorems 7 and 10; notes section 10.11.
 """
 
 from __future__ import annotations
@@ -121,7 +78,8 @@ def log(message: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# gradient inversion (the attacks themselves live in immersion_mpdp.attacks, shared with ``immersion audit``)
+# gradient inversion (the attacks themselves live in immersion_mpdp.attacks, shared with
+# ``immersion audit``)
 
 
 def gradient_inversion(cfg: dict[str, Any], data: Any, seed: int) -> dict[str, Any]:
@@ -261,8 +219,9 @@ def membership_inference(cfg: dict[str, Any], data: Any, seed: int) -> dict[str,
         [rng.permutation(n) < n // 2, rng.permutation(n) < n // 2]
     )  # attacker's half
     log(
-        f"membership: trained {sizes} on {n} members in {time.perf_counter() - tick:.1f} s, "
-        f"train accuracy {accuracy(weights, xm, ym):.3f}, non-member accuracy {accuracy(weights, xn, yn):.3f}"
+        f"membership: trained {sizes} on {n} members in {time.perf_counter() - tick:.1f} s, train "
+        f"accuracy {accuracy(weights, xm, ym):.3f}, non-member accuracy "
+        f"{accuracy(weights, xn, yn):.3f}"
     )
 
     def asr(outputs: torch.Tensor) -> float:

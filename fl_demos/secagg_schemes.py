@@ -1,6 +1,7 @@
 """Seed 001's Fig. 5 on the data available here: SGD-DP, GSGD-DP and GD-DP under secure aggregation.
 
-    .venv/bin/python fl_demos/secagg_schemes.py [--rounds 30] [--epsilons 1,4,16] [--plot DIR] [--quick] [--json]
+    .venv/bin/python fl_demos/secagg_schemes.py [--rounds 30] [--epsilons 1,4,16] [--plot DIR] \
+        [--quick] [--json]
 
 50 users (the paper's setting, with B = 32 reduced to 16: sklearn's digits give each of the 50
 users 28 training records, and IID sampling needs B <= D), C = 10, delta = 1e-4, a linear model
@@ -36,17 +37,19 @@ def run_demo(
     rows = []
     for scheme in SCHEMES:
         for eps in epsilons:
-            cfg = RunConfig(
-                scheme=scheme,
-                model="linear",
-                clients=users,
-                rounds=rounds,
-                batch_size=batch,
-                lr=lr,
-                epsilon=eps,
-                delta=1e-4,
-                grad_clip=10.0,
-                seed=seed,
+            cfg = RunConfig.from_flat(
+                dict(
+                    scheme=scheme,
+                    model="linear",
+                    clients=users,
+                    rounds=rounds,
+                    batch_size=batch,
+                    lr=lr,
+                    epsilon=eps,
+                    delta=1e-4,
+                    grad_clip=10.0,
+                    seed=seed,
+                )
             )
             start = time.perf_counter()
             out = run_federated(cfg).summary()

@@ -1,4 +1,5 @@
-"""Eavesdropper attacks on ``immerse(f, g)`` and key rotation (issue 8; THREAT_MODEL.md eavesdropper rows).
+"""Eavesdropper attacks on ``immerse(f, g)`` and key rotation (issue 8; THREAT_MODEL.md eavesdropper
+rows).
 
 Each attack must succeed where the analysis says it must (seed 002 eq. 16: ``y~ = Pi1 y + N1 s``
 with one key) and fail with the mitigation on; rotation must keep decoding exact round by round.
@@ -29,7 +30,8 @@ ROW_FIELDS = {"attack", "scheme", "metric", "value", "baseline", "verdict"}
 
 
 def _stream(case, ys, *, rotate_keys_every=None, seed=0, fresh=None):
-    """Encodings sent under one key (or rotating keys); with ``fresh``, extra encodings under each key."""
+    """Encodings sent under one key (or rotating keys); with ``fresh``, extra encodings under each
+    key."""
     k = len(ys) + 1 if rotate_keys_every is None else rotate_keys_every
     rot = RotatingImmersion(case.f, case.g, **case.dims(), rotate_keys_every=k, rng=seed)
     sent, extra = [], []

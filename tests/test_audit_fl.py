@@ -20,8 +20,7 @@ from immersion_fl.attacks import (  # noqa: E402
     secure_sum,
     single_thread,
 )
-from immersion_fl.data import load_dataset  # noqa: E402
-from immersion_fl.engine import RunConfig, Server, build_model_for, make_client, run_federated  # noqa: E402
+from immersion_fl.engine import RunConfig, Server, run_federated, task_from_config  # noqa: E402
 from immersion_fl.schemes import kernel_noise  # noqa: E402
 
 SIFL = ("sifl-m1", "sifl-m2", "sifl-rm")
@@ -45,7 +44,8 @@ def test_attacks_are_registered_for_the_sifl_schemes():
 
 @pytest.mark.parametrize("scheme", SIFL)
 def test_shared_noise_difference_leaks_without_mitigation(difference_rows, scheme):
-    """Seed 000 eqs. 19-20: w~_i - w~_k = Pi1 (w_i - w_k): no noise left, exact cosines, a kit decodes."""
+    """Seed 000 eqs. 19-20: w~_i - w~_k = Pi1 (w_i - w_k): no noise left, exact cosines, a kit
+    decodes."""
     noise_left, cosines, collusion = _rows(difference_rows, scheme, None)
     assert [r.verdict for r in (noise_left, cosines, collusion)] == ["leaks"] * 3
     assert noise_left.value < 1e-12 and noise_left.baseline > 1.0  # independent noise: about sqrt 2
@@ -99,15 +99,17 @@ def test_secure_sum_is_exact_and_masks_each_upload():
     ],
 )
 def test_client_noise_keeps_the_decoded_model_equal_to_fedavg_every_round(scheme, noise):
-    cfg = RunConfig(
-        scheme=scheme,
-        hidden=(8,),
-        clients=3,
-        rounds=3,
-        batch_size=128,
-        seed=3,
-        noise=noise,
-        client_noise=True,
+    cfg = RunConfig.from_flat(
+        dict(
+            scheme=scheme,
+            hidden=(8,),
+            clients=3,
+            rounds=3,
+            batch_size=128,
+            seed=3,
+            noise=noise,
+            client_noise=True,
+        )
     )
     with single_thread():
         result = run_federated(cfg)
@@ -118,12 +120,13 @@ def test_client_noise_keeps_the_decoded_model_equal_to_fedavg_every_round(scheme
 @pytest.mark.parametrize("scheme", ["sifl-m1", "sifl-m2"])
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
 def test_client_noise_leaves_epsilon_local_and_adds_epsilon_difference_for_gaussian(scheme, noise):
-    data = load_dataset("digits")
     with single_thread():  # small dense keys: one BLAS thread is faster
-        on = Server.create(
-            RunConfig(scheme=scheme, hidden=(1,), noise=noise, client_noise=True), data, [100, 150]
+        cfg_on = RunConfig.from_flat(
+            dict(scheme=scheme, hidden=(1,), noise=noise, client_noise=True)
         )
-        off = Server.create(RunConfig(scheme=scheme, hidden=(1,), noise=noise), data, [100, 150])
+        cfg_off = RunConfig.from_flat(dict(scheme=scheme, hidden=(1,), noise=noise))
+        on = Server.create(cfg_on, task_from_config(cfg_on), [100, 150])
+        off = Server.create(cfg_off, task_from_config(cfg_off), [100, 150])
     assert on.result.privacy["epsilon_local"] == pytest.approx(1.0)  # post-processing: unchanged
     assert "epsilon_difference" not in off.result.privacy  # noise-free: no finite epsilon
     if noise == "laplace":
@@ -134,13 +137,12 @@ def test_client_noise_leaves_epsilon_local_and_adds_epsilon_difference_for_gauss
 
 @pytest.mark.parametrize("scheme", SIFL)
 def test_client_noise_puts_private_noise_into_each_upload(scheme):
-    cfg = RunConfig(
-        scheme=scheme, rounds=1, clients=3, hidden=(8,), batch_size=256, client_noise=True
+    cfg = RunConfig.from_flat(
+        dict(scheme=scheme, rounds=1, clients=3, hidden=(8,), batch_size=256, client_noise=True)
     )
-    data = load_dataset(cfg.dataset)
-    model = build_model_for(cfg, data)
-    clients = [make_client(cfg, data, model, i, torch) for i in range(cfg.clients)]
-    server = Server.create(cfg, data, [c.n_samples for c in clients])
+    task = task_from_config(cfg)
+    server = Server.create(cfg, task, task.sizes)
+    clients = task.clients(cfg, server.scheme.model_norm_bound)
     kit = server.scheme.kit
     received = server.scheme.broadcast(0)
     uploads = [server.scheme.client_upload(c, received, 0) for c in clients]
@@ -157,7 +159,9 @@ def test_client_noise_puts_private_noise_into_each_upload(scheme):
 def test_bad_client_noise_values_name_the_option(bad):
     with pytest.raises(InvalidArgumentError, match="client_noise") as info:
         run_federated(
-            RunConfig(scheme="sifl-m1", rounds=1, clients=2, hidden=(4,), client_noise=bad)
+            RunConfig.from_flat(
+                dict(scheme="sifl-m1", rounds=1, clients=2, hidden=(4,), client_noise=bad)
+            )
         )
     assert info.value.argument == "client_noise"
 
@@ -167,16 +171,22 @@ def test_client_noise_is_refused_where_there_is_no_round_noise(scheme):
     if scheme not in registry().fl_schemes:
         pytest.skip(f"{scheme} not registered")
     with pytest.raises(InvalidArgumentError, match="client_noise") as info:
-        run_federated(RunConfig(scheme=scheme, rounds=1, clients=2, hidden=(4,), client_noise=True))
+        run_federated(
+            RunConfig.from_flat(
+                dict(scheme=scheme, rounds=1, clients=2, hidden=(4,), client_noise=True)
+            )
+        )
     assert info.value.argument == "client_noise"
 
 
 def test_client_noise_is_refused_by_the_flower_engine():
-    cfg = RunConfig(scheme="sifl-m1", rounds=1, clients=2, hidden=(4,), client_noise=True)
+    cfg = RunConfig.from_flat(
+        dict(scheme="sifl-m1", rounds=1, clients=2, hidden=(4,), client_noise=True)
+    )
     with pytest.raises(InvalidArgumentError, match="client_noise"):
         run_federated(cfg, engine="flower")  # refused before Flower starts
     with single_thread():
-        server = Server.create(cfg, load_dataset(cfg.dataset), [10, 10])
+        server = Server.create(cfg, task_from_config(cfg), [10, 10])
     with pytest.raises(InvalidArgumentError, match="client_noise"):
         server.scheme.kit_arrays()  # the Flower handshake: refused, never silently dropped
 
@@ -204,8 +214,9 @@ def test_run_audit_filters_fl_rows_by_scheme():
 
 
 def test_client_noise_only_delays_an_eavesdropper_that_estimates_range_n1():
-    """Full-size setting for sifl-m1 (m = 201 noise dimensions, 5 m noisy differences): projecting out the top
-    m principal directions recovers Pi1 (w_i - w_0) to a fraction of its size, from noise 10^4 times larger."""
+    """Full-size setting for sifl-m1 (m = 201 noise dimensions, 5 m noisy differences): projecting
+    out the top m principal directions recovers Pi1 (w_i - w_0) to a fraction of its size, from
+    noise 10^4 times larger."""
     from immersion_fl.attacks import _difference_rows
 
     with single_thread():

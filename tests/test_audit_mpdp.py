@@ -57,11 +57,13 @@ def test_gradient_inversion_succeeds_without_noise_and_fails_at_epsilon_1(invers
     assert noise_off.scheme == "mpdp" and noise_off.mitigation is None
     assert noise_off.detail["max_abs_recovered_minus_true_gradient"] < 1e-9
     assert noise_off.value > 60 and noise_off.verdict == "leaks"
-    # the mitigation: DP noise at epsilon 1, tens of times the gradient: no better than the mean digit
+    # the mitigation: DP noise at epsilon 1, tens of times the gradient: no better than the mean
+    # digit
     assert eps1.mitigation == "mpdp noise epsilon=1" and eps1.cost
     assert eps1.value < base + 2 and eps1.verdict == "resists"
     assert eps1.detail["noise_to_signal"] > 5
-    # ... but Phi carries no noise: in the clear (the paper) or summed over 10 clients (masked), it inverts exactly
+    # ... but Phi carries no noise: in the clear (the paper) or summed over 10 clients (masked), it
+    # inverts exactly
     for row in (phi_clear, phi_sum):
         assert (
             row.mitigation.startswith("mpdp noise epsilon=1")
@@ -91,7 +93,8 @@ def test_output_mask_is_regressed_out_by_a_client(mask_rows):
 
 
 def test_recovered_model_is_exact_when_the_model_fits_the_client_labels():
-    """The least-squares estimate is exact when y = t: the error of r_est is the model's misfit only."""
+    """The least-squares estimate is exact when y = t: the error of r_est is the model's misfit
+    only."""
     for sizes in ((6, 5, 3), (6, 5, 4, 3)):
         weights = init_weights(sizes, seed=1)
         model, keys = perturb(weights, np.random.default_rng(2))

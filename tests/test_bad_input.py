@@ -893,7 +893,8 @@ def test_tiny_epsilons_raise_precision_error_with_a_feasible_suggestion(
     report = imm.report()
     assert report.decode_error_bound <= 1e-6
     assert report.epsilon_input <= eps_in * (1 + 1e-9)
-    # and it is (close to) the smallest: the suggestion keeps a 2x margin, so a quarter is refused again
+    # and it is (close to) the smallest: the suggestion keeps a 2x margin, so a quarter is refused
+    # again
     with pytest.raises(PrecisionError):
         make(epsilon_input=eps_in / 4, epsilon_output=eps_out / 4, noise=noise, rng=seed)
 

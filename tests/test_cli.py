@@ -330,7 +330,8 @@ def test_keys_inspect_on_a_folder_is_refused(tmp_path: Path) -> None:
             ["report", "--n-state", "2", "--n-input", "1", "--n-output", "1", "--extra-input", "0"],
             "--extra-input",
         ),
-        # passes click's type check, refused by immerse(): the SDK error is turned into a usage error
+        # passes click's type check, refused by immerse(): the SDK error is turned into a usage
+        # error
         (
             [
                 "report",

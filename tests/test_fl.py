@@ -17,7 +17,8 @@ from immersion.cli import main  # noqa: E402
 from immersion.plugin_manager import registry  # noqa: E402
 from immersion_fl.data import load_dataset, load_idx_dataset, split_clients  # noqa: E402
 from immersion_fl.engine import RunConfig, run_federated  # noqa: E402
-from immersion_fl.optimizers import Adam, Momentum, lift_change  # noqa: E402
+from immersion_fl.optimizers import adam, momentum  # noqa: E402
+from immersion_fl.schemes import lift_change  # noqa: E402
 
 REGISTERED_SCHEMES = sorted(
     name for name, spec in registry().fl_schemes.items() if name != "fedavg" and spec.runner is None
@@ -53,8 +54,8 @@ def test_every_scheme_and_optimizer_decodes_to_fedavg_every_round(scheme, optimi
 @pytest.mark.parametrize("scheme", RUNNER_SCHEMES)
 def test_every_scheme_with_its_own_rounds_equals_its_plain_reference_without_noise(scheme):
     """Conformance of schemes that bring their own round protocol (e.g. mpdp): noise off, every round."""
-    cfg = RunConfig(
-        scheme=scheme, noise="off", hidden=(16,), clients=4, rounds=3, batch_size=64, seed=3
+    cfg = RunConfig.from_flat(
+        dict(scheme=scheme, noise="off", hidden=(16,), clients=4, rounds=3, batch_size=64, seed=3)
     )
     result = run_federated(cfg)
     assert len(result.diff_vs_plain) == 3 and max(result.diff_vs_plain) <= 1e-9
@@ -62,18 +63,20 @@ def test_every_scheme_with_its_own_rounds_equals_its_plain_reference_without_noi
 
 
 def test_block_keys_and_dirichlet_split_stay_exact():
-    cfg = RunConfig(
-        scheme="sifl-m2",
-        optimizer="adam",
-        lr=0.01,
-        hidden=(64,),
-        clients=5,
-        rounds=2,
-        split="dirichlet",
-        alpha=0.3,
-        keys="block",
-        block_size=16,
-        seed=1,
+    cfg = RunConfig.from_flat(
+        dict(
+            scheme="sifl-m2",
+            optimizer="adam",
+            lr=0.01,
+            hidden=(64,),
+            clients=5,
+            rounds=2,
+            split="dirichlet",
+            alpha=0.3,
+            keys="block",
+            block_size=16,
+            seed=1,
+        )
     )
     result = run_federated(cfg)
     assert max(result.diff_vs_plain) <= 1e-9
@@ -88,7 +91,7 @@ def test_target_optimizer_lift_is_exact_for_stateful_optimizers():
     be = make_backend("torch", dtype="float64", device="cpu")
     code = draw_code(20, 5, kind="dense", rng=0)
     enc, dec, noisy = code.encoder(be), code.decoder(be), code.noisy_encoder(be)
-    for opt in (Momentum(0.1), Adam(0.05)):
+    for opt in (momentum(0.1), adam(0.05)):
         w = torch.linspace(-1, 1, 20, dtype=torch.float64)
         w_enc = noisy(w, torch.full((5,), 1e3, dtype=torch.float64))
         state, w_plain = opt.init(w), w.clone()
@@ -273,22 +276,23 @@ def test_reported_epsilon_matches_seed000_theorems_on_the_drawn_keys(noise):
     """Theorem 1 (eq. 41) or Theorem 2 (eq. 44) recomputed from the dense key matrices."""
     from immersion.privacy import gaussian_epsilon
 
-    cfg = RunConfig(
-        scheme="sifl-m1",
-        noise=noise,
-        hidden=(4,),
-        clients=3,
-        rounds=1,
-        keys="dense",
-        extra=20,
-        epsilon_local=0.5,
-        clip=10.0,
+    cfg = RunConfig.from_flat(
+        dict(
+            scheme="sifl-m1",
+            noise=noise,
+            hidden=(4,),
+            clients=3,
+            rounds=1,
+            keys="dense",
+            extra=20,
+            epsilon_local=0.5,
+            clip=10.0,
+        )
     )
-    from immersion_fl.data import load_dataset
-    from immersion_fl.engine import Server
+    from immersion_fl.engine import Server, task_from_config
 
     sizes = [150, 160, 170]
-    server = Server.create(cfg, load_dataset("digits"), sizes)
+    server = Server.create(cfg, task_from_config(cfg), sizes)
     code, sigma = server.scheme.code, server.scheme.noise_scale
     pi, n1 = code.dense_pi(), code.dense_noise_basis()
     delta_local = 2 * 10.0 / min(sizes)
@@ -400,14 +404,12 @@ def test_flower_deployment_runtime_on_loopback(tmp_path, flwr_available, run_con
 def test_threat_model_facts_hold_as_measured():
     """THREAT_MODEL.md, federated rows: shared round noise cancels in differences; M2 with p = 2
     leaks w up to a scalar to the server (seed000 notes section 12)."""
-    from immersion_fl.data import load_dataset
-    from immersion_fl.engine import Server, build_model_for, make_client
+    from immersion_fl.engine import Server, task_from_config
 
     cfg = RunConfig(scheme="sifl-m2", rounds=1, clients=4, hidden=(32,))
-    data = load_dataset(cfg.dataset)
-    model = build_model_for(cfg, data)
-    clients = [make_client(cfg, data, model, i, torch) for i in range(cfg.clients)]
-    server = Server.create(cfg, data, [c.n_samples for c in clients])
+    task = task_from_config(cfg)
+    server = Server.create(cfg, task, task.sizes)
+    clients = task.clients(cfg, server.scheme.model_norm_bound)
     scheme = server.scheme
     received = scheme.broadcast(0)
     uploads = [scheme.client_upload(c, received, 0) for c in clients]

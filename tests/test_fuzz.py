@@ -3,9 +3,9 @@
 Every property has the same shape: a call with random bad input either works (and then gives finite
 results, decoded within the tolerance) or raises an :class:`immersion.ImmersionError` that names the
 argument; the CLI exits non-zero with a one-line message naming the option and no traceback; and a
-failure leaves nothing half-written on disk. ``tests/test_bad_input.py`` holds the hand-picked cases;
-this file draws them at random, with huge values (1e308), wrong dtypes, shapes and types, NaN and
-inf, and truncated, flipped or re-signed files.
+failure leaves nothing half-written on disk. ``tests/test_bad_input.py`` holds the hand-picked
+cases; this file draws them at random, with huge values (1e308), wrong dtypes, shapes and types, NaN
+and inf, and truncated, flipped or re-signed files.
 """
 
 from __future__ import annotations
@@ -78,10 +78,11 @@ def g(x: Any, y: Any) -> Any:
 
 
 def attempt(call: Callable[[], Any]) -> tuple[Any, ImmersionError | None]:
-    """``(result, None)`` or ``(None, error)`` for an :class:`ImmersionError`; anything else propagates.
+    """``(result, None)`` or ``(None, error)`` for an :class:`ImmersionError`; anything else
+    propagates.
 
-    numpy's overflow warnings are silenced (pytest turns RuntimeWarning into errors here, a user sees
-    a warning): the property is about what the SDK raises, not what numpy prints.
+    numpy's overflow warnings are silenced (pytest turns RuntimeWarning into errors here, a user
+    sees a warning): the property is about what the SDK raises, not what numpy prints.
     """
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -92,7 +93,8 @@ def attempt(call: Callable[[], Any]) -> tuple[Any, ImmersionError | None]:
 
 
 def assert_named(exc: ImmersionError, allowed: set[str]) -> None:
-    """An argument error names one of ``allowed`` and starts with it; other errors say what to change."""
+    """An argument error names one of ``allowed`` and starts with it; other errors say what to
+    change."""
     if isinstance(exc, InvalidArgumentError):
         assert exc.argument in allowed, (
             f"named {exc.argument!r}, expected one of {sorted(allowed)}: {exc}"
@@ -154,7 +156,7 @@ def damaged(data: st.DataObject, blob: bytes) -> bytes:
 
 
 def leftovers(folder: Path, keep: set[str]) -> list[str]:
-    """Files in ``folder`` other than ``keep`` (temporary or partial files a failure left behind)."""
+    """Files in ``folder`` other than ``keep``: temporary or partial files a failure left behind."""
     return sorted(p.name for p in folder.iterdir() if p.name not in keep)
 
 
@@ -203,7 +205,8 @@ BAD_SCALARS = st.one_of(
 
 @st.composite
 def arrays(draw: Any, last_dim: int, *, huge: bool = False) -> Any:
-    """Array-likes around shape (..., last_dim): any dtype, wrong trailing sizes, NaN/inf, huge values."""
+    """Array-likes around shape (..., last_dim): any dtype, wrong trailing sizes, NaN/inf, huge
+    values."""
     batch = draw(st.lists(st.integers(0, 2), max_size=2))
     last = draw(st.one_of(st.just(last_dim), st.integers(0, last_dim + 2)))
     shape = tuple(batch) + (last,)
@@ -306,12 +309,14 @@ NUMBER_OPTIONS = [
     "tolerance",
 ]
 CHOICE_OPTIONS = ["noise", "keys", "backend", "dtype", "device", "rng", "secure", "n_public"]
-#: Sizes: small (valid or not), absurd (must be refused before anything is allocated), or not integers.
+#: Sizes: small (valid or not), absurd (must be refused before anything is allocated), or not
+#: integers.
 SIZES = st.one_of(st.integers(-3, 4), st.integers(10**13, 10**40), BAD_SCALARS)
 
 
 def assume_quick(name: str, value: Any) -> None:
-    """Skip valid sizes that are merely large (keys for millions of entries take minutes, correctly)."""
+    """Skip valid sizes that are merely large (keys for millions of entries take minutes,
+    correctly)."""
     if name in SIZE_OPTIONS and name != "block_size" and isinstance(value, (int, np.integer)):
         assume(not 600 < int(value) < 10**12)
 
@@ -418,7 +423,8 @@ def test_any_accepted_privacy_target_decodes_within_the_tolerance(
         return
     error = decode_error(imm)
     assert error <= 1e-6, (
-        f"accepted, then decoded with error {error:.3g} (predicted {imm.report().decode_error_bound:.3g})"
+        f"accepted, then decoded with error {error:.3g} (predicted "
+        f"{imm.report().decode_error_bound:.3g})"
     )
 
 
@@ -508,7 +514,7 @@ def test_target_refuses_bad_or_overflowing_vectors_by_name(
     huge: bool,
     data: st.DataObject,
 ) -> None:
-    """Shapes, dtypes, NaN/inf; and huge finite entries, which overflow once decoded or re-encoded."""
+    """Shapes, dtypes, NaN/inf; huge finite entries, which overflow once decoded or re-encoded."""
     size = encoded[which].shape[0]
     value = data.draw(arrays(size, huge=huge), label=which)
     args = {**{k: encoded[k] for k in TARGET_ARGS}, which: value}
@@ -527,7 +533,8 @@ def test_target_refuses_bad_or_overflowing_vectors_by_name(
 def test_results_that_overflow_once_encoded_are_named(
     scale: float, sign: float, which: str
 ) -> None:
-    """f and g return finite values too large for the keys: the target says so instead of returning inf."""
+    """f and g return finite values too large for the keys: the target says so instead of returning
+    inf."""
     big = {
         "f": lambda x, y: f(x, y) * (scale * sign if y[0] > 1 else 1.0),
         "g": lambda x, y: g(x, y) * (scale * sign if y[0] > 1 else 1.0),
@@ -540,7 +547,8 @@ def test_results_that_overflow_once_encoded_are_named(
         )
 
 
-#: What a user's f or g may wrongly return: junk types, strings, complex, wrong shapes, NaN, huge values.
+#: What a user's f or g may wrongly return: junk types, strings, complex, wrong shapes, NaN, huge
+#: values.
 RETURNS = st.one_of(
     BAD_SCALARS,
     st.sampled_from(
@@ -561,7 +569,8 @@ RETURNS = st.one_of(
 @FUZZ
 @given(which=st.sampled_from(["f", "g"]), returned=RETURNS)
 def test_f_and_g_returning_junk_at_run_time_are_named(which: str, returned: Any) -> None:
-    """Before: a string, a dict or complex values from f at run time escaped as ValueError/TypeError."""
+    """Before: a string, a dict or complex values from f at run time escaped as
+    ValueError/TypeError."""
 
     def misbehaving(good: Callable[..., Any]) -> Callable[..., Any]:
         def fn(x: Any, y: Any) -> Any:
@@ -827,9 +836,9 @@ def _mutate(arr: np.ndarray, how: str) -> np.ndarray | None:
 def test_resigned_key_files_with_altered_arrays_are_refused_or_still_exact(
     key_blob: tuple[Keys, bytes], tmp_path: Path, data: st.DataObject
 ) -> None:
-    """A file with a valid checksum but altered content (another version, a hand-made file): never a raw
-    numpy error, never a silently wrong decode. Before, most such files loaded and failed later inside numpy
-    or decoded garbage."""
+    """A file with a valid checksum but altered content (another version, a hand-made file): never a
+    raw numpy error, never a silently wrong decode. Before, most such files loaded and failed later
+    inside numpy or decoded garbage."""
     keys, _ = key_blob
     arrays_ = store.key_arrays(keys)
     name = data.draw(st.sampled_from(sorted(arrays_)), label="array")
@@ -1002,8 +1011,8 @@ def _idx(arr: np.ndarray) -> bytes:
 def test_damaged_idx_datasets_are_refused(
     tmp_path: Path, victim: str, gz: bool, data: st.DataObject
 ) -> None:
-    """MNIST-style folders (``--dataset mnist:PATH``). Before: struct.error, EOFError, zlib.error and
-    gzip.BadGzipFile escaped from truncated or corrupt files."""
+    """MNIST-style folders (``--dataset mnist:PATH``). Before: struct.error, EOFError, zlib.error
+    and gzip.BadGzipFile escaped from truncated or corrupt files."""
     import gzip
 
     from immersion_fl.data import load_idx_dataset
@@ -1121,9 +1130,9 @@ SIML_META = {
 def test_resigned_siml_job_files_are_refused_or_train_to_a_finite_model(
     siml_job: tuple[Any, Path, bytes, bytes], tmp_path: Path, data: st.DataObject
 ) -> None:
-    """The service receives job files from users: altered content with a valid checksum must give a clean
-    error. Before: negative or huge image shapes, NaN or string datasets and a negative order seed ran
-    into torch/numpy errors, and a NaN dataset trained to a NaN model silently."""
+    """The service receives job files from users: altered content with a valid checksum must give a
+    clean error. Before: negative or huge image shapes, NaN or string datasets and a negative order
+    seed ran into torch/numpy errors, and a NaN dataset trained to a NaN model silently."""
     from immersion.keys.store import key_arrays, keys_meta
     from immersion_siml.job import JOB_MAGIC
 
@@ -1165,7 +1174,8 @@ def invoke(args: list[str]) -> Result:
 
 
 def assert_clean_cli(result: Result, option: str, related: set[str] | None = None) -> None:
-    """Success (its --json line is strict JSON: no NaN, no Infinity), or a clean failure naming ``option``."""
+    """Success (its --json line is strict JSON: no NaN, no Infinity), or a clean failure naming
+    ``option``."""
     if result.exit_code == 0:
         lines = [line for line in result.stdout.splitlines() if line.strip()]
         if lines and lines[-1].startswith("{"):
@@ -1179,7 +1189,8 @@ def assert_clean_cli(result: Result, option: str, related: set[str] | None = Non
     assert any(name in errors[0] for name in names), f"{errors[0]!r} does not name {option}"
 
 
-#: Values for options: non-numbers, NaN, inf, huge, tiny, negative, empty, flags where values belong.
+#: Values for options: non-numbers, NaN, inf, huge, tiny, negative, empty, flags where values
+#: belong.
 CLI_VALUES = st.one_of(
     st.sampled_from(
         [
@@ -1211,7 +1222,8 @@ CLI_VALUES = st.one_of(
 
 
 def as_int(value: str) -> int:
-    """``value`` as click reads an integer option, or -1 (for "not an integer": a value click refuses)."""
+    """``value`` as click reads an integer option, or -1 (for "not an integer": a value click
+    refuses)."""
     try:
         return int(value)
     except ValueError:
@@ -1439,7 +1451,8 @@ REACTOR = ["demo", "reactor", "--steps", "5", "--json"]
     name=st.sampled_from(["theta1", "V2", "x1_0", "k1", "nope"]),
 )
 def test_cli_demo_reactor_bad_options(option: str, value: str, name: str) -> None:
-    """Before: --set theta1=0 raised ZeroDivisionError, --set theta1=inf ran, --connect abc raised ZMQError."""
+    """Before: --set theta1=0 raised ZeroDivisionError, --set theta1=inf ran, --connect abc raised
+    ZMQError."""
     pytest.importorskip("zmq")
     if option in ("--steps", "--substeps"):
         assume(as_int(value) <= 50)
@@ -1523,8 +1536,9 @@ FL_OPTIONS = {
 @SLOW
 @given(option=st.sampled_from(sorted(FL_OPTIONS)), value=CLI_VALUES)
 def test_cli_fl_run_bad_options(tmp_path: Path, option: str, value: str) -> None:
-    """Before: click's FloatRange let nan and inf through (--lr nan ran to 'every client failed', a raw
-    RuntimeError), --seed -1 raised ValueError, --client-timeout 1e308 overflowed time.monotonic."""
+    """Before: click's FloatRange let nan and inf through (--lr nan ran to 'every client failed', a
+    raw RuntimeError), --seed -1 raised ValueError, --client-timeout 1e308 overflowed
+    time.monotonic."""
     if option in ("--clients", "--batch-size", "--extra", "--block-size"):
         assume(
             as_int(value) <= 64 or as_int(value) >= 10**12

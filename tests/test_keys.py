@@ -96,7 +96,7 @@ def test_block_keys_apply_in_o_n_b_and_match_dense_views():
 
 
 def test_cnn_sized_block_keys_fit_in_memory_budget():
-    """Seed 000's CNN state (1,199,882 entries, n~ - n = 129) with block keys stays well under 1 GB."""
+    """Seed 000's CNN state (1,199,882 entries, n~ - n = 129): block keys stay well under 1 GB."""
     keys = Keys.draw(n_state=1_199_882, n_input=1, n_output=1, extra_state=129, kind="block", rng=0)
     assert keys.state_code.n_total == 1_200_011
     assert keys.nbytes < 1e9

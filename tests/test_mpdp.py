@@ -1,4 +1,5 @@
-"""MP-DP (seed 004): perturbation, recovery, noise laws, pairwise cancellation, dropouts, calibration."""
+"""MP-DP (seed 004): perturbation, recovery, noise laws, pairwise cancellation, dropouts,
+calibration."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from immersion_fl.faults import FaultPlan  # noqa: E402
 from immersion_mpdp import laws  # noqa: E402
 from immersion_mpdp.agreement import KeyAgreement, build_graph  # noqa: E402
 from immersion_mpdp.calibration import calibrate, meets_eq23, nout_preconditions  # noqa: E402
-from immersion_mpdp.ddp import (
+from immersion_mpdp.ddp import (  # noqa: E402
     Layout,
     NoiseSettings,
     ddp_client,
@@ -25,7 +26,7 @@ from immersion_mpdp.ddp import (
     mean_local_result,
     sum_uploads,
     to_fixed,
-)  # noqa: E402
+)
 from immersion_mpdp.lmt import local_model_training  # noqa: E402
 from immersion_mpdp.mlp import forward, init_weights, mse_gradient, one_hot, weights_from_module  # noqa: E402
 from immersion_mpdp.perturbation import draw_keys, perturb, recover  # noqa: E402
@@ -42,7 +43,8 @@ def _batch(n_in: int, n_out: int, batch: int, seed: int) -> tuple[object, object
 @pytest.mark.parametrize("depth", sorted(SIZES))
 @pytest.mark.parametrize("dn2_law", laws.DN2_LAWS)
 def test_theorem12_forward_identity(depth, dn2_law):
-    """y^hat = y + alpha r on the perturbed 2L-1 layer model, and the hidden layers are r o y, y / s."""
+    """y^hat = y + alpha r on the perturbed 2L-1 layer model, and the hidden layers are r o y, y /
+    s."""
     sizes = SIZES[depth]
     w = init_weights(sizes, seed=3)
     model, keys = perturb(w, np.random.default_rng(5), dn2_law=dn2_law)
@@ -97,7 +99,7 @@ def _ks_normal(samples: np.ndarray, sigma: float) -> float:
 
 @pytest.mark.parametrize("dn2_law", laws.DN2_LAWS)
 def test_masked_noise_is_gaussian_at_first_middle_last_layer(dn2_law):
-    """Theorems 5/6: R^(2l-1)_ij eta_ij ~ N(0, sigma^2) with R from Eq. 13 and eta ~ DN(sigma, 1)."""
+    """Theorems 5/6: R^(2l-1)_ij eta_ij ~ N(0, sigma^2), R from Eq. 13 and eta ~ DN(sigma, 1)."""
     sizes, sigma = (3, 4, 4, 4, 2), 0.7
     rng = np.random.default_rng(11)
     samples: dict[int, list[float]] = {0: [], 2: [], 3: []}  # first, a middle, the last layer
@@ -131,7 +133,8 @@ def test_products_of_laws_by_ks():
 
 
 def test_naive_gaussian_noise_is_not_gaussian_after_masking():
-    """The MP-DP-Naive ablation: Gaussian eta on the perturbed gradient gives E[R^2] sigma^2, not sigma^2."""
+    """The MP-DP-Naive ablation: Gaussian eta on the perturbed gradient gives E[R^2] sigma^2, not
+    sigma^2."""
     rng, n = np.random.default_rng(4), 50_000
     r = laws.abs_dn_star_1((n,), rng)
     naive = r * rng.normal(0, 1.0, n)
@@ -239,7 +242,7 @@ def _cfg(**kw):
         scheme="mpdp", noise="off", clients=4, rounds=3, hidden=(16, 8), batch_size=8, lr=0.1
     )
     base.update(kw)
-    return RunConfig(**base)
+    return RunConfig.from_flat(base)
 
 
 @pytest.mark.parametrize("mask_corrections", [True, False])
@@ -262,14 +265,15 @@ def test_noise_off_equals_plain_fedsgd_every_round(mask_corrections):
 
 
 def test_dropout_after_key_agreement_is_recovered():
-    """A client crashing after the key agreement: its neighbours reveal their seeds; still equal to FedSGD."""
+    """A client crashing after the key agreement: its neighbours reveal their seeds; still equal to
+    FedSGD."""
     res = run_federated(_cfg(), faults=FaultPlan({(1, 1): "raise", (2, 2): "malformed"}))
     assert [(d["round"], d["client"]) for d in res.dropped] == [(1, 1), (2, 2)]
     assert max(res.diff_vs_plain) < 1e-9
 
 
 def test_dropout_recovery_removes_pairwise_noise():
-    """sigma_eta = 0 and large sigma_Delta: after recovery the aggregate is FedSGD's up to rounding."""
+    """sigma_eta = 0, large sigma_Delta: after recovery the aggregate is FedSGD's up to rounding."""
     from immersion_mpdp import engine
 
     cfg = _cfg(noise="on")

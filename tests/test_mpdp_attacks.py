@@ -1,5 +1,5 @@
-"""fl_demos/mpdp_attacks.py (seed 004 Tables 2-4, notes section 10.11) in quick mode: what the attacks
-must show, with margins far from the measured values (quick runs take about 10 s each)."""
+"""fl_demos/mpdp_attacks.py (seed 004 Tables 2-4, notes section 10.11) in quick mode: what the
+attacks must show, with margins far from the measured values (quick runs take about 10 s each)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def check_result(result: dict) -> None:
     for name in SETTINGS:
         assert math.isfinite(inv[name]["psnr"]) and 0 <= inv[name]["mse"] <= 1, name
     psnr = {name: inv[name]["psnr"] for name in SETTINGS}
-    # the server recovers one client's exact gradient when the noise is off: perturbation alone hides nothing
+    # the server recovers one client's exact gradient when the noise is off: perturbation alone
+    # hides nothing
     assert inv["checks"]["max_abs_recover_minus_plain_noise_off"] < 1e-9
     assert psnr["fedsgd"] > 40 and psnr["mpdp_noise_off"] > 30
     # with the calibrated noise the reconstruction is no better than guessing the average digit

@@ -1,4 +1,5 @@
-"""MP-DP on Flower's simulation runtime (seed 004): the same rounds as the in-process engine, message by message.
+"""MP-DP on Flower's simulation runtime (seed 004): the same rounds as the in-process engine,
+message by message.
 
 Each Flower run starts Ray and its workers (about 20 s on two cores), so the noise-off tests share
 one run: round 0 without faults, round 1 with a dropped client (recovery of its pairwise masks),
@@ -18,14 +19,16 @@ from immersion_fl.engine import RunConfig  # noqa: E402
 from immersion_fl.faults import FaultPlan  # noqa: E402
 from immersion_mpdp import engine  # noqa: E402
 
-NOISE_OFF = RunConfig(
-    scheme="mpdp", noise="off", mask_corrections=True, hidden=(16,), clients=3, rounds=3, seed=3
+NOISE_OFF = RunConfig.from_flat(
+    dict(
+        scheme="mpdp", noise="off", mask_corrections=True, hidden=(16,), clients=3, rounds=3, seed=3
+    )
 )
 FAULTS = FaultPlan({(1, 1): "raise", (2, 2): "raise", (0, 2): "no-recovery"})
 
 
 def _run(cfg, engine_name, faults):
-    """The run and the server's weights after every round (both engines record them the same way)."""
+    """The run and the server's weights after every round (both engines record them alike)."""
     weights = []
     record = engine.record
 
@@ -63,9 +66,9 @@ def test_flower_mpdp_without_noise_is_fedsgd_and_the_local_engine(noise_off_runs
 
 @pytest.mark.slow
 def test_flower_mpdp_recovers_dropped_clients_and_retries_aborted_rounds(noise_off_runs):
-    """Round 1: client 1 crashes after the key agreement; its neighbours reveal their pair seeds and the
-    masked corrections are recovered. Round 2: client 2 crashes and client 0 does not reveal, so the
-    round is aborted and retried with fresh keys among the others (client 1 alone)."""
+    """Round 1: client 1 crashes after the key agreement; its neighbours reveal their pair seeds and
+    the masked corrections are recovered. Round 2: client 2 crashes and client 0 does not reveal, so
+    the round is aborted and retried with fresh keys among the others (client 1 alone)."""
     (flower_run, _), (local_run, _) = noise_off_runs
     assert [(d["round"], d["client"]) for d in flower_run.dropped] == [(1, 1), (2, 2)]
     assert all("injected fault" in d["reason"] for d in flower_run.dropped)
@@ -80,8 +83,8 @@ def test_flower_mpdp_recovers_dropped_clients_and_retries_aborted_rounds(noise_o
 
 @pytest.mark.slow
 def test_flower_mpdp_with_noise_reports_its_privacy():
-    cfg = RunConfig(
-        scheme="mpdp", noise="on", epsilon=1.0, hidden=(8,), clients=3, rounds=1, seed=1
+    cfg = RunConfig.from_flat(
+        dict(scheme="mpdp", noise="on", epsilon=1.0, hidden=(8,), clients=3, rounds=1, seed=1)
     )
     result = engine.run_mpdp(cfg, engine="flower")
     summary = result.summary()

@@ -27,7 +27,7 @@ def test_paper_setting_reproduces_theorem_1_numbers():
 
 
 def test_gaussian_closed_form_matches_seed000_checked_values():
-    """seed000 notes section 9: sigma_bar >= 1.42e8 for eps = 1e-11, delta = 1e-5, s = 1e-3 * 0.33."""
+    """seed000 notes section 9: sigma_bar >= 1.42e8 at eps = 1e-11, delta = 1e-5, s = 0.33e-3."""
     s = np.array([1e-3 * 0.33])
     bar = gaussian_min_sigma_bar(s, 1e-11, 1e-5)[0]
     assert bar == pytest.approx(1.4075e8, rel=1e-3)

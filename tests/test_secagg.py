@@ -92,7 +92,8 @@ def test_monotone_in_lambda_sigma2_users_and_clip():
 
 
 def test_gd_row_equals_dp_accounting_gaussian_rdp():
-    """Table 1 GD row = the Gaussian mechanism with replace-one sensitivity 2C/D (dp-accounting's RDP)."""
+    """Table 1 GD row = the Gaussian mechanism with replace-one sensitivity 2C/D (dp-accounting's
+    RDP)."""
     import dp_accounting as dpa
     from dp_accounting import rdp
 
@@ -115,7 +116,8 @@ def test_gd_row_equals_dp_accounting_gaussian_rdp():
 
 
 def test_sgd_row_table1_and_dp_accounting_agree_in_size():
-    """Table 1's amplified SGD row (notes' values) beside dp-accounting's sampling-without-replacement RDP."""
+    """Table 1's amplified SGD row (notes' values) beside dp-accounting's
+    sampling-without-replacement RDP."""
     for sigma2, table in ((1e-3, 12.2782), (1e-2, 1.00201), (1.0, 0.0123781)):
         assert table1_sgd_epsilon(FIG5, sigma2, 1e-4) == pytest.approx(table, rel=1e-5)
         tight = sgd_guarantee(FIG5, sigma2, 1e-4).epsilon
@@ -191,7 +193,7 @@ def _cfg(**kw):
         delta=1e-4,
     )
     base.update(kw)
-    return RunConfig(**base)
+    return RunConfig.from_flat(base)
 
 
 @pytest.mark.parametrize("scheme", ["sgd-dp", "gsgd-dp", "gd-dp"])

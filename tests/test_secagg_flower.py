@@ -1,4 +1,5 @@
-"""Flower's SecAgg+ as seed 001's summation step: the server's sum is the exact sum up to quantisation.
+"""Flower's SecAgg+ as seed 001's summation step: the server's sum is the exact sum up to
+quantisation.
 
 One Flower run (Ray start included, about 25 s on two cores): 4 users, 2 rounds, 12 values each.
 Round 0: every user contributes, and one coordinate of user 0 lies beyond the clipping range;
@@ -55,7 +56,8 @@ def test_secagg_sum_is_the_exact_sum_within_the_quantisation_bound(secagg_run):
         assert np.allclose(
             run.server_outputs[t] * len(run.contributors[t]), got, rtol=0, atol=1e-12
         )
-    # away from the clipped coordinate, the raw float64 sum is matched too; at it, the excess is lost
+    # away from the clipped coordinate, the raw float64 sum is matched too; at it, the excess is
+    # lost
     raw = exact_sums(updates, USERS, ROUNDS, run.contributors)
     keep = np.arange(DIM) != 3
     assert np.max(np.abs(run.sums[0][keep] - raw[0][keep])) < quantization_error_bound(
@@ -85,8 +87,8 @@ def test_gd_dp_on_flower_with_secagg_trains_like_the_local_engine_up_to_quantisa
     """noise off: the only difference between the engines is SecAgg+'s fixed-point sum."""
     from immersion_fl.engine import RunConfig, run_federated
 
-    cfg = RunConfig(
-        scheme="gd-dp", noise="off", model="linear", clients=3, rounds=2, batch_size=8, lr=0.5
+    cfg = RunConfig.from_flat(
+        dict(scheme="gd-dp", noise="off", model="linear", clients=3, rounds=2, batch_size=8, lr=0.5)
     )
     local, flower = run_federated(cfg), run_federated(cfg, engine="flower")
     assert flower.accuracy == local.accuracy

@@ -1,4 +1,5 @@
-"""Seed 001: update models, WF-NA noise and diagnostics; exact Renyi divergences against eqs. 19 and 35.
+"""Seed 001: update models, WF-NA noise and diagnostics; exact Renyi divergences against eqs. 19 and
+35.
 
 ``G`` is the paper's ``(K, D)`` matrix, one clipped per-example gradient per column.
 """
@@ -41,7 +42,8 @@ def _clipped(rng: np.random.Generator, k: int, d: int, clip: float, scale: float
 
 
 def _lowrank_covariance(G: np.ndarray, batch: int, sigma2: float) -> np.ndarray:
-    """Covariance implied by the notes 6(b) formula: ``sigma2 (I - U_r U_r^T) + U_r diag((sigma2 - lambda)_+) U_r^T``."""
+    """Covariance implied by the notes 6(b) formula:
+    ``sigma2 (I - U_r U_r^T) + U_r diag((sigma2 - lambda)_+) U_r^T``."""
     k, d = G.shape
     u, s, _ = np.linalg.svd(G, full_matrices=False)
     lam = s**2 / (batch * d)
@@ -56,8 +58,8 @@ def _aggregate(Gs: list[np.ndarray], cov) -> tuple[np.ndarray, np.ndarray]:
 def _neighbour(
     Gs: list[np.ndarray], rng: np.random.Generator, clip: float, scale: float, kind: int
 ) -> list[np.ndarray]:
-    """Replace user 0's first record: a fresh clipped gradient, its negation at norm C, or C times the
-    least-variance direction of the aggregate (the hardest directions for the bounds)."""
+    """Replace user 0's first record: a fresh clipped gradient, its negation at norm C, or C times
+    the least-variance direction of the aggregate (the hardest directions for the bounds)."""
     g_old = Gs[0][:, 0]
     k = g_old.size
     if kind == 0:
@@ -71,7 +73,7 @@ def _neighbour(
     return [changed] + Gs[1:]
 
 
-# ---------------------------------------------------------------- updates (Assumptions 1-2, Remark 1)
+# -------------------------------------------------------------- updates (Assumptions 1-2, Remark 1)
 
 
 def test_gaussian_sampling_is_the_linear_map_of_eq17():
@@ -144,8 +146,9 @@ def test_lemma2_fails_without_clipping():
     seed=st.integers(0, 2**32 - 1),
 )
 def test_wfna_floors_the_spectrum(k, d, b, clip, log_sigma, seed):
-    """``Sigma_i + Delta Sigma`` has eigenvalues ``max(lambda, sigma2)`` (so ``lambda_min >= sigma2``),
-    ``tr(Delta Sigma) <= K sigma2``, and the low-rank formula has exactly the same covariance."""
+    """``Sigma_i + Delta Sigma`` has eigenvalues ``max(lambda, sigma2)`` (so
+    ``lambda_min >= sigma2``), ``tr(Delta Sigma) <= K sigma2``, and the low-rank formula has exactly
+    the same covariance."""
     b = min(b, d)
     rng = np.random.default_rng(seed)
     G = _clipped(rng, k, d, clip, clip * rng.uniform(0.2, 3.0) / math.sqrt(k))
@@ -216,8 +219,9 @@ def test_wfna_dispatch():
 
 
 def test_blockwise_wfna_counterexample():
-    """Notes 9.7: ``Sigma = [[1, 1], [1, 1]]``, ``sigma2 = 1``, two 1 x 1 blocks. Each block already has
-    variance 1, so a blockwise floor adds nothing and leaves ``lambda_min = 0``; exact WF-NA adds noise."""
+    """Notes 9.7: ``Sigma = [[1, 1], [1, 1]]``, ``sigma2 = 1``, two 1 x 1 blocks. Each block already
+    has variance 1, so a blockwise floor adds nothing and leaves ``lambda_min = 0``; exact WF-NA
+    adds noise."""
     G = np.array([[1.0], [1.0]])  # B = D = 1: Sigma = G G^T
     sigma = G @ G.T
     exact = wfna_covariance(G, 1, 1.0)
@@ -250,7 +254,8 @@ def test_min_eigenvalue_sum():
 
 
 def test_theorem1_span_condition():
-    """Theorem 1: a replacement outside the span moves the Gaussian-sampling aggregate off the support."""
+    """Theorem 1: a replacement outside the span moves the Gaussian-sampling aggregate off the
+    support."""
     rng = np.random.default_rng(3)
     basis = np.linalg.qr(rng.normal(size=(6, 2)))[0]
     Gs = [basis @ rng.normal(size=(2, 3)) for _ in range(3)]  # every gradient in a 2-D subspace
@@ -326,7 +331,7 @@ def test_gaussian_renyi_divergence_edge_values():
     )  # Sigma_alpha = -eye
 
 
-# ---------------------------------------------------------------- Theorems 2 and 4 against the exact divergence
+# ---------------------------------------------------- Theorems 2 and 4 against the exact divergence
 
 
 @st.composite
@@ -349,9 +354,10 @@ def _federation(draw: st.DrawFn, theorem2: bool) -> dict:
 def test_theorem2_bound_holds_for_exact_divergence():
     """Eq. 22 between neighbouring Assumption 2 aggregates never exceeds eq. 19.
 
-    Aggregate: ``N(sum_j mean_j, sum_j G_j G_j^T / (B D))`` (eqs. 16, 18). The proof (notes section 4)
-    bounds ``D_alpha(M(D) || M(D'))`` with ``Lambda`` of the first argument's datasets; each direction
-    is checked with its own ``Lambda``, only where Assumption 3 holds and ``alpha < D Lambda / C^2``.
+    Aggregate: ``N(sum_j mean_j, sum_j G_j G_j^T / (B D))`` (eqs. 16, 18). The proof (notes section
+    4) bounds ``D_alpha(M(D) || M(D'))`` with ``Lambda`` of the first argument's datasets; each
+    direction is checked with its own ``Lambda``, only where Assumption 3 holds and
+    ``alpha < D Lambda / C^2``.
     """
     ratios: list[float] = []
 
@@ -381,9 +387,10 @@ def test_theorem2_bound_holds_for_exact_divergence():
 
 
 def test_theorem4_bound_holds_for_exact_divergence():
-    """Eq. 22 with WF-NA covariances on both sides (``Sigma_{i,+} = G G^T / (B D) + Delta Sigma``) never
-    exceeds eq. 35, in both directions. ``sigma2`` puts ``alpha`` at a drawn fraction of the positivity
-    range ``alpha < N B D sigma2 / (2 C^2)``. The Loewner claim of eq. 38 is false and is not checked."""
+    """Eq. 22 with WF-NA covariances on both sides (``Sigma_{i,+} = G G^T / (B D) + Delta Sigma``)
+    never exceeds eq. 35, in both directions. ``sigma2`` puts ``alpha`` at a drawn fraction of the
+    positivity range ``alpha < N B D sigma2 / (2 C^2)``. The Loewner claim of eq. 38 is false and is
+    not checked."""
     ratios: list[float] = []
 
     @PROPERTY

@@ -14,7 +14,7 @@ from click.testing import CliRunner  # noqa: E402
 from immersion import InvalidArgumentError, PrecisionError  # noqa: E402
 from immersion.cli import main  # noqa: E402
 from immersion_fl.data import load_digits_dataset  # noqa: E402
-from immersion_fl.optimizers import make_optimizer  # noqa: E402
+from immersion_fl.optimizers import adam  # noqa: E402
 from immersion_siml.dynamics import OptimizerDynamics, TrainingPlan, run_plan  # noqa: E402
 from immersion_siml.job import (  # noqa: E402
     PrivacyDesign,
@@ -53,7 +53,7 @@ def test_decoded_model_equals_plain_training_every_epoch(digits, model, optimize
 def test_plain_dynamics_is_the_ordinary_optimizer(digits):
     """The flat-state Adam (second moment carried as its square root) is Adam, step for step."""
     model = siml_model("nn-x2", image_shape=(1, 8, 8))
-    dynamics = OptimizerDynamics(model, "adam", 0.01)
+    dynamics = OptimizerDynamics(model, adam(0.01))
     layout = SampleLayout((1, 8, 8), 10)
     images, targets = layout.split(
         layout.rows(torch.as_tensor(digits.x_train), torch.as_tensor(digits.y_train))
@@ -61,15 +61,15 @@ def test_plain_dynamics_is_the_ordinary_optimizer(digits):
     plan = TrainingPlan(optimizer="adam", lr=0.01, epochs=2, batch_size=50, sync="batch")
     w = model.initial_vector(3)
     x = run_plan(dynamics, dynamics.initial_state(w), images, targets, plan)
-    adam = make_optimizer("adam", 0.01)
-    state = adam.init(w)
+    opt = adam(0.01)
+    state = opt.init(w)
     for epoch in plan.batches(len(images)):
         for idx in epoch:
             _, grad = model.loss_and_grad(w, images[idx], targets[idx])
-            update, state = adam.update(grad, state, w)
+            update, state = opt.update(grad, state, w)
             w = w + update
     assert float((dynamics.params(x) - w).abs().max()) < 1e-12
-    assert float((x[-dynamics.n_params :] ** 2 - state[1]).abs().max()) < 1e-15
+    assert float((x[-dynamics.n_params :] ** 2 - state.nu).abs().max()) < 1e-15
 
 
 def test_encoding_hides_the_sample_and_reports_theorem_1(digits):

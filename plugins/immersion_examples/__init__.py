@@ -1,11 +1,26 @@
-"""Example plugin: an LQR + Kalman controller and the "wrap your controller" demo command."""
+"""Example plugin: an LQR + Kalman controller and the "wrap your controller" demo command.
+
+Public API: :func:`build` and :class:`LqrKalman` (:mod:`.lqr_kalman`), and
+:func:`run_controller_demo` (:mod:`.demo`), imported on first use.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from immersion._lazy import lazy_attributes
 from immersion.hookspecs import AlgorithmSpec, CommandSpec, hookimpl
+
+if TYPE_CHECKING:
+    from .demo import run_controller_demo
+    from .lqr_kalman import LqrKalman, build
+
+__all__ = ["LqrKalman", "build", "run_controller_demo"]
+
+__getattr__ = lazy_attributes(
+    __name__, {"LqrKalman": ".lqr_kalman", "build": ".lqr_kalman", "run_controller_demo": ".demo"}
+)
 
 
 @hookimpl

@@ -17,10 +17,25 @@ from scipy.linalg import expm, solve_discrete_are
 class LqrKalman:
     """Plant matrices ``(A, B, C)``, LQR gain ``K`` and steady-state Kalman gain ``L``.
 
+    Parameters
+    ----------
+    A, B, C : np.ndarray
+        The discretised plant ``x+ = A x + B u``, ``y = C x``.
+    K : np.ndarray
+        LQR gain, ``u = -K x_hat``.
+    L : np.ndarray
+        Steady-state Kalman gain.
+    plant_initial_state : np.ndarray
+        The true plant's initial state (position, velocity).
+    n_state, n_input, n_output : int
+        Dimensions of the controller state, the measurement and the input: what ``immerse``
+        needs.
+
     Examples
     --------
     >>> ctrl = build(dt=0.05)
-    >>> ctrl.f(ctrl.initial_state, np.array([0.1])).shape, ctrl.g(ctrl.initial_state, np.array([0.1])).shape
+    >>> y = np.array([0.1])
+    >>> ctrl.f(ctrl.initial_state, y).shape, ctrl.g(ctrl.initial_state, y).shape
     ((2,), (1,))
     """
 
@@ -40,21 +55,59 @@ class LqrKalman:
         return np.zeros(self.n_state)
 
     def g(self, x_hat: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Control law ``u = -K x_hat`` (the measurement enters through the filter)."""
+        """Control law ``u = -K x_hat`` (the measurement enters through the filter).
+
+        Parameters
+        ----------
+        x_hat : np.ndarray
+            The filter's estimate (the controller state).
+        y : np.ndarray
+            The measurement (unused by the law itself; part of the ``g(x, y)`` signature).
+        """
         return -self.K @ x_hat
 
     def f(self, x_hat: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Kalman predict-correct: ``x_hat+ = A x_hat + B u + L (y - C x_hat)``."""
+        """Kalman predict-correct: ``x_hat+ = A x_hat + B u + L (y - C x_hat)``.
+
+        Parameters
+        ----------
+        x_hat : np.ndarray
+            The filter's estimate (the controller state).
+        y : np.ndarray
+            The position measurement.
+        """
         return self.A @ x_hat + self.B @ self.g(x_hat, y) + self.L @ (y - self.C @ x_hat)
 
     def plant_step(
         self, x: np.ndarray, u: np.ndarray, rng: np.random.Generator, noise: float
     ) -> np.ndarray:
-        """One step of the true plant with process noise."""
+        """One step of the true plant with process noise.
+
+        Parameters
+        ----------
+        x : np.ndarray
+            Plant state.
+        u : np.ndarray
+            Input.
+        rng : np.random.Generator
+            Source of the process noise.
+        noise : float
+            Standard deviation of the process noise.
+        """
         return self.A @ x + self.B @ u + noise * rng.standard_normal(self.n_state)
 
     def measure(self, x: np.ndarray, rng: np.random.Generator, noise: float) -> np.ndarray:
-        """The position measurement with sensor noise."""
+        """The position measurement with sensor noise.
+
+        Parameters
+        ----------
+        x : np.ndarray
+            Plant state.
+        rng : np.random.Generator
+            Source of the sensor noise.
+        noise : float
+            Standard deviation of the sensor noise.
+        """
         return self.C @ x + noise * rng.standard_normal(1)
 
 
@@ -69,7 +122,29 @@ def build(
     process_noise: float = 1e-3,
     sensor_noise: float = 1e-2,
 ) -> LqrKalman:
-    """Discretise the plant (zero-order hold) and solve the two Riccati equations."""
+    """Discretise the plant (zero-order hold) and solve the two Riccati equations.
+
+    Parameters
+    ----------
+    dt : float
+        Sampling period in seconds.
+    mass, stiffness, damping : float
+        The mass-spring-damper.
+    q_weight, r_weight : float
+        LQR weights on the state (``q_weight I``) and on the input (``r_weight I``).
+    process_noise, sensor_noise : float
+        Process and sensor noise covariances (times ``I``) the Kalman gain is designed for.
+
+    Returns
+    -------
+    LqrKalman
+        The controller, with the plant starting at position 1, velocity 0.
+
+    Examples
+    --------
+    >>> build().K.shape
+    (1, 2)
+    """
     a_c = np.array([[0.0, 1.0], [-stiffness / mass, -damping / mass]])
     b_c = np.array([[0.0], [1.0 / mass]])
     m = expm(np.block([[a_c, b_c], [np.zeros((1, 3))]]) * dt)

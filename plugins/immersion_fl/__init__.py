@@ -1,5 +1,8 @@
 """Federated learning by immersion: SIFL M1/M2 (seed 000) and random-matrix SIFL (seed 003).
 
+Public API: :func:`run` (a user's torch module and data, :mod:`.api`), and for a Flower app
+of the user's own, :class:`SiflStrategy` and :func:`sifl_mod` (:mod:`.flower_native`).
+
 Registers the schemes ``fedavg``, ``sifl-m1``, ``sifl-m2``, ``sifl-rm``, the optimizers ``sgd``,
 ``momentum``, ``adam``, the commands ``immersion fl run`` and ``immersion bench sifl``, and the audit's
 attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak`` (:mod:`.attacks`).
@@ -7,23 +10,80 @@ attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak`` (
 
 from __future__ import annotations
 
-from immersion.hookspecs import AttackSpec, CommandSpec, OptimizerSpec, SchemeSpec, hookimpl
+from typing import Any
+
+from immersion.hookspecs import (
+    AttackSpec,
+    CommandSpec,
+    FlowerHooks,
+    OptimizerSpec,
+    SchemeSpec,
+    hookimpl,
+)
+
+__all__ = ["run", "FederatedResult", "SiflStrategy", "sifl_mod"]
+
+
+def __getattr__(name: str) -> Any:
+    """The public API, imported on first use (the plugin registers without importing torch)."""
+    if name in ("run", "FederatedResult"):
+        from . import api
+
+        return getattr(api, name)
+    if name in ("SiflStrategy", "sifl_mod"):
+        from . import flower_native
+
+        return getattr(flower_native, name)
+    raise AttributeError(f"module 'immersion_fl' has no attribute {name!r}")
 
 
 @hookimpl
 def immersion_register_fl_schemes() -> list[SchemeSpec]:
     from . import schemes
+    from .config import NoOptions
 
+    sifl = FlowerHooks(strategy=_sifl_strategy, mod=_sifl_mod)
     return [
-        SchemeSpec("fedavg", schemes.fedavg_scheme, "plain federated averaging (reference)"),
         SchemeSpec(
-            "sifl-m1", schemes.sifl_m1_scheme, "SIFL M1: server coding (seed 000 Algorithm 1)"
+            name="fedavg",
+            description="plain federated averaging (reference)",
+            options=NoOptions,
+            factory=schemes.fedavg_scheme,
         ),
         SchemeSpec(
-            "sifl-m2", schemes.sifl_m2_scheme, "SIFL M2: server and aggregator coding (Algorithm 2)"
+            name="sifl-m1",
+            description="SIFL M1: server coding (seed 000 Algorithm 1)",
+            options=schemes.SiflOptions,
+            factory=schemes.sifl_m1_scheme,
+            flower=sifl,
         ),
-        SchemeSpec("sifl-rm", schemes.sifl_rm_scheme, "random-matrix SIFL (seed 003)"),
+        SchemeSpec(
+            name="sifl-m2",
+            description="SIFL M2: server and aggregator coding (Algorithm 2)",
+            options=schemes.SiflOptions,
+            factory=schemes.sifl_m2_scheme,
+            flower=sifl,
+        ),
+        SchemeSpec(
+            name="sifl-rm",
+            description="random-matrix SIFL (seed 003)",
+            options=schemes.SiflOptions,
+            factory=schemes.sifl_rm_scheme,
+            flower=sifl,
+        ),
     ]
+
+
+def _sifl_strategy(strategy: Any, **options: Any) -> Any:
+    from .flower_native import SiflStrategy
+
+    return SiflStrategy(strategy, **options)
+
+
+def _sifl_mod(msg: Any, context: Any, call_next: Any) -> Any:
+    from .flower_native import sifl_mod
+
+    return sifl_mod(msg, context, call_next)
 
 
 @hookimpl
@@ -31,9 +91,9 @@ def immersion_register_optimizers() -> list[OptimizerSpec]:
     from . import optimizers
 
     return [
-        OptimizerSpec("sgd", optimizers.SGD, "w <- w - lr g"),
-        OptimizerSpec("momentum", optimizers.Momentum, "heavy ball, beta 0.9"),
-        OptimizerSpec("adam", optimizers.Adam, "Adam, Keras defaults"),
+        OptimizerSpec("sgd", optimizers.sgd, "w <- w - lr g"),
+        OptimizerSpec("momentum", optimizers.momentum, "heavy ball, beta 0.9"),
+        OptimizerSpec("adam", optimizers.adam, "Adam, Keras defaults"),
     ]
 
 

@@ -108,10 +108,8 @@ def _federation(
     p: int = 2,
     epsilon_local: float = 1.0,
 ) -> _Federation:
-    import torch
-
-    from .data import load_dataset
-    from .engine import RunConfig, Server, build_model_for, make_client
+    from .engine import RunConfig, Server, task_from_config
+    from .schemes import SiflOptions
 
     cfg = RunConfig(
         scheme=scheme,
@@ -119,23 +117,16 @@ def _federation(
         clients=clients,
         batch_size=batch_size,
         seed=seed,
-        p=p,
-        epsilon_local=epsilon_local,
-        client_noise=client_noise,
         compare_plain=False,
+        options=SiflOptions(p=p, epsilon_local=epsilon_local, client_noise=client_noise),
     )
-    data = load_dataset(cfg.dataset, seed=seed)
-    model = build_model_for(cfg, data)
-    recorders = [_Recorder(make_client(cfg, data, model, i, torch)) for i in range(clients)]
-    sizes = [c.n_samples for c in recorders]
-    server = Server.create(cfg, data, sizes)
-    server.scheme.client_entropy = seed  # reproducible client noise (a deployment uses OS entropy)
+    task = task_from_config(cfg)
+    server = Server.create(cfg, task, task.sizes)
+    recorders = [_Recorder(c) for c in task.clients(cfg, server.scheme.model_norm_bound)]
+    server.scheme.client_entropy = seed  # type: ignore[attr-defined]  # reproducible client noise
+    sizes = task.sizes
     return _Federation(
-        server.scheme,
-        recorders,
-        [s / sum(sizes) for s in sizes],
-        model.n_params,
-        model.initial_vector(seed),
+        server.scheme, recorders, [s / sum(sizes) for s in sizes], task.model.n_params, task.w0
     )
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from immersion import KeyFileError
 from immersion._files import npz_bytes, write_private
-from immersion.keys import code_arrays
+
+from .config import RunConfig
 
 HISTORY = (
     "accuracy",
@@ -42,15 +42,15 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
 class Checkpoint:
     """``DIR/keys.npz`` (once) and ``DIR/state.npz`` (every round), both 0600."""
 
-    def __init__(self, folder: Path, cfg: Any) -> None:
+    def __init__(self, folder: Path, cfg: RunConfig) -> None:
         self.folder = folder
-        self.cfg_json = json.dumps(asdict(cfg), sort_keys=True)
+        self.cfg = cfg
+        self.cfg_json = cfg.to_json()
         folder.mkdir(parents=True, exist_ok=True)
         os.chmod(folder, 0o700)
 
     def _keys(self, server: Any) -> dict[str, np.ndarray]:
-        code = getattr(server.scheme, "code", None)
-        return {} if code is None else code_arrays(code)
+        return server.scheme.key_arrays()
 
     def save(self, server: Any, next_round: int) -> None:
         keys = self._keys(server)
@@ -89,7 +89,7 @@ class Checkpoint:
             raise KeyFileError(
                 f"checkpoint: cannot read {path} ({type(exc).__name__}: {exc})"
             ) from None
-        if meta["cfg"] != self.cfg_json:
+        if _saved_config(meta["cfg"], path) != self.cfg:
             raise KeyFileError(
                 f"checkpoint: {path} belongs to another configuration; resume with the same options"
             )
@@ -108,3 +108,14 @@ class Checkpoint:
             setattr(server.result, name, list(meta["history"][name]))
         server.result.privacy = meta["privacy"]
         return int(meta["next_round"])
+
+
+def _saved_config(blob: str, path: Path) -> RunConfig:
+    """The configuration a checkpoint was written with; format 1 (flat, before the scheme options
+    were split off) is migrated."""
+    try:
+        return RunConfig.from_json(blob)
+    except Exception as exc:  # noqa: BLE001 - any unreadable configuration is a foreign file
+        raise KeyFileError(
+            f"checkpoint: {path} holds a configuration this version cannot read ({exc})"
+        ) from None

@@ -28,6 +28,17 @@ def _hidden(value: str) -> tuple[int, ...]:
     return sizes
 
 
+def _model_name(value: str) -> str:
+    from immersion.imports import is_import_path
+
+    if value in ("linear", "mlp", "cnn", "cnn2") or is_import_path(value):
+        return value
+    raise click.BadParameter(
+        f"{value!r}: expected linear, mlp, cnn, cnn2 or package.module:function",
+        param_hint="--model",
+    )
+
+
 @click.group("fl")
 def fl_group() -> None:
     """Federated learning: immersion (seeds 000, 003) and model perturbation (seed 004, --scheme mpdp)."""
@@ -37,7 +48,11 @@ def fl_group() -> None:
 @click.option("--scheme", type=click.Choice(SCHEMES), default="sifl-m1", show_default=True)
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="sgd", show_default=True)
 @click.option(
-    "--model", type=click.Choice(["linear", "mlp", "cnn", "cnn2"]), default="mlp", show_default=True
+    "--model",
+    default="mlp",
+    show_default=True,
+    callback=lambda ctx, param, value: _model_name(value),
+    help="linear, mlp, cnn, cnn2, or your own as package.module:function returning a float64 nn.Module.",
 )
 @click.option("--hidden", default="200,200", show_default=True, help="MLP hidden layer sizes.")
 @click.option("--clients", type=click.IntRange(1), default=10, show_default=True)
@@ -49,7 +64,8 @@ def fl_group() -> None:
     "--dataset",
     default="digits",
     show_default=True,
-    help="digits, digits28, mnist:PATH or fashion:PATH.",
+    help="digits, digits28, mnist:PATH, fashion:PATH, or your own as package.module:function returning "
+    "(X, Y) or (X, Y, X_test, Y_test).",
 )
 @click.option("--split", type=click.Choice(["iid", "dirichlet"]), default="iid", show_default=True)
 @click.option(
@@ -199,10 +215,10 @@ def fl_run(
     **options: Any,
 ) -> None:
     """Train a model federatedly with a SIFL scheme beside plain FedAvg, or with mpdp beside plain FedSGD."""
-    from .engine import RunConfig, progress_bar, run_federated
+    from .engine import EveryClientFailedError, RunConfig, progress_bar, run_federated
     from .faults import FaultPlan
 
-    cfg = RunConfig(hidden=_hidden(hidden), **options)
+    cfg = RunConfig.from_flat({"hidden": _hidden(hidden), **options})
     if engine == "flower" and (checkpoint or resume):
         raise click.UsageError("--checkpoint/--resume work with --engine local")
     try:
@@ -214,11 +230,7 @@ def fl_run(
             checkpoint=checkpoint,
             resume=resume,
         )
-    except (
-        RuntimeError
-    ) as exc:  # the engine's "every client failed" (e.g. an --lr so large that training diverges)
-        if "every client failed" not in str(exc):
-            raise
+    except EveryClientFailedError as exc:  # e.g. an --lr so large that training diverges
         raise click.ClickException(
             f"{exc} (see the reasons above; check --lr, --clip, --epsilon-local, --client-timeout)"
         ) from None
@@ -289,15 +301,17 @@ def bench_sifl(rounds: int, scheme: str, dataset: str, local_epochs: int, as_jso
     """The paper's 199,210-parameter MLP with 10 clients, scheme beside plain FedAvg in one run."""
     from .engine import RunConfig, progress_bar, run_federated
 
-    cfg = RunConfig(
-        scheme=scheme,
-        model="mlp",
-        hidden=(200, 200),
-        clients=10,
-        rounds=rounds,
-        dataset=dataset,
-        keys="block",
-        local_epochs=local_epochs,
+    cfg = RunConfig.from_flat(
+        {
+            "scheme": scheme,
+            "model": "mlp",
+            "hidden": (200, 200),
+            "clients": 10,
+            "rounds": rounds,
+            "dataset": dataset,
+            "keys": "block",
+            "local_epochs": local_epochs,
+        }
     )
     result = run_federated(cfg, progress=progress_bar(cfg.rounds))
     out = result.summary()

@@ -7,37 +7,34 @@ gives its ``partition-id`` in ``--node-config``. See fl_demos/flower_app/ and th
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.clientapp import ClientApp
 from flwr.serverapp import ServerApp
 
-from .engine import RunConfig, stderr_progress
+from .config import RunConfig
+from .engine import stderr_progress
 from .faults import FaultPlan
 from .flower_engine import client_train, serve
 
+if TYPE_CHECKING:
+    from flwr.app import Context, Message
+    from flwr.serverapp import Grid
+
 
 def config_from_run_config(run_config: dict[str, Any]) -> RunConfig:
-    """A RunConfig from Flower's run config (unknown keys are refused, naming them)."""
-    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
-    unknown = sorted(set(run_config) - set(fields))
-    if unknown:
-        raise ValueError(f"run config: unknown keys {unknown}; known: {sorted(fields)}")
-    values = dict(run_config)
-    if isinstance(values.get("hidden"), str):
-        values["hidden"] = tuple(int(v) for v in values["hidden"].split(","))
-    return RunConfig(**values)
+    """A RunConfig from Flower's flat run config (common fields and the scheme's options; unknown
+    keys are refused, naming them)."""
+    return RunConfig.from_flat(run_config)
 
 
-def _scheme_module(scheme: str) -> Any:
-    """The Flower module of a scheme with its own rounds (``SchemeSpec.flower_module``), or None."""
+def _scheme_hooks(scheme: str) -> Any:
+    """The Flower hooks of a scheme with its own rounds (``SchemeSpec.flower``), or None."""
     from immersion.plugin_manager import registry
 
-    name = registry().fl_scheme(scheme).flower_module
-    return importlib.import_module(name) if name else None
+    hooks = registry().fl_scheme(scheme).flower
+    return hooks if hooks.server is not None else None
 
 
 server_app = ServerApp()
@@ -45,18 +42,18 @@ client_app = ClientApp()
 
 
 @client_app.train()
-def train(msg: Any, context: Any) -> Any:
+def train(msg: "Message", context: "Context") -> "Message":
     """SIFL/FedAvg messages, or those of a scheme with its own rounds (kind ``scheme/phase``)."""
     scheme, namespaced, _ = str(msg.content["config"]["kind"]).partition("/")
-    module = _scheme_module(scheme) if namespaced else None
-    return module.client_train(msg, context) if module is not None else client_train(msg, context)
+    hooks = _scheme_hooks(scheme) if namespaced else None
+    return hooks.client(msg, context) if hooks is not None else client_train(msg, context)
 
 
 @server_app.main()
-def main(grid: Any, context: Any) -> None:
+def main(grid: "Grid", context: "Context") -> None:
+    """Run the configured scheme and print its summary as one JSON line."""
     cfg = config_from_run_config(dict(context.run_config))
-    module = _scheme_module(cfg.scheme)
-    result = (module.serve if module is not None else serve)(
-        grid, cfg, plan=FaultPlan(), progress=stderr_progress
-    )
+    hooks = _scheme_hooks(cfg.scheme)
+    work = hooks.server if hooks is not None else serve
+    result = work(grid, cfg, plan=FaultPlan(), progress=stderr_progress)
     print(json.dumps(result.summary()), flush=True)

@@ -1,4 +1,6 @@
-"""Flower engine: the same schemes as Flower ServerApp + ClientApp, run by Flower's simulation runtime.
+"""The SDK runner on Flower: the same schemes as a Flower ServerApp + ClientApp, run by Flower's
+simulation runtime (``immersion fl run --engine flower``) or its deployment runtime
+(:mod:`immersion_fl.flower_app`).
 
 Message flow (Flower's Message API, flwr 1.41):
 
@@ -9,7 +11,8 @@ Message flow (Flower's Message API, flwr 1.41):
   node runs :func:`~immersion_fl.schemes.client_upload` (the code the local engine runs) and
   answers with its upload. Nodes that answer with an error are left out of the round (logged).
 
-The ServerApp aggregates with weights |D_i| / sum over the nodes that answered.
+The ServerApp aggregates with weights |D_i| / sum over the nodes that answered. A Flower user who
+keeps their own apps uses :mod:`immersion_fl.flower_native` instead.
 """
 
 from __future__ import annotations
@@ -18,18 +21,33 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from immersion import OptionalDependencyError
 
-from .data import load_dataset
-from .engine import RunConfig, RunResult, Server, build_model_for, make_client
+from .client import Client
+from .engine import (
+    EveryClientFailedError,
+    FederatedTask,
+    RunConfig,
+    RunResult,
+    Server,
+    optimizer_by_name,
+    task_from_config,
+)
 from .faults import FaultPlan, upload_problem
+from .scheme import Scheme
 from .schemes import ClientKit, client_upload
 
+if TYPE_CHECKING:
+    from flwr.app import ArrayRecord, Context, Message
+    from flwr.serverapp import Grid
+
 LOG = logging.getLogger("immersion.fl")
+
+#: Builds node ``index``'s client from the run configuration and the model norm bound.
+ClientFactory = Callable[[RunConfig, int, "float | None"], Client]
 
 
 def _flwr() -> Any:
@@ -42,28 +60,8 @@ def _flwr() -> Any:
     return flwr_app, serverapp, clientapp, simulation
 
 
-def _config_from_json(blob: str) -> RunConfig:
-    raw = json.loads(blob)
-    raw["hidden"] = tuple(raw["hidden"])
-    return RunConfig(**raw)
-
-
-_CLIENT_CACHE: dict[tuple[str, int], Any] = {}
-
-
-def _client_for(cfg_json: str, index: int) -> Any:
-    """The node's Client (data share and model), built once per worker process."""
-    import torch
-
-    key = (cfg_json, index)
-    if key not in _CLIENT_CACHE:
-        cfg = _config_from_json(cfg_json)
-        data = load_dataset(cfg.dataset, seed=cfg.seed)
-        _CLIENT_CACHE[key] = make_client(cfg, data, build_model_for(cfg, data), index, torch)
-    return _CLIENT_CACHE[key]
-
-
-def _flwr_types() -> Any:
+def flwr_types() -> tuple[Any, Any, Any, Any, Any]:
+    """Flower's ``(Array, ArrayRecord, ConfigRecord, Message, RecordDict)`` (imported lazily)."""
     flwr_app = _flwr()[0]
     return (
         flwr_app.Array,
@@ -74,38 +72,64 @@ def _flwr_types() -> Any:
     )
 
 
-def _arrays(payload: dict[str, np.ndarray]) -> Any:
-    Array, ArrayRecord = _flwr_types()[:2]
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in payload.items()})
+_TASK_CACHE: dict[str, FederatedTask] = {}
+
+
+def client_from_config(cfg: RunConfig, index: int, clip: float | None) -> Client:
+    """Node ``index``'s Client from the SDK's model and dataset names (task built once per process)."""
+    key = cfg.to_json()
+    if key not in _TASK_CACHE:
+        _TASK_CACHE[key] = task_from_config(cfg)
+    task = _TASK_CACHE[key]
+    return task.client(cfg, index, optimizer_by_name(cfg.optimizer, cfg.lr), clip)
+
+
+def arrays_record(payload: dict[str, np.ndarray]) -> "ArrayRecord":
+    """An ArrayRecord of contiguous numpy arrays."""
+    flwr_app = _flwr()[0]
+    return flwr_app.ArrayRecord(
+        {k: flwr_app.Array(np.ascontiguousarray(v)) for k, v in payload.items()}
+    )
+
+
+def _await_nodes(grid: "Grid", count: int, seconds: float = 120.0) -> list[int]:
+    deadline, nodes = time.time() + seconds, []
+    while len(nodes) < count and time.time() < deadline:
+        nodes = sorted(grid.get_node_ids())
+        time.sleep(0.05)
+    return nodes
 
 
 def serve(
-    grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str], None] | None
+    grid: "Grid",
+    cfg: RunConfig,
+    *,
+    plan: FaultPlan,
+    progress: Callable[[str], None] | None,
+    task: FederatedTask | None = None,
 ) -> RunResult:
     """The ServerApp's work for ``cfg`` (simulation and deployment runtimes alike)."""
     import torch
 
-    _, _, ConfigRecord, Message, RecordDict = _flwr_types()
-    cfg_json = json.dumps(asdict(cfg))
-    plan_json = json.dumps([[c, t, k] for (c, t), k in plan.faults.items()])
-    deadline = time.time() + 120
-    nodes: list[int] = []
-    while len(nodes) < cfg.clients and time.time() < deadline:
-        nodes = sorted(grid.get_node_ids())
-        time.sleep(0.05)
-    data = load_dataset(cfg.dataset, seed=cfg.seed)
-    server = Server.create(cfg, data)  # keys drawn; noise calibrated after |D_i|
-    kit = server.scheme.kit_arrays()
+    flwr_app = _flwr()[0]
+    ConfigRecord, Message, RecordDict = flwr_app.ConfigRecord, flwr_app.Message, flwr_app.RecordDict
+    nodes = _await_nodes(grid, cfg.clients)
+    server = Server.create(
+        cfg, task or task_from_config(cfg)
+    )  # keys drawn; noise calibrated after |D_i|
+    clip = server.scheme.model_norm_bound
+    handshake = ConfigRecord(
+        {
+            "kind": "handshake",
+            "cfg": cfg.to_json(),
+            "clip": -1.0 if clip is None else clip,
+            "faults": json.dumps([[c, t, k] for (c, t), k in plan.faults.items()]),
+        }
+    )
+    kit = arrays_record(server.scheme.kit_arrays())
     msgs = [
         Message(
-            content=RecordDict(
-                {
-                    "kit": _arrays(kit),
-                    "config": ConfigRecord(
-                        {"kind": "handshake", "cfg": cfg_json, "faults": plan_json}
-                    ),
-                }
-            ),
+            content=RecordDict({"kit": kit, "config": handshake}),
             dst_node_id=n,
             message_type="train",
         )
@@ -121,17 +145,13 @@ def serve(
         sizes[int(info["pid"])] = int(info["n_samples"])
     server.calibrate([sizes[i] for i in sorted(sizes)])
 
-    def flower_round(scheme: Any, name: str, t: int, dropped: list[dict[str, Any]]) -> float:
+    def flower_round(scheme: Scheme, name: str, t: int, dropped: list[dict[str, Any]]) -> float:
         start = time.perf_counter()
-        payload = scheme.broadcast(t)
+        payload = arrays_record({"w": scheme.broadcast(t).cpu().numpy()})
+        config = ConfigRecord({"kind": "train", "scheme": name, "round": t})
         msgs = [
             Message(
-                content=RecordDict(
-                    {
-                        "w": _arrays({"w": payload.numpy()}),
-                        "config": ConfigRecord({"kind": "train", "scheme": name, "round": t}),
-                    }
-                ),
+                content=RecordDict({"w": payload, "config": config}),
                 dst_node_id=n,
                 message_type="train",
             )
@@ -142,23 +162,24 @@ def serve(
         for reply in sorted(replies, key=lambda r: pid_of.get(r.metadata.src_node_id, -1)):
             pid = pid_of.get(reply.metadata.src_node_id, -1)
             answered.add(pid)
+            upload = None if reply.has_error() else torch.as_tensor(reply.content["w"]["w"].numpy())
             problem = (
                 f"raised: {reply.error.reason}"
-                if reply.has_error()
-                else upload_problem(
-                    torch.as_tensor(reply.content["w"]["w"].numpy()), scheme.upload_shape
-                )
+                if upload is None
+                else upload_problem(upload, scheme.upload_shape)
             )
             if problem:
                 LOG.warning("round %d: client %d left out: %s", t, pid, problem)
                 dropped.append({"round": t, "client": pid, "reason": problem})
                 continue
-            uploads.append(torch.as_tensor(reply.content["w"]["w"].numpy()))
+            uploads.append(upload)
             weights.append(sizes[pid])
         for pid in sorted(set(pid_of.values()) - answered):
             reason = f"no answer within {cfg.client_timeout} s"
             LOG.warning("round %d: client %d left out: %s", t, pid, reason)
             dropped.append({"round": t, "client": pid, "reason": reason})
+        if not uploads:
+            raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
         total = sum(weights)
         scheme.server_update(scheme.aggregate(uploads, [w / total for w in weights]))
         return time.perf_counter() - start
@@ -169,41 +190,72 @@ def serve(
             flower_round(server.plain, "fedavg", t, []) if server.plain is not None else None
         )
         server.record(t, seconds, seconds_plain, progress)
+    server.result.final_model = server.scheme.global_model()
     return server.result
 
 
-def client_train(msg: Any, context: Any) -> Any:
-    """The ClientApp's ``train``: handshake (keep the kit), then one round of :func:`client_upload`."""
-    import torch
-    from immersion.backends import make_backend
+def make_client_train(
+    client_for: ClientFactory = client_from_config,
+) -> Callable[["Message", "Context"], "Message"]:
+    """The ClientApp's ``train``: handshake (keep the kit), then one round of :func:`client_upload`.
 
-    _, _, ConfigRecord, Message, RecordDict = _flwr_types()
-    config = msg.content["config"]
-    index = int(context.node_config["partition-id"])
-    if config["kind"] == "handshake":
-        context.state["kit"] = msg.content["kit"]
-        context.state["run"] = ConfigRecord({"cfg": config["cfg"], "faults": config["faults"]})
-        client = _client_for(config["cfg"], index)
+    ``client_for(cfg, index, clip)`` builds the node's client (default: from the SDK's model and
+    dataset names; :func:`immersion_fl.api.run` passes the user's own data).
+    """
+
+    def client_train(msg: "Message", context: "Context") -> "Message":
+        import torch
+        from immersion.backends import make_backend
+
+        flwr_app = _flwr()[0]
+        ConfigRecord, Message, RecordDict = (
+            flwr_app.ConfigRecord,
+            flwr_app.Message,
+            flwr_app.RecordDict,
+        )
+        config = msg.content["config"]
+        index = int(context.node_config["partition-id"])
+        if config["kind"] == "handshake":
+            context.state["kit"] = msg.content["kit"]
+            context.state["run"] = ConfigRecord(
+                {"cfg": config["cfg"], "faults": config["faults"], "clip": config["clip"]}
+            )
+            client = _node_client(client_for, context.state["run"], index)
+            return Message(
+                content=RecordDict(
+                    {"config": ConfigRecord({"pid": index, "n_samples": client.n_samples})}
+                ),
+                reply_to=msg,
+            )
+        run = context.state["run"]
+        client = _node_client(client_for, run, index)
+        kit = None
+        if config["scheme"] != "fedavg":
+            kit_arrays = {k: v.numpy() for k, v in context.state["kit"].items()}
+            kit = ClientKit.from_arrays(
+                kit_arrays, make_backend("torch", dtype="float64", device="cpu")
+            )
+        received = torch.as_tensor(msg.content["w"]["w"].numpy())
+        t = int(config["round"])
+        faults_here = FaultPlan({(c, r): k for c, r, k in json.loads(run["faults"])})
+        timeout = RunConfig.from_json(run["cfg"]).client_timeout or 0.0
+        upload = faults_here.apply(
+            index, t, lambda: client_upload(kit, client, received, t), timeout
+        )
         return Message(
-            content=RecordDict(
-                {"config": ConfigRecord({"pid": index, "n_samples": client.n_samples})}
-            ),
-            reply_to=msg,
+            content=RecordDict({"w": arrays_record({"w": upload.numpy()})}), reply_to=msg
         )
-    cfg_blob = context.state["run"]["cfg"]
-    client = _client_for(cfg_blob, index)
-    kit = None
-    if config["scheme"] != "fedavg":
-        kit_arrays = {k: v.numpy() for k, v in context.state["kit"].items()}
-        kit = ClientKit.from_arrays(
-            kit_arrays, make_backend("torch", dtype="float64", device="cpu")
-        )
-    received = torch.as_tensor(msg.content["w"]["w"].numpy())
-    t = int(config["round"])
-    faults_here = FaultPlan({(c, r): k for c, r, k in json.loads(context.state["run"]["faults"])})
-    timeout = _config_from_json(cfg_blob).client_timeout or 0.0
-    upload = faults_here.apply(index, t, lambda: client_upload(kit, client, received, t), timeout)
-    return Message(content=RecordDict({"w": _arrays({"w": upload.numpy()})}), reply_to=msg)
+
+    return client_train
+
+
+def _node_client(client_for: ClientFactory, run: Any, index: int) -> Client:
+    clip = float(run["clip"])
+    return client_for(RunConfig.from_json(run["cfg"]), index, None if clip < 0 else clip)
+
+
+#: The default ClientApp ``train`` (SDK models and datasets).
+client_train = make_client_train()
 
 
 def build_apps(
@@ -225,7 +277,7 @@ def build_apps(
     work = server_work or serve
 
     @server_app.main()
-    def main(grid: Any, context: Any) -> None:
+    def main(grid: "Grid", context: "Context") -> None:
         sink["result"] = work(grid, cfg, plan=faults or FaultPlan(), progress=progress)
 
     client_app.train()(client_work or client_train)
@@ -239,11 +291,25 @@ def run_flower(
     faults: FaultPlan | None = None,
     server_work: Callable[..., Any] | None = None,
     client_work: Callable[[Any, Any], Any] | None = None,
+    task: FederatedTask | None = None,
 ) -> Any:
     """Run ``cfg`` on Flower's simulation runtime (Ray backend) with ``cfg.clients`` virtual nodes
-    (Ray gets no more CPUs than there are nodes); ``server_work``/``client_work`` as in :func:`build_apps`."""
+    (Ray gets no more CPUs than there are nodes); ``server_work``/``client_work`` as in :func:`build_apps`.
+    With ``task`` (a user's model and data) the nodes train on its client data."""
     _, _, _, simulation = _flwr()
     sink: dict[str, Any] = {}
+    if task is not None:
+        if server_work is not None or client_work is not None:
+            raise ValueError("task replaces the default server and client work")
+        user_task = task
+
+        def server_work(grid: "Grid", cfg: RunConfig, **kwargs: Any) -> RunResult:
+            return serve(grid, cfg, task=user_task, **kwargs)
+
+        def client_for(cfg: RunConfig, index: int, clip: float | None) -> Client:
+            return user_task.client(cfg, index, optimizer_by_name(cfg.optimizer, cfg.lr), clip)
+
+        client_work = make_client_train(client_for)
     server_app, client_app = build_apps(
         cfg,
         progress=progress,

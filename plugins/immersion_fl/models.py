@@ -137,7 +137,8 @@ class FlatModel:
         return self._torch.func.functional_call(self.module, self._params(vector), (x,))
 
     def loss_and_grad(self, vector: Any, x: Any, y: Any) -> tuple[float, Any]:
-        """Cross-entropy loss and its gradient with respect to the flat vector."""
+        """Mean cross-entropy (against class indices or probability rows ``y``) and its gradient
+        with respect to the flat vector."""
         torch = self._torch
         w = vector.detach().requires_grad_(True)
         loss = torch.nn.functional.cross_entropy(self.logits(w, x), y)
@@ -145,7 +146,7 @@ class FlatModel:
         return float(loss.detach()), grad
 
     def evaluate(self, vector: Any, x: Any, y: Any, *, batch: int = 2048) -> tuple[float, float]:
-        """(accuracy, mean loss) on ``x, y``."""
+        """(accuracy, mean loss) on ``x, y`` (class indices, or rows whose argmax is the class)."""
         torch = self._torch
         correct, total_loss = 0, 0.0
         with torch.no_grad():
@@ -154,5 +155,7 @@ class FlatModel:
                 total_loss += float(
                     torch.nn.functional.cross_entropy(out, y[i : i + batch], reduction="sum")
                 )
-                correct += int((out.argmax(1) == y[i : i + batch]).sum())
+                labels = y[i : i + batch]
+                labels = labels.argmax(1) if labels.ndim == 2 else labels  # probability rows
+                correct += int((out.argmax(1) == labels).sum())
         return correct / len(x), total_loss / len(x)

@@ -14,7 +14,7 @@ would see (used to evaluate accuracy and to compare with FedAvg).
   (``m = n + 1``: one noise column, ``M = Pi1_left``, ``G = Pi1``) and a fresh offset each round
   (unit scale: the paper gives neither a scale nor a DP analysis, so no epsilon is reported).
 
-``client_noise=True`` (all three SIFL schemes) adds to each upload fresh noise of the client's own in
+Options: :class:`SiflOptions` (one object for the three). ``client_noise=True`` (all three SIFL schemes) adds to each upload fresh noise of the client's own in
 ``ker(Pi1_left) = range(N1)`` (:func:`kernel_noise`): the server's decode (eq. 21; eq. 25 in M2, column
 by column) removes it exactly, and the difference of two uploads is no longer noise-free (the round
 noise ``N1 r_t`` is shared, THREAT_MODEL.md). It does not protect against a holder of any client kit.
@@ -23,8 +23,8 @@ noise ``N1 r_t`` is shared, THREAT_MODEL.md). It does not protect against a hold
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from immersion import InvalidArgumentError
@@ -37,8 +37,11 @@ from immersion.privacy import (
 )
 from scipy.linalg import null_space
 
-from .client import Client
-from .optimizers import lift_change
+from .config import NoOptions, SchemeOptions, check_int, check_real
+from .scheme import LocalTrainer, Scheme, SchemeContext
+
+if TYPE_CHECKING:
+    import torch
 
 #: Code arrays that describe the noise basis N1: the server keeps them, clients never get them.
 NOISE_ARRAYS = frozenset({"noise_basis", "noise_pos", "flat_pos"})
@@ -52,6 +55,22 @@ class ClientKit:
     encode: Any
     decode: Any
     pi2_right: Any = None
+
+    def open(self, received: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+        """``(w~, w)`` from a broadcast: M2's ``p`` columns give ``w~ = w' Pi2^R`` (eq. 32);
+        ``w = Pi1_left w~`` is the one decode the target optimizer needs (seed 000 section 7)."""
+        encoded = (
+            received
+            if (self.pi2_right is None or received.dim() == 1)
+            else self.pi2_right @ received
+        )
+        return encoded, self.decode(encoded)
+
+    def lift(
+        self, encoded: "torch.Tensor", w_start: "torch.Tensor", w_end: "torch.Tensor"
+    ) -> "torch.Tensor":
+        """The upload after local training from ``w_start`` to ``w_end``: :func:`lift_change`."""
+        return lift_change(encoded, w_start, w_end, self.encode)
 
     @staticmethod
     def arrays(code: Any, pi2_right: np.ndarray | None) -> dict[str, np.ndarray]:
@@ -112,7 +131,19 @@ def kernel_noise(kit: ClientKit, z: Any) -> Any:
     return z - kit.encode(kit.decode(z))
 
 
-def client_upload(kit: ClientKit | None, client: Client, received: Any, round_t: int) -> Any:
+def lift_change(encoded: Any, before: Any, after: Any, encoder: Any) -> Any:
+    """Target-optimizer lift (seed 000 eq. 20 summed over the local steps): ``w~ - Pi1 (w_before - w_after)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> lift_change(np.array([5.0]), np.array([1.0]), np.array([0.5]), lambda d: 2 * d).tolist()
+    [4.0]
+    """
+    return encoded - encoder(before - after)
+
+
+def client_upload(kit: ClientKit | None, client: LocalTrainer, received: Any, round_t: int) -> Any:
     """One client's round, identical on every engine.
 
     FedAvg (no kit): train from the broadcast model. SIFL: recover ``w~`` (M2: ``w' Pi2^R``,
@@ -120,21 +151,101 @@ def client_upload(kit: ClientKit | None, client: Client, received: Any, round_t:
     """
     if kit is None:
         return client.train(received, round_t)
-    encoded = (
-        received if (kit.pi2_right is None or received.dim() == 1) else kit.pi2_right @ received
-    )
-    w_start = kit.decode(encoded)
-    w_end = client.train(w_start, round_t)
-    return lift_change(encoded, w_start, w_end, kit.encode)
+    encoded, w_start = kit.open(received)
+    return kit.lift(encoded, w_start, client.train(w_start, round_t))
 
 
-@dataclass
-class FedAvg:
-    """Plain federated averaging (seed 000 eq. 2)."""
+NOISE_LAWS = ("laplace", "gaussian")
+#: Dense SIFL keys above this many bytes are refused (block keys serve any size).
+DENSE_KEY_BYTES = 2**30
+KEY_KINDS = ("auto", "dense", "block")
 
-    name: str = "fedavg"
-    key_bytes: int = 0
-    n_encoded: int = 0
+
+@dataclass(frozen=True)
+class SiflOptions(SchemeOptions):
+    """Options of the SIFL schemes (``sifl-m1``, ``sifl-m2``, ``sifl-rm``; seeds 000 and 003).
+
+    Parameters
+    ----------
+    extra:
+        Added dimensions ``n~ - n`` (None: 201 for M1/M2 as in the paper's MLP, 1 for sifl-rm).
+    p:
+        Aggregator columns of SIFL M2 (>= 2).
+    epsilon_local:
+        Per-element epsilon of each upload (seed 000 Theorem 1 or 2).
+    noise:
+        ``"laplace"`` (Theorem 1) or ``"gaussian"`` (Theorem 2, with ``delta``).
+    delta:
+        Delta of the Gaussian design, in (0, 0.5).
+    clip:
+        Norm bound ``C`` of the clients' models (sensitivity ``2C/|D_i|``, Remark 3).
+    keys:
+        ``"auto"`` (dense up to 512 immersed entries), ``"dense"`` or ``"block"``.
+    block_size:
+        Block size of structured keys (transforms are memory-bound: smaller is faster).
+    client_noise:
+        Each client adds noise of its own in ``ker(Pi1_left)`` (:func:`kernel_noise`).
+
+    Examples
+    --------
+    >>> SiflOptions(p=3).p
+    3
+    >>> SiflOptions.from_flags({"noise": "auto", "graph": "complete"}).noise
+    'laplace'
+    """
+
+    extra: int | None = None
+    p: int = 2
+    epsilon_local: float = 1.0
+    noise: str = "laplace"
+    delta: float = 1e-5
+    clip: float = 100.0
+    keys: str = "auto"
+    block_size: int = 8
+    client_noise: bool = False
+
+    noise_auto: ClassVar[str | None] = "laplace"
+
+    def __post_init__(self) -> None:
+        if self.extra is not None:
+            check_int("extra", self.extra, 1)
+        check_int("p", self.p, 2)
+        check_int("block_size", self.block_size, 1)
+        check_real("epsilon_local", self.epsilon_local, low=0.0)
+        check_real("clip", self.clip, low=0.0)
+        check_real("delta", self.delta, low=0.0, high=0.5)
+        if self.noise not in NOISE_LAWS:
+            raise InvalidArgumentError(
+                "noise", f"expected 'laplace' or 'gaussian', got {self.noise!r}"
+            )
+        if self.keys not in KEY_KINDS:
+            raise InvalidArgumentError("keys", f"expected one of {KEY_KINDS}, got {self.keys!r}")
+        if not isinstance(self.client_noise, (bool, np.bool_)):
+            raise InvalidArgumentError(
+                "client_noise", f"expected True or False, got {self.client_noise!r}"
+            )
+
+    def check_engine(self, engine: str) -> None:
+        """``client_noise`` runs on the local engine only: the Flower handshake sends the kit before
+        the noise scale is calibrated.
+
+        Parameters
+        ----------
+        engine:
+            ``"local"`` or ``"flower"``.
+        """
+        if self.client_noise and engine != "local":
+            raise InvalidArgumentError("client_noise", "only the local engine supports it")
+
+
+class FedAvg(Scheme):
+    """Plain federated averaging (seed 000 eq. 2): the reference every scheme is compared with."""
+
+    name = "fedavg"
+
+    def __init__(self) -> None:
+        self.kit: ClientKit | None = None
+        self.w: Any = None
 
     def setup(self, w0: Any) -> None:
         self.w = w0.clone()
@@ -143,17 +254,8 @@ class FedAvg:
     def broadcast(self, round_t: int) -> Any:
         return self.w
 
-    kit: ClientKit | None = None
-
-    def client_upload(self, client: Client, received: Any, round_t: int) -> Any:
+    def client_upload(self, client: LocalTrainer, received: Any, round_t: int) -> Any:
         return client_upload(self.kit, client, received, round_t)
-
-    def kit_arrays(self) -> dict[str, np.ndarray]:
-        """What the handshake sends each client (nothing for FedAvg)."""
-        return {}
-
-    def aggregate(self, uploads: list[Any], weights: list[float]) -> Any:
-        return sum(w * u for w, u in zip(weights, uploads, strict=True))
 
     def server_update(self, aggregated: Any) -> None:
         self.w = aggregated
@@ -161,48 +263,74 @@ class FedAvg:
     def global_model(self) -> Any:
         return self.w
 
-    @property
-    def upload_shape(self) -> tuple[int, ...]:
-        """Shape every client upload must have."""
-        return (self.n_encoded,)
-
     def state(self) -> dict[str, np.ndarray]:
-        """Mutable server state for a checkpoint (keys are re-drawn from the seed and checked)."""
-        return {"w": self.w.numpy()}
+        return {"w": self.w.cpu().numpy()}
 
     def restore(self, state: dict[str, np.ndarray]) -> None:
         self.w = _torch().as_tensor(state["w"])
 
-    def privacy(self, sizes: list[int]) -> dict[str, float | None]:
-        """Per-element epsilons given the clients' dataset sizes |D_i| (none for FedAvg)."""
-        return {"epsilon_local": None, "epsilon_global": None}
 
-
-@dataclass
 class SiflM1(FedAvg):
-    """SIFL M1 (and, with ``extra=1`` and no DP figures, the random-matrix SIFL of seed 003)."""
+    """SIFL M1 (seed 000 Algorithm 1) and, with one noise column and no DP figures, the
+    random-matrix SIFL of seed 003.
 
-    name: str = "sifl-m1"
-    extra: int = 201
-    kind: str = "auto"
-    block_size: int = 32
-    noise_scale: float = 1.0
-    epsilon_local: float = 1.0
-    clip: float = 1000.0
-    report_dp: bool = True
-    noise: str = "laplace"  # or "gaussian" (seed 000 Theorem 2, with ``delta``)
-    delta: float = 1e-5
-    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
-    backend: Any = None
-    client_noise: bool = False  # each client adds its own noise in ker(Pi1_left) (see kernel_noise)
-    client_entropy: int | None = (
-        None  # simulation only: seeds the clients' noise (None: OS entropy)
-    )
+    Parameters
+    ----------
+    options:
+        The :class:`SiflOptions`.
+    context:
+        Backend and key generator from the engine.
+    name:
+        The registered name (``sifl-m1`` or ``sifl-rm``).
+    default_extra:
+        ``n~ - n`` when ``options.extra`` is None.
+    report_dp:
+        Whether the scheme designs noise for ``epsilon_local`` and reports epsilons (seed 003
+        gives neither a scale nor a DP analysis: ``sifl-rm`` keeps unit scale and reports none).
+    """
+
+    name = "sifl-m1"
+    supports_client_noise: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        options: SiflOptions,
+        context: SchemeContext,
+        *,
+        name: str = "sifl-m1",
+        default_extra: int = 201,
+        report_dp: bool = True,
+    ) -> None:
+        super().__init__()
+        self.options, self.name, self.report_dp = options, name, report_dp
+        self.extra = options.extra or default_extra
+        self.noise, self.delta, self.clip = options.noise, options.delta, options.clip
+        self.epsilon_local, self.client_noise = options.epsilon_local, options.client_noise
+        self.rng, self.backend = context.rng, context.backend
+        self.noise_scale = 1.0
+        self.client_entropy: int | None = (
+            None  # simulation only: seeds the clients' noise (None: OS entropy)
+        )
+
+    @property
+    def model_norm_bound(self) -> float | None:
+        return self.clip
 
     def setup(self, w0: Any) -> None:
         n = int(w0.numel())
-        kind = self.kind if self.kind != "auto" else ("dense" if n + self.extra <= 512 else "block")
-        self.code = draw_code(n, self.extra, kind=kind, block_size=self.block_size, rng=self.rng)  # type: ignore[arg-type]
+        kind = self.options.keys
+        if kind == "auto":
+            kind = "dense" if n + self.extra <= 512 else "block"
+        dense_bytes = 3 * 8 * (n + self.extra) ** 2  # Pi1, Pi1_left and N1 as dense matrices
+        if kind == "dense" and dense_bytes > DENSE_KEY_BYTES:
+            raise InvalidArgumentError(
+                "keys",
+                f"dense keys for a model of {n:,} parameters (+{self.extra}) need about "
+                f"{dense_bytes / 2**30:.1f} GiB; use keys='block' (O(n * block_size) memory) or 'auto'",
+            )
+        self.code = draw_code(
+            n, self.extra, kind=kind, block_size=self.options.block_size, rng=self.rng
+        )  # type: ignore[arg-type]
         be = self.backend
         self._encode = self.code.encoder(be)
         self._decode = self.code.decoder(be)
@@ -214,7 +342,10 @@ class SiflM1(FedAvg):
         self.w = w0.clone()
         self._os_entropy = secrets.randbits(64)
 
-    def client_upload(self, client: Client, received: Any, round_t: int) -> Any:
+    def key_arrays(self) -> dict[str, np.ndarray]:
+        return code_arrays(self.code)
+
+    def client_upload(self, client: LocalTrainer, received: Any, round_t: int) -> Any:
         """:func:`client_upload`, plus with ``client_noise`` the client's own noise in ``ker(Pi1_left)``.
 
         ``z`` has the round noise's law and scale per entry (``noise``, ``noise_scale``), so each element
@@ -257,6 +388,10 @@ class SiflM1(FedAvg):
     def broadcast(self, round_t: int) -> Any:
         return self._encode_noisy(self.w, self._fresh_noise())  # eq. 19, fresh offset every round
 
+    def encode_for_clients(self, w: Any) -> Any:
+        """``Pi1 w + N1 r`` with fresh round noise (eq. 19's code for any model ``w``; a kit decodes it)."""
+        return self._encode_noisy(w, self._fresh_noise())
+
     def kit_arrays(self) -> dict[str, np.ndarray]:
         self._refuse_client_noise_remotely()
         return ClientKit.arrays(self.code, None)
@@ -271,7 +406,7 @@ class SiflM1(FedAvg):
 
     def state(self) -> dict[str, np.ndarray]:
         return {
-            "w": self.w.numpy(),
+            "w": self.w.cpu().numpy(),
             "noise": np.frombuffer(self._noise.get_state(), dtype=np.uint8),
             "noise_scale": np.array([self.noise_scale]),
         }
@@ -305,7 +440,7 @@ class SiflM1(FedAvg):
             )
         self.noise_scale = needed
 
-    def privacy(self, sizes: list[int]) -> dict[str, float | None]:
+    def privacy(self, sizes: list[int]) -> dict[str, Any]:
         """Per-element epsilon of uploads (Delta = 2C/|D_i|) and of the broadcast (Delta = 2C/|D|).
 
         M1 re-encodes the decoded global model with the same law, so eq. 41/44 applies to both.
@@ -341,16 +476,13 @@ class SiflM1(FedAvg):
         return float(gaussian_epsilon(sens, sigma_bar, self.delta).max())
 
 
-@dataclass
 class SiflM2(SiflM1):
     """SIFL M2: aggregator coding ``w' = w~ Pi2 + R2 N2`` with ``p >= 2`` columns (seed 000 eqs. 22-33)."""
 
-    name: str = "sifl-m2"
-    p: int = 2
+    name = "sifl-m2"
 
     def setup(self, w0: Any) -> None:
-        if self.p < 2:
-            raise InvalidArgumentError("p", f"sifl-m2 needs p >= 2, got {self.p}")
+        self.p = self.options.p
         super().setup(w0)
         torch = _torch()
         pi2 = self.rng.uniform(0.5, 1.5, size=(1, self.p)) * self.rng.choice(
@@ -381,17 +513,17 @@ class SiflM2(SiflM1):
     def state(self) -> dict[str, np.ndarray]:
         out = super().state()
         if self.w_bar is not None:
-            out["w_bar"] = self.w_bar.numpy()
+            out["w_bar"] = self.w_bar.cpu().numpy()
         return out
 
     def restore(self, state: dict[str, np.ndarray]) -> None:
         super().restore(state)
         self.w_bar = _torch().as_tensor(state["w_bar"]) if "w_bar" in state else None
 
-    def aggregate(self, uploads: list[Any], weights: list[float]) -> Any:
-        w_tilde = super().aggregate(uploads, weights)
+    def aggregator_code(self, w_sum: Any) -> Any:
+        """``w' = w~ Pi2 + R2 N2`` with fresh ``R2`` (eq. 31), as ``p`` rows."""
         r2 = self._draw((self.p - 1, self.code.n_total))
-        return self.pi2[0][:, None] * w_tilde[None, :] + self.n2.T @ r2  # eq. 31, as p rows
+        return self.pi2[0][:, None] * w_sum[None, :] + self.n2.T @ r2
 
     def server_update(self, aggregated: Any) -> None:
         self.w_bar = self._decode(aggregated)  # eq. 25: decode Pi1 only, p rows
@@ -402,7 +534,7 @@ class SiflM2(SiflM1):
     def _noise_rows(self) -> np.ndarray:
         return super()._noise_rows() * self._pi2_right_norm()  # b = N1 R1 Pi2^R (eq. 37)
 
-    def privacy(self, sizes: list[int]) -> dict[str, float | None]:
+    def privacy(self, sizes: list[int]) -> dict[str, Any]:
         """Eq. 41/44 (local) and eq. 42/53 (global, the paper's summed form, which seed000 notes
         section 12 show to be optimistic: the true element std is the root of the sum of squares)."""
         out = super().privacy(sizes)
@@ -432,75 +564,21 @@ def _torch() -> Any:
     return torch
 
 
-@dataclass(frozen=True)
-class SchemeOptions:
-    """Everything a scheme factory may use (each takes what it needs)."""
-
-    backend: Any
-    rng: np.random.Generator
-    extra: int | None = None
-    p: int = 2
-    epsilon_local: float = 1.0
-    clip: float = 100.0
-    kind: str = "auto"
-    block_size: int = 8
-    noise: str = "laplace"
-    delta: float = 1e-5
-    client_noise: bool = False
-
-    def sifl(self) -> dict[str, Any]:
-        if self.noise not in ("laplace", "gaussian"):
-            raise InvalidArgumentError(
-                "noise", f"expected 'laplace' or 'gaussian', got {self.noise!r}"
-            )
-        check_client_noise(self.client_noise)
-        return {
-            "backend": self.backend,
-            "rng": self.rng,
-            "epsilon_local": self.epsilon_local,
-            "clip": self.clip,
-            "kind": self.kind,
-            "block_size": self.block_size,
-            "noise": self.noise,
-            "delta": self.delta,
-            "client_noise": self.client_noise,
-        }
-
-
-def check_client_noise(value: Any, scheme: str | None = None) -> None:
-    """Refuse a ``client_noise`` that is not a bool, or that is on for a scheme without round noise."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise InvalidArgumentError("client_noise", f"expected True or False, got {value!r}")
-    if value and scheme is not None:
-        raise InvalidArgumentError(
-            "client_noise",
-            f"scheme {scheme!r} has no round noise to complement; use sifl-m1, sifl-m2 or sifl-rm",
-        )
-
-
-def fedavg_scheme(options: SchemeOptions) -> FedAvg:
+def fedavg_scheme(options: NoOptions, context: SchemeContext) -> FedAvg:
     """Plain FedAvg (the reference)."""
-    check_client_noise(options.client_noise, "fedavg")
     return FedAvg()
 
 
-def sifl_m1_scheme(options: SchemeOptions) -> FedAvg:
-    """SIFL M1 with the paper's n~ - n = 201 by default."""
-    return SiflM1(extra=options.extra or 201, **options.sifl())
+def sifl_m1_scheme(options: SiflOptions, context: SchemeContext) -> SiflM1:
+    """SIFL M1 with the paper's ``n~ - n = 201`` by default."""
+    return SiflM1(options, context)
 
 
-def sifl_m2_scheme(options: SchemeOptions) -> FedAvg:
-    """SIFL M2 with ``p`` aggregator columns."""
-    return SiflM2(extra=options.extra or 201, p=options.p, **options.sifl())
+def sifl_m2_scheme(options: SiflOptions, context: SchemeContext) -> SiflM2:
+    """SIFL M2 with ``options.p`` aggregator columns."""
+    return SiflM2(options, context, name="sifl-m2")
 
 
-def sifl_rm_scheme(options: SchemeOptions) -> FedAvg:
-    """Random-matrix SIFL (seed 003): m = n + 1, fresh unit-scale offset, no DP figures."""
-    return SiflM1(name="sifl-rm", extra=options.extra or 1, report_dp=False, **options.sifl())
-
-
-def make_scheme(name: str, options: SchemeOptions) -> FedAvg:
-    """A fresh scheme object by its registered name (plugins may add schemes)."""
-    from immersion.plugin_manager import registry
-
-    return registry().fl_scheme(name).factory(options)
+def sifl_rm_scheme(options: SiflOptions, context: SchemeContext) -> SiflM1:
+    """Random-matrix SIFL (seed 003): ``m = n + 1``, fresh unit-scale offset, no DP figures."""
+    return SiflM1(options, context, name="sifl-rm", default_extra=1, report_dp=False)

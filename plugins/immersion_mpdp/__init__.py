@@ -6,28 +6,85 @@ distributed DP noise whose pairwise parts cancel in the sum (DDP_Client, Algorit
 pairwise seeds from X25519 key agreement); the server aggregates and recovers the true
 aggregate gradient (MU_Server, Algorithm 3, Eq. 22).
 
+Public API (imported on first use): :func:`perturb` / :func:`recover` (MP_Server, MU_Server),
+:func:`local_model_training` (LMT), the MLP helpers and :func:`calibrate` (Theorems 10, 11).
+
 Registers the federated scheme ``mpdp`` (``immersion fl run --scheme mpdp``) and the audit attacks
-``mpdp-output-mask`` and ``gradient-inversion`` (``immersion audit``; :mod:`immersion_mpdp.attacks`).
+``mpdp-output-mask`` and ``gradient-inversion`` (``immersion audit``;
+:mod:`immersion_mpdp.attacks`).
 """
 
 from __future__ import annotations
 
-from immersion.hookspecs import AttackSpec, SchemeSpec, hookimpl
+from typing import TYPE_CHECKING, Any
+
+from immersion._lazy import lazy_attributes
+from immersion.hookspecs import AttackSpec, FlowerHooks, SchemeSpec, hookimpl
+
+if TYPE_CHECKING:
+    from .calibration import Calibration, calibrate
+    from .engine import TrainingDivergedError
+    from .lmt import LocalResult, local_model_training
+    from .mlp import forward, init_weights, mse_gradient, one_hot
+    from .perturbation import PerturbedModel, ServerKeys, draw_keys, perturb, recover
+
+__all__ = [
+    "perturb",
+    "recover",
+    "draw_keys",
+    "PerturbedModel",
+    "ServerKeys",
+    "local_model_training",
+    "LocalResult",
+    "init_weights",
+    "forward",
+    "mse_gradient",
+    "one_hot",
+    "calibrate",
+    "Calibration",
+    "TrainingDivergedError",
+]
+
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        **dict.fromkeys(
+            ["perturb", "recover", "draw_keys", "PerturbedModel", "ServerKeys"], ".perturbation"
+        ),
+        **dict.fromkeys(["local_model_training", "LocalResult"], ".lmt"),
+        **dict.fromkeys(["init_weights", "forward", "mse_gradient", "one_hot"], ".mlp"),
+        **dict.fromkeys(["calibrate", "Calibration"], ".calibration"),
+        "TrainingDivergedError": ".engine",
+    },
+)
 
 
 @hookimpl
 def immersion_register_fl_schemes() -> list[SchemeSpec]:
-    from .engine import run_mpdp, unsupported_factory
+    from .engine import run_mpdp
+    from .options import MpdpOptions
 
     return [
         SchemeSpec(
-            "mpdp",
-            unsupported_factory,
-            "MP-DP: perturbed MLP + distributed DP noise (seed 004 Algorithms 1-4)",
+            name="mpdp",
+            description="MP-DP: perturbed MLP + distributed DP noise (seed 004 Algorithms 1-4)",
+            options=MpdpOptions,
             runner=run_mpdp,
-            flower_module="immersion_mpdp.flower_engine",
+            flower=FlowerHooks(server=_flower_server, client=_flower_client),
         )
     ]
+
+
+def _flower_server(grid: Any, cfg: Any, **kwargs: Any) -> Any:
+    from .flower_engine import serve
+
+    return serve(grid, cfg, **kwargs)
+
+
+def _flower_client(msg: Any, context: Any) -> Any:
+    from .flower_engine import client_train
+
+    return client_train(msg, context)
 
 
 @hookimpl
@@ -39,13 +96,14 @@ def immersion_register_attacks() -> list[AttackSpec]:
             "mpdp-output-mask",
             ("mpdp",),
             run_output_mask,
-            "a client regresses the output mask out of W_hat (least-squares r) and gets the model's function",
+            "a client regresses the output mask out of W_hat (least-squares r) and gets the "
+            "model's function",
         ),
         AttackSpec(
             "gradient-inversion",
             ("fedavg", "mpdp"),
             run_gradient_inversion,
-            "DLG on a one-image client: FedSGD gradient, MP-DP upload (noise off / epsilon 1), Phi clear / "
-            "masked sum",
+            "DLG on a one-image client: FedSGD gradient, MP-DP upload (noise off / epsilon 1), "
+            "Phi clear / masked sum",
         ),
     ]

@@ -83,7 +83,8 @@ class KeyAgreement:
         self, peer: int, peer_public: bytes, purposes: tuple[str, ...]
     ) -> dict[str, bytes]:
         """32-byte seeds shared with ``peer``, one per purpose (both sides get the same bytes): one
-        Diffie-Hellman exchange, then HKDF-SHA256 with the round, the pair and the purpose as info."""
+        Diffie-Hellman exchange, then HKDF-SHA256 with the round, the pair and the purpose as info.
+        """
         _, public_cls, hkdf_cls, sha256 = _crypto()
         if not isinstance(peer_public, bytes) or len(peer_public) != PUBLIC_KEY_BYTES:
             raise InvalidArgumentError(

@@ -41,12 +41,15 @@ from .perturbation import PerturbedModel
 if TYPE_CHECKING:
     import torch
 
+    from .lmt import LocalResult
+
 N_CLASSES = 10
 DELTA = 1e-5
 MSE_FLOOR = 1e-10  # PSNR is capped at 100 dB (exact reconstructions)
 BENCH_JSON = Path(__file__).resolve().parents[2] / "docs" / "figures" / "mpdp" / "bench_mpdp.json"
 
-#: verdict thresholds: PSNR gain over guessing the mean digit (dB), argmax agreement with the true model
+#: verdict thresholds: PSNR gain over guessing the mean digit (dB), argmax agreement with the true
+#: model
 LEAK_DB, RESIST_DB = 10.0, 2.0
 LEAK_AGREEMENT, RESIST_AGREEMENT_MARGIN = 0.95, 0.05
 
@@ -69,7 +72,7 @@ def psnr_mse(recon: torch.Tensor, truth: torch.Tensor) -> tuple[float, float]:
 
 
 def psnr_verdict(value: float, baseline: float) -> str:
-    """``leaks`` at >= 10 dB above guessing the mean digit (10x lower MSE), ``resists`` within 2 dB."""
+    """``leaks``: >= 10 dB above guessing the mean digit (10x lower MSE); ``resists``: within 2."""
     if value >= baseline + LEAK_DB:
         return "leaks"
     return "resists" if value <= baseline + RESIST_DB else "partial"
@@ -111,7 +114,7 @@ def server_view_one_client(
     epsilon: float | None,
     n_clients: int,
     rng: np.random.Generator,
-) -> tuple[list[torch.Tensor], Any, PerturbedModel]:
+) -> tuple[list[torch.Tensor], LocalResult, PerturbedModel]:
     """One client's round with the corrections in the clear, as the server sees it.
 
     Returns the server's Eq. 22 recovery from this client's upload alone (its noisy true-space
@@ -187,7 +190,7 @@ def server_phi_sum(
 
 
 def phi_of(model: PerturbedModel, x: torch.Tensor) -> list[torch.Tensor]:
-    """``Phi = d/dW^hat mean 1/2 alpha^2`` for the odd layers but the last, differentiable in ``x``."""
+    """``Phi = d/dW^hat mean 1/2 alpha^2`` for the odd layers but the last, differentiable in x."""
     torch = torch_module()
     params = [w.detach().requires_grad_(True) for w in model.odd]
     _, alpha = PerturbedModel(tuple(params), model.transitional).forward(x)
@@ -240,10 +243,10 @@ def invert(
     basis = torch.linalg.svd(target[0], full_matrices=False)[2][:n_images]  # (n_images, n_inputs)
     subspace = basis.shape[0] == n_images
 
-    def matching_loss(x: Any, t: Any) -> Any:
+    def matching_loss(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return sum(((g - h) ** 2).sum() for g, h in zip(match(x, t), target, strict=True)) / scale
 
-    def lbfgs(params: list[Any], loss_fn: Callable[[], Any]) -> float:
+    def lbfgs(params: list[torch.Tensor], loss_fn: Callable[[], torch.Tensor]) -> float:
         opt = torch.optim.LBFGS(
             params,
             lr=1.0,
@@ -254,7 +257,7 @@ def invert(
             tolerance_change=1e-14,
         )
 
-        def closure() -> Any:
+        def closure() -> torch.Tensor:
             opt.zero_grad()
             loss = loss_fn()
             loss.backward()
@@ -264,10 +267,10 @@ def invert(
         value = float(loss_fn().detach())
         return value if np.isfinite(value) else np.inf
 
-    def pixels(c: Any) -> Any:
+    def pixels(c: torch.Tensor) -> torch.Tensor:
         return c @ basis if subspace else c
 
-    candidates: list[tuple[float, Any, Any]] = []
+    candidates: list[tuple[float, torch.Tensor, torch.Tensor]] = []
     for _ in range(restarts):
         start = torch.as_tensor(rng.uniform(0.0, 1.0, size=(n_images, n_inputs)))
         c = (start @ basis.T if subspace else start).requires_grad_(True)
@@ -368,7 +371,7 @@ def attack_phi(
     restarts: int,
     max_iter: int,
 ) -> tuple[torch.Tensor, str]:
-    """The algebraic inversion where it applies, else DLG on ``Phi``; returns the images and the method."""
+    """The algebraic inversion where it applies, else DLG on ``Phi``: the images and the method."""
     torch = torch_module()
     recon = invert_phi_algebraic(model, phi[0])
     if recon is not None:
@@ -402,8 +405,8 @@ def attack_phi(
 
 def train_overfit(
     x: torch.Tensor, t: torch.Tensor, sizes: tuple[int, ...], steps: int, seed: int
-) -> list[Any]:
-    """Full-batch Adam on the MSE loss of the member set (what the clients jointly train), no noise."""
+) -> list[torch.Tensor]:
+    """Full-batch Adam on the member set's MSE loss (what the clients jointly train), no noise."""
     torch = torch_module()
     params = [w.clone().requires_grad_(True) for w in init_weights(sizes, seed)]
     opt = torch.optim.Adam(params, lr=3e-3)
@@ -420,8 +423,12 @@ def estimate_r(alpha: torch.Tensor, y_hat: torch.Tensor, targets: torch.Tensor) 
 
     ``y_hat = y + alpha r`` (Theorem 12) with ``alpha`` known for every input; taking the true
     outputs ``y`` to be close to the one-hot targets of the client's labelled data,
-    ``r_est = argmin_r sum_i ||y_hat_i - alpha_i r - t_i||^2 = sum_i alpha_i (y_hat_i - t_i) / sum_i alpha_i^2``.
-    Its error is ``sum_i alpha_i (y_i - t_i) / sum_i alpha_i^2``: small once the model fits the labels.
+
+        ``r_est = argmin_r sum_i ||y_hat_i - alpha_i r - t_i||^2``
+        ``      = sum_i alpha_i (y_hat_i - t_i) / sum_i alpha_i^2``.
+
+    Its error is ``sum_i alpha_i (y_i - t_i) / sum_i alpha_i^2``: small once the model fits the
+    labels.
     """
     return (alpha[:, None] * (y_hat - targets)).sum(0) / (alpha**2).sum()
 
@@ -440,7 +447,8 @@ def unmask_model(model: PerturbedModel, r_est: torch.Tensor) -> list[torch.Tenso
     >>> w = init_weights((6, 5, 4, 3), seed=0)
     >>> model, keys = perturb(w, np.random.default_rng(1))
     >>> x = torch.rand(7, 6, dtype=torch.float64)
-    >>> bool(torch.allclose(forward(unmask_model(model, keys.r_out), x), forward(w, x)))   # exact with the true r
+    >>> unmasked = unmask_model(model, keys.r_out)      # exact with the true r
+    >>> bool(torch.allclose(forward(unmasked, x), forward(w, x)))
     True
     """
     odd, trans = model.odd, model.transitional
@@ -458,7 +466,7 @@ def output_mask_trial(
     labels_test: torch.Tensor,
     r_true: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """One key draw: the client estimates ``r`` on its data; compare with the true model on ``x_test``."""
+    """One key draw: the client estimates ``r`` on its data, scored against the true model."""
     torch = torch_module()
     with torch.no_grad():
         y_hat, alpha = model.forward(x_client)
@@ -500,11 +508,12 @@ OUTPUT_MASK_FULL: dict[str, Any] = {
 
 
 def run_output_mask(*, quick: bool = False, seed: int = 0) -> list[AttackResult]:
-    """``mpdp-output-mask``: a client regresses the output mask out of ``W_hat`` (see the module docstring).
+    """``mpdp-output-mask``: a client regresses the output mask out of ``W_hat`` (module docstring).
 
     Rows: a trained 64-64-10 model; a trained 64-32-32-10 model (L = 3, transitional layers inside);
-    and the mitigation row ``fresh keys every round`` along a FedSGD trajectory (MP-DP with noise off
-    trains exactly this model, ``tests/test_mpdp.py``), attacked each round under that round's keys.
+    and the mitigation row ``fresh keys every round`` along a FedSGD trajectory (MP-DP with noise
+    off trains exactly this model, ``tests/test_mpdp.py``), attacked each round under that round's
+    keys.
     """
     with single_thread():
         return _run_output_mask(quick, seed)
@@ -535,8 +544,10 @@ def _run_output_mask(quick: bool, seed: int) -> list[AttackResult]:
         "clients": n_clients,
         "what_client_uses": "W_hat of the round and forward passes on its own labelled "
         "shard (no gradient, no other client's data)",
-        "baseline_is": "argmax agreement of the raw W_hat outputs y_hat = y + alpha r with the true model",
-        "estimator": "r_est = sum_i alpha_i (y_hat_i - t_i) / sum_i alpha_i^2 (least squares, notes 10.11(d))",
+        "baseline_is": "argmax agreement of the raw W_hat outputs y_hat = y + alpha r with the "
+        "true model",
+        "estimator": "r_est = sum_i alpha_i (y_hat_i - t_i) / sum_i alpha_i^2 (least squares, "
+        "notes 10.11(d))",
     }
     rows = []
     for sizes in ((64, 64, N_CLASSES), (64, 32, 32, N_CLASSES)):
@@ -573,8 +584,9 @@ def _run_output_mask(quick: bool, seed: int) -> list[AttackResult]:
                     "key_draws": cfg["key_draws"],
                     "agreement_min_over_draws": min(t["agreement"] for t in trials),
                     "agreement_by_client_samples": by_samples,
-                    "mitigation": "none in seed 004: Theorem 7 covers the exact weights only, not the model's "
-                    "function; the client gets alpha for every input from W_hat, so y_hat - alpha r_est is available",
+                    "mitigation": "none in seed 004: Theorem 7 covers the exact weights only, not "
+                    "the model's function; the client gets alpha for every input "
+                    "from W_hat, so y_hat - alpha r_est is available",
                 },
             )
         )
@@ -589,13 +601,13 @@ def _fresh_keys_row(
     cfg: dict[str, Any],
     seed: int,
     rng: np.random.Generator,
-    x_client: Any,
-    t_client: Any,
-    x_test: Any,
-    labels_test: Any,
+    x_client: torch.Tensor,
+    t_client: torch.Tensor,
+    x_test: torch.Tensor,
+    labels_test: torch.Tensor,
     common: dict[str, Any],
 ) -> AttackResult:
-    """FedSGD (= MP-DP's model with noise off) with fresh keys every round; the client attacks each round."""
+    """FedSGD (MP-DP's model, noise off), fresh keys every round; the client attacks each round."""
     from immersion_fl.engine import RunConfig
 
     from .engine import fedsgd_step, make_setup
@@ -631,12 +643,13 @@ def _fresh_keys_row(
         cost="none: the scheme already draws one-time keys each round",
         detail={
             **common,
-            "model": f"bias-free ReLU MLP 64-{hidden[0]}-10, FedSGD (10 clients, batch 32, lr {lr}), "
-            "the model MP-DP trains with noise off",
+            "model": f"bias-free ReLU MLP 64-{hidden[0]}-10, FedSGD (10 clients, batch 32, lr "
+            f"{lr}), the model MP-DP trains with noise off",
             "per_round": per_round,
-            "finding": "fresh keys do not limit the attack: one forward pass over the client's data re-estimates "
-            "each round's r. The estimate assumes the model fits the client's labels, so it is poor on early "
-            "(untrained) models and close to exact once the model is trained",
+            "finding": "fresh keys do not limit the attack: one forward pass over the client's "
+            "data re-estimates each round's r. The estimate assumes the model fits the "
+            "client's labels, so it is poor on early (untrained) models and close to "
+            "exact once the model is trained",
         },
     )
 
@@ -687,8 +700,8 @@ def noise_cost(epsilon: float = 1.0, path: Path = BENCH_JSON) -> tuple[str, dict
     timing = bench.get("timing", {}).get("masked", {})
     if "round_time_ratio" in timing:
         parts.append(
-            f"round time x{timing['round_time_ratio']:.1f} FedSGD (the whole scheme with masked corrections, "
-            "not the noise alone)"
+            f"round time x{timing['round_time_ratio']:.1f} FedSGD (the whole scheme with masked "
+            "corrections, not the noise alone)"
         )
     if not parts:
         return f"not measured (no epsilon={epsilon:g} run in bench_mpdp.json)", {}
@@ -699,7 +712,10 @@ def noise_cost(epsilon: float = 1.0, path: Path = BENCH_JSON) -> tuple[str, dict
 
 
 def inversion_setup(cfg: dict[str, Any], data: Any, seed: int) -> tuple[Any, ...]:
-    """``(sizes, weights, x_all, y_all, lbfgs_kwargs, mean_image)`` shared by the audit and the demo's inversions."""
+    """``(sizes, weights, x_all, y_all, lbfgs_kwargs, mean_image)`` for the audit and the demo.
+
+    Both run their gradient inversions on this setting.
+    """
     torch = torch_module()
     sizes = (64, cfg["hidden"], N_CLASSES)
     x_all = torch.as_tensor(data.x_train.reshape(len(data.x_train), -1))
@@ -719,7 +735,7 @@ def inversion_setup(cfg: dict[str, Any], data: Any, seed: int) -> tuple[Any, ...
 
 
 def run_gradient_inversion(*, quick: bool = False, seed: int = 0) -> list[AttackResult]:
-    """``gradient-inversion``: DLG on one-image clients (see the module docstring); PSNR in dB, 100 = exact."""
+    """``gradient-inversion``: DLG on one-image clients (module docstring); PSNR in dB."""
     with single_thread():
         return _run_gradient_inversion(quick, seed)
 
@@ -740,7 +756,7 @@ def _run_gradient_inversion(quick: bool, seed: int) -> list[AttackResult]:
     noise_ratio: list[float] = []
     exact_gap = 0.0
 
-    def plain_match(a: Any, b: Any) -> list[Any]:
+    def plain_match(a: torch.Tensor, b: torch.Tensor) -> list[torch.Tensor]:
         return plain_gradient_of(weights, a, b)
 
     for _ in range(cfg["images"]):  # one round per attacked image, K one-image clients
@@ -790,8 +806,8 @@ def _run_gradient_inversion(quick: bool, seed: int) -> list[AttackResult]:
         "clients_per_round": k,
         "batch": 1,
         "baseline_is": "PSNR of guessing the mean training digit",
-        "attack": f"DLG/iDLG with L-BFGS ({cfg['restarts']} restarts, {cfg['lbfgs_iter']} iterations) and an "
-        "analytic start; algebraic inversion for Phi",
+        "attack": f"DLG/iDLG with L-BFGS ({cfg['restarts']} restarts, {cfg['lbfgs_iter']} "
+        "iterations) and an analytic start; algebraic inversion for Phi",
         "seconds_attack_total": seconds,
     }
 
@@ -863,8 +879,9 @@ def _run_gradient_inversion(quick: bool, seed: int) -> list[AttackResult]:
             mitigation=eps1 + ", masked corrections (this SDK's default)",
             extra={
                 "methods": methods["phi_sum"],
-                "note": "masking removes the per-client channel, not the leak of the "
-                "noise-free sum; the algebraic step costs 2^N for N images in the round (not run above 16)",
+                "note": "masking removes the per-client channel, not the leak of the noise-free "
+                "sum; the algebraic step costs 2^N for N images in the round (not run "
+                "above 16)",
             },
         ),
     ]

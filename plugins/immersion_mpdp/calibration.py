@@ -13,7 +13,8 @@ Eq. 23: ``epsilon >= theta / 2 + sqrt(theta)`` and ``(epsilon - theta / 2)^2 >= 
   + (12 + 6 log K) / K) / sigma_Delta^2`` gives ``(epsilon, 3 delta)``-DP, and only if ``K >= 81``,
   ``n >= 4 log(2K / (3 delta))``, ``n >= 6 log(K / 3)``, ``n >= 3/2 + 9/4 log(2e / delta)`` and
   ``floor((n - 1) / 3) > 1``. Outside these it is refused (the paper's own experiments, K = 5 or
-  100 with n = 5, are outside them). Here ``delta`` is the total: the theorem is applied at ``delta / 3``.
+  100 with n = 5, are outside them). Here ``delta`` is the total: the theorem is applied at
+  ``delta / 3``.
 
 Both theorems assume a sensitivity of 1 (the paper's ``S_f = B = 1``); a client cannot clip the
 true gradient (it does not know it), so the bound is an assumption: noise is scaled by
@@ -37,7 +38,25 @@ READINGS = ("squared", "literal")
 
 @dataclass(frozen=True)
 class Calibration:
-    """Noise scales for one round and the theorem behind them."""
+    """Noise scales for one round and the theorem behind them.
+
+    Parameters
+    ----------
+    sigma_eta, sigma_delta : float
+        Scales of the clients' own noise ``eta`` and of the pairwise noise ``Delta``, already
+        multiplied by the assumed sensitivity.
+    epsilon, delta : float
+        The per-round target.
+    theorem : str
+        The theorem applied (10, complete graph; 11, n-out graph at ``delta / 3``).
+    reading : {"squared", "literal"}
+        How Theorem 10's ``theta`` was read (module docstring).
+    theta : float
+        The ``theta`` of these scales.
+    theta_max : float
+        The budget ``theta`` had to stay under: Eq. 23's largest ``theta``, shrunk by a relative
+        ``1e-9`` against rounding.
+    """
 
     sigma_eta: float
     sigma_delta: float
@@ -107,6 +126,30 @@ def calibrate(
     reading: str = "squared",
 ) -> Calibration:
     """``(sigma_eta, sigma_Delta)`` meeting Theorem 10 or 11 at per-round ``(epsilon, delta)``.
+
+    Parameters
+    ----------
+    epsilon : float
+        Per-round epsilon (> 0).
+    delta : float
+        Per-round delta, in ``(0, 0.5]``; with an n-out graph the total (Theorem 11 is applied
+        at ``delta / 3``).
+    n_clients : int
+        Clients in the round, ``K >= 2``.
+    graph : str
+        ``"complete"`` (Theorem 10) or ``"nout:N"`` (Theorem 11, refused outside its
+        preconditions).
+    sensitivity : float
+        Assumed per-record sensitivity; the theorems assume 1 and the scales grow with it.
+    eta_share : float
+        Fraction of the ``theta`` budget spent on ``sigma_eta``, in ``(0, 1)``.
+    reading : {"squared", "literal"}
+        Theorem 10 with the squares the units call for (default) or as printed.
+
+    Returns
+    -------
+    Calibration
+        The scales, the theorem and ``theta`` against its budget.
 
     Examples
     --------

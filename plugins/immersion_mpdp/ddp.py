@@ -24,7 +24,7 @@ reveal (Bonawitz et al.'s recovery, without the double masking that protects lat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 from immersion import InvalidArgumentError
@@ -32,6 +32,9 @@ from immersion import InvalidArgumentError
 from .agreement import keystream, keystream_uniform
 from .laws import uniform_dn
 from .lmt import LocalResult
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 HIGH_BITS = 20  # fixed point: x = (high + low / 2^LOW_BITS) / 2^HIGH_BITS
 LOW_BITS = 40
@@ -45,7 +48,7 @@ class Layout:
     sizes: tuple[int, ...]
 
     @classmethod
-    def of(cls, weights: Sequence[Any]) -> "Layout":
+    def of(cls, weights: Sequence[Tensor]) -> Layout:
         """The layout for weight matrices ``(n_(l+1), n_l)`` (true or perturbed odd layers)."""
         return cls((int(weights[0].shape[1]), *(int(w.shape[0]) for w in weights)))
 
@@ -115,8 +118,10 @@ def _sign(me: int, peer: int) -> int:
 
 
 def pair_delta(seed: bytes, sigma_delta: float, size: int) -> np.ndarray:
-    """``Delta_{k,v} ~ DN(sigma_Delta, 1) = Uniform(-sqrt(2) sigma_Delta, sqrt(2) sigma_Delta)`` from the
-    pair's seed (Eq. 19)."""
+    """``Delta_{k,v} ~ DN(sigma_Delta, 1)`` from the pair's seed (Eq. 19).
+
+    ``DN(sigma_Delta, 1) = Uniform(-sqrt(2) sigma_Delta, sqrt(2) sigma_Delta)``.
+    """
     bound = np.sqrt(2.0) * sigma_delta
     return keystream_uniform(seed, size, -bound, bound)
 
@@ -158,7 +163,8 @@ def add_pair_terms(
     noise: NoiseSettings,
 ) -> None:
     """Add, in place, what ``me`` puts into its upload for its pair with ``peer``: ``+Delta`` if
-    ``me < peer`` else ``-Delta`` (Eq. 17), and the pair's 64-bit mask with the same sign (mod 2^64)."""
+    ``me < peer`` else ``-Delta`` (Eq. 17), and the pair's 64-bit mask with the same sign (mod
+    2^64)."""
     if noise.sigma_delta > 0:
         grad += _sign(me, peer) * pair_delta(
             seeds["delta"], noise.sigma_delta, layout.gradient_size
@@ -179,7 +185,7 @@ def ddp_client(
     noise: NoiseSettings,
     rng: np.random.Generator,
 ) -> Upload:
-    """Algorithm 2 for client ``me``: ``seeds[v][purpose]`` are the pair seeds with each neighbour."""
+    """Algorithm 2 for client ``me``; ``seeds[v][purpose]`` are its pair seeds with neighbour v."""
     grad, corrections = layout.flatten(local)
     if noise.sigma_eta > 0:
         grad += uniform_dn(noise.sigma_eta, grad.shape, rng)  # Eq. 16

@@ -16,10 +16,9 @@ from typing import Any, Callable
 import numpy as np
 from immersion import InvalidArgumentError
 from immersion_fl.data import load_dataset, split_clients
-from immersion_fl.engine import RunConfig, RunResult
+from immersion_fl.engine import EveryClientFailedError, FederatedTask, RunConfig, RunResult
 from immersion_fl.faults import FaultPlan
 
-from .agreement import parse_graph
 from .calibration import Calibration, calibrate
 from .ddp import Layout, NoiseSettings, Upload
 from .mlp import (
@@ -30,7 +29,9 @@ from .mlp import (
     mse_loss,
     per_sample_gradient_norms,
     torch_module,
+    weights_from_module,
 )
+from .options import MpdpOptions
 from .protocol import MpdpClient, MpdpServer
 
 LOG = logging.getLogger("immersion.fl")
@@ -39,15 +40,6 @@ MAX_ATTEMPTS = 3
 
 class TrainingDivergedError(RuntimeError):
     """The model's test loss became non-finite (too much noise for the learning rate)."""
-
-
-def unsupported_factory(options: Any) -> Any:
-    """``make_scheme("mpdp")``: MP-DP has its own round protocol, run it with ``run_federated``."""
-    raise InvalidArgumentError(
-        "scheme",
-        "mpdp does not fit the weight-averaging scheme interface; use "
-        "immersion_fl.engine.run_federated(RunConfig(scheme='mpdp', ...)) or immersion fl run",
-    )
 
 
 @dataclass
@@ -74,8 +66,8 @@ class MpdpResult(RunResult):
         out.update(
             {
                 "noise": "on" if cal is not None else "off",
-                "graph": cfg.graph,
-                "mask_corrections": cfg.mask_corrections,
+                "graph": options_of(cfg).graph,
+                "mask_corrections": options_of(cfg).mask_corrections,
                 "upload_bytes_per_client": float(np.mean(self.upload_bytes))
                 if self.upload_bytes
                 else None,
@@ -95,22 +87,22 @@ class MpdpResult(RunResult):
                 "theta_reading": cal.reading if cal else None,
                 "sigma_eta": cal.sigma_eta if cal else None,
                 "sigma_delta": cal.sigma_delta if cal else None,
-                "sensitivity_assumed": cfg.sensitivity if cal else None,
+                "sensitivity_assumed": options_of(cfg).sensitivity if cal else None,
                 "sensitivity_observed_max": max(self.sensitivity_observed)
                 if self.sensitivity_observed
                 else None,
                 "phase_s_median": {k: float(np.median(v)) for k, v in self.phase_s.items()},
                 "aborted_rounds": self.aborted,
-                "loss": self.loss[-1],
-                "loss_plain": self.loss_plain[-1],
+                "loss": self.loss[-1] if self.loss else None,
+                "loss_plain": self.loss_plain[-1] if self.loss_plain else None,
             }
         )
         return out
 
 
-def validate(cfg: RunConfig) -> None:
+def validate(cfg: RunConfig, task: FederatedTask | None = None) -> None:
     """Refuse options MP-DP does not support, naming them."""
-    if cfg.model != "mlp":
+    if task is None and cfg.model != "mlp":
         raise InvalidArgumentError(
             "model", f"mpdp covers bias-free ReLU MLPs only (seed 004), got {cfg.model!r}"
         )
@@ -126,18 +118,22 @@ def validate(cfg: RunConfig) -> None:
             "mpdp takes one gradient per client per round (Theorem 4 holds "
             f"only at the received model); got {cfg.local_epochs}",
         )
-    if cfg.noise not in ("auto", "on", "off"):
-        raise InvalidArgumentError("noise", f"mpdp expects on or off, got {cfg.noise!r}")
     if cfg.clients < 2:
         raise InvalidArgumentError("clients", f"mpdp needs >= 2 clients, got {cfg.clients}")
-    parse_graph(cfg.graph)
+
+
+def options_of(cfg: RunConfig) -> MpdpOptions:
+    """``cfg.options``, typed (RunConfig has checked it is MP-DP's)."""
+    assert isinstance(cfg.options, MpdpOptions)
+    return cfg.options
 
 
 def noise_settings(cfg: RunConfig) -> tuple[NoiseSettings, Calibration | None]:
-    if cfg.noise == "off":
-        return NoiseSettings(mask_corrections=cfg.mask_corrections), None
-    cal = calibrate(cfg.epsilon, cfg.delta, cfg.clients, cfg.graph, sensitivity=cfg.sensitivity)
-    return NoiseSettings(cal.sigma_eta, cal.sigma_delta, cfg.mask_corrections), cal
+    opt = options_of(cfg)
+    if opt.noise == "off":
+        return NoiseSettings(mask_corrections=opt.mask_corrections), None
+    cal = calibrate(opt.epsilon, opt.delta, cfg.clients, opt.graph, sensitivity=opt.sensitivity)
+    return NoiseSettings(cal.sigma_eta, cal.sigma_delta, opt.mask_corrections), cal
 
 
 @dataclass
@@ -150,9 +146,14 @@ class Setup:
     x_test: Any
     y_test: Any
     n_classes: int
+    w0: list[Any]
 
 
-def make_setup(cfg: RunConfig) -> Setup:
+def make_setup(cfg: RunConfig, task: FederatedTask | None = None) -> Setup:
+    """Clients, layer sizes, initial weights and held-out data: from the SDK's dataset and
+    ``cfg.hidden``, or from a user's task (its module must be a bias-free ReLU MLP)."""
+    if task is not None:
+        return _setup_from_task(cfg, task)
     torch = torch_module()
     data = load_dataset(cfg.dataset, seed=cfg.seed)
     x = torch.as_tensor(data.x_train.reshape(len(data.x_train), -1), dtype=torch.float64)
@@ -166,9 +167,66 @@ def make_setup(cfg: RunConfig) -> Setup:
     ]
     sizes = layer_sizes(x.shape[1], cfg.hidden, data.n_classes)
     x_test = torch.as_tensor(data.x_test.reshape(len(data.x_test), -1), dtype=torch.float64)
-    return Setup(
-        cfg, sizes, clients, x_test, torch.as_tensor(data.y_test, dtype=torch.long), data.n_classes
+    y_test = torch.as_tensor(data.y_test, dtype=torch.long)
+    return Setup(cfg, sizes, clients, x_test, y_test, data.n_classes, init_weights(sizes, cfg.seed))
+
+
+def _setup_from_task(cfg: RunConfig, task: FederatedTask) -> Setup:
+    try:
+        weights = weights_from_module(task.model.module)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError("model", f"mpdp: {str(exc).partition(': ')[2]}") from None
+    sizes = (int(weights[0].shape[1]), *(int(w.shape[0]) for w in weights))
+    n_classes = sizes[-1]
+
+    def flat(x: Any, where: str) -> Any:
+        x = x.reshape(len(x), -1)
+        if x.shape[1] != sizes[0]:
+            raise InvalidArgumentError(
+                "client_data",
+                f"{where}: samples have {x.shape[1]} features, the "
+                f"model's first layer takes {sizes[0]}",
+            )
+        return x
+
+    clients = [
+        MpdpClient(
+            i,
+            flat(x, f"client {i}"),
+            _labels(y, n_classes, f"client {i}"),
+            n_classes,
+            cfg.batch_size,
+            cfg.seed,
+            shuffle=task.shuffle,
+        )
+        for i, (x, y) in enumerate(task.client_data)
+    ]
+    x_test, y_test = (
+        (flat(task.test[0], "test_data"), _labels(task.test[1], n_classes, "test_data"))
+        if task.test is not None
+        else (None, None)
     )
+    return Setup(cfg, sizes, clients, x_test, y_test, n_classes, weights)
+
+
+def _labels(y: Any, n_classes: int, where: str) -> Any:
+    """Class indices from labels or one-hot rows (MP-DP trains the MSE to one-hot targets, seed 004)."""
+    torch = torch_module()
+    if y.ndim == 2:
+        if y.shape[1] != n_classes or not bool(
+            ((y == 0) | (y == 1)).all() and (y.sum(1) == 1).all()
+        ):
+            raise InvalidArgumentError(
+                "client_data",
+                f"{where}: mpdp trains the MSE to one-hot targets (seed 004); "
+                f"Y must be labels or one-hot rows of width {n_classes}",
+            )
+        y = y.argmax(1)
+    if bool((y >= n_classes).any()):
+        raise InvalidArgumentError(
+            "client_data", f"{where}: labels must be < {n_classes} (the model's outputs)"
+        )
+    return y.to(torch.long)
 
 
 def upload_problem(upload: Any, layout: Layout, masked: bool) -> str | None:
@@ -181,7 +239,10 @@ def upload_problem(upload: Any, layout: Layout, masked: bool) -> str | None:
     if upload.corrections.shape != want or upload.corrections.dtype != (
         np.uint64 if masked else np.float64
     ):
-        return f"corrections of shape {upload.corrections.shape} ({upload.corrections.dtype}), expected {want}"
+        return (
+            f"corrections of shape {upload.corrections.shape} ({upload.corrections.dtype}), "
+            f"expected {want}"
+        )
     if not np.isfinite(upload.gradient).all() or (
         not masked and not np.isfinite(upload.corrections).all()
     ):
@@ -190,7 +251,7 @@ def upload_problem(upload: Any, layout: Layout, masked: bool) -> str | None:
 
 
 def apply_fault(kind: str | None, work: Callable[[], Upload]) -> Upload:
-    """A client's upload with an injected fault (tests and demos); ``no-recovery`` acts at reveal."""
+    """A client's upload with an injected fault (tests, demos); ``no-recovery`` acts at reveal."""
     if kind == "raise":
         raise RuntimeError("injected fault: client crashed after the key agreement")
     if kind == "timeout":
@@ -285,7 +346,7 @@ def mpdp_round(
             for phase, seconds in clients[k].timings.items():
                 phase_s[phase] = phase_s.get(phase, 0.0) + seconds
         if not uploads:
-            raise RuntimeError(f"round {t}: every client failed; nothing to aggregate")
+            raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
         gone = [k for k in members if k not in uploads]
         asked = reveal_requests(gone, graph, uploads)
         silent = {v: "injected fault" for v in asked if plan.faults.get((v, t)) == "no-recovery"}
@@ -321,12 +382,16 @@ class Run:
     plain: list[Any]
 
 
-def start(cfg: RunConfig) -> Run:
-    setup = make_setup(cfg)
+def start(cfg: RunConfig, task: FederatedTask | None = None) -> Run:
+    setup = make_setup(cfg, task)
     noise, cal = noise_settings(cfg)
-    w0 = init_weights(setup.sizes, cfg.seed)
+    w0 = setup.w0
     server = MpdpServer(
-        [w.clone() for w in w0], cfg.lr, noise, cfg.graph, rng=np.random.default_rng([cfg.seed, 1])
+        [w.clone() for w in w0],
+        cfg.lr,
+        noise,
+        options_of(cfg).graph,
+        rng=np.random.default_rng([cfg.seed, 1]),
     )
     return Run(setup, server, new_result(cfg, setup, cal), [w.clone() for w in w0])
 
@@ -367,16 +432,24 @@ def run_mpdp(
     engine: str = "local",
     progress: Callable[[str], None] | None = None,
     faults: FaultPlan | None = None,
+    task: FederatedTask | None = None,
 ) -> MpdpResult:
-    """Train ``cfg`` with MP-DP beside plain FedSGD (same batches, same survivors every round)."""
-    validate(cfg)
+    """Train ``cfg`` with MP-DP beside plain FedSGD (same batches, same survivors every round);
+    with ``task``, on a user's bias-free ReLU MLP and data (local engine)."""
+    validate(cfg, task)
+    if engine == "flower" and task is not None:
+        raise InvalidArgumentError(
+            "engine",
+            "mpdp's Flower engine builds its clients from the SDK's datasets; "
+            "run a user's model and data with engine='local'",
+        )
     if engine == "flower":
         from .flower_engine import run_flower
 
         return run_flower(cfg, progress=progress, faults=faults or FaultPlan())
     if engine != "local":
         raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
-    run = start(cfg)
+    run = start(cfg, task)
     clients = {c.index: c for c in run.setup.clients}
     for t in range(cfg.rounds):
         phases: dict[str, float] = {}
@@ -393,6 +466,7 @@ def run_mpdp(
         )
         close_round(run, t, survivors, uploads, time.perf_counter() - tick, phases, progress)
     run.result.weights = run.server.weights
+    run.result.final_model = torch_module().cat([w.reshape(-1) for w in run.server.weights])
     return run.result
 
 
@@ -439,24 +513,29 @@ def record(
     res.round_s_plain.append(seconds_plain)
     for phase, value in phases.items():
         res.phase_s.setdefault(phase, []).append(value)
-    for sink_acc, sink_loss, w in (
-        (res.accuracy, res.loss, weights),
-        (res.accuracy_plain, res.loss_plain, plain),
-    ):
-        sink_acc.append(accuracy(w, setup.x_test, setup.y_test))
-        sink_loss.append(mse_loss(w, setup.x_test, setup.y_test, setup.n_classes))
+    if setup.x_test is not None:
+        for sink_acc, sink_loss, w in (
+            (res.accuracy, res.loss, weights),
+            (res.accuracy_plain, res.loss_plain, plain),
+        ):
+            sink_acc.append(accuracy(w, setup.x_test, setup.y_test))
+            sink_loss.append(mse_loss(w, setup.x_test, setup.y_test, setup.n_classes))
     res.diff_vs_plain.append(
         max(float((a - b).abs().max()) for a, b in zip(weights, plain, strict=True))
     )
-    if not np.isfinite(res.loss[-1]):
+    finite = (
+        np.isfinite(res.loss[-1]) if res.loss else all(bool(w.isfinite().all()) for w in weights)
+    )
+    if not finite:
         cal = res.calibration
         noise = f"sigma_eta {cal.sigma_eta:.3g} (epsilon {cal.epsilon:g}) " if cal else ""
         raise TrainingDivergedError(
-            f"round {t + 1}: the model diverged (test loss {res.loss[-1]}); the noise "
+            f"round {t + 1}: the model diverged (test loss {res.loss[-1] if res.loss else 'n/a'}); the noise "
             f"{noise}is too large for lr {res.config.lr:g}: lower --lr or raise --epsilon"
         )
     if progress:
         progress(
-            f"round {t + 1}/{res.config.rounds}: accuracy {res.accuracy[-1]:.4f}, "
+            f"round {t + 1}/{res.config.rounds}: "
+            f"{f'accuracy {res.accuracy[-1]:.4f}' if res.accuracy else 'done'}, "
             f"max|W - W_fedsgd| {res.diff_vs_plain[-1]:.2e}"
         )

@@ -1,8 +1,11 @@
-"""Flower engine for MP-DP: the rounds of :mod:`immersion_mpdp.engine` as ServerApp + ClientApp messages.
+"""Flower engine for MP-DP: the rounds of :mod:`immersion_mpdp.engine` as Flower messages.
+
+A ServerApp and a ClientApp exchange them.
 
 Every virtual node is one :class:`~immersion_mpdp.protocol.MpdpClient`; the ServerApp holds the
 :class:`~immersion_mpdp.protocol.MpdpServer`. Messages of round ``t`` (retry ``attempt``), each one
-``grid.send_and_receive`` (message type ``train``, the phase in ``config["kind"]`` as ``mpdp/<phase>``):
+``grid.send_and_receive`` (message type ``train``, the phase in ``config["kind"]`` as
+``mpdp/<phase>``):
 
 1. ``advertise``: the node makes its key pair for ``(t, attempt)`` and answers with its public key
    (32 bytes as a uint8 array) and its partition id;
@@ -31,20 +34,24 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from immersion_fl import flower_engine as fl_flower
 from immersion_fl.engine import RunConfig
 from immersion_fl.faults import FaultPlan
-from immersion_fl.flower_engine import _arrays, _config_from_json, _flwr_types
+from immersion_fl.flower_engine import arrays_record as _arrays
+from immersion_fl.flower_engine import flwr_types as _flwr_types
 
 from . import engine
 from .ddp import PURPOSES, NoiseSettings, Upload
 from .perturbation import PerturbedModel
 from .protocol import MpdpClient, MpdpServer
+
+if TYPE_CHECKING:
+    from flwr.app import Array, ConfigRecord, Context, Message, RecordDict
+    from flwr.serverapp import Grid
 
 LOG = logging.getLogger("immersion.fl")
 
@@ -55,13 +62,13 @@ def _client_for(cfg_json: str, index: int) -> MpdpClient:
     """The node's MpdpClient (its data share), built once per worker process."""
     key = (cfg_json, index)
     if key not in _CLIENT_CACHE:
-        for client in engine.make_setup(_config_from_json(cfg_json)).clients:
+        for client in engine.make_setup(RunConfig.from_json(cfg_json)).clients:
             client.deterministic_keys = False  # private keys and DP noise from OS entropy
             _CLIENT_CACHE[(cfg_json, client.index)] = client
     return _CLIENT_CACHE[key]
 
 
-def _as_bytes(array: Any) -> bytes:
+def _as_bytes(array: Array) -> bytes:
     return np.asarray(array.numpy(), dtype=np.uint8).tobytes()
 
 
@@ -70,9 +77,9 @@ def _as_uint8(blob: bytes) -> np.ndarray:
 
 
 class _Nodes:
-    """The ServerApp's side of the messages: which node holds which partition, one phase at a time."""
+    """The ServerApp's side of the messages: which node holds which partition, phase by phase."""
 
-    def __init__(self, grid: Any, cfg: RunConfig, dropped: list[dict[str, Any]]) -> None:
+    def __init__(self, grid: Grid, cfg: RunConfig, dropped: list[dict[str, Any]]) -> None:
         self.grid, self.timeout, self.dropped = grid, cfg.client_timeout, dropped
         deadline = time.time() + 120
         nodes: list[int] = []
@@ -82,14 +89,16 @@ class _Nodes:
         self.unmapped = nodes  # node ids until their first advertise answer
         self.node_of: dict[int, int] = {}  # partition id -> node id
 
-    def send(self, contents: dict[int, Any]) -> dict[int, Any]:
-        """Send ``contents[k]`` to the node of partition ``k``; the answers by ``k``, or why there is none."""
+    def send(self, contents: dict[int, RecordDict]) -> dict[int, Message | str]:
+        """Send ``contents[k]`` to partition ``k``'s node; the answers by ``k``, or the failure."""
         return self._send(
             {self.node_of[k]: c for k, c in contents.items()},
             {self.node_of[k]: k for k in contents},
         )
 
-    def advertise(self, t: int, members: list[int], content: Callable[[], Any]) -> dict[int, Any]:
+    def advertise(
+        self, t: int, members: list[int], content: Callable[[], RecordDict]
+    ) -> dict[int, Message | str]:
         """The advertise phase; on first contact it asks every node and learns the partition ids."""
         if self.node_of:
             return self.send({k: content() for k in members})
@@ -105,7 +114,9 @@ class _Nodes:
                 out[int(reply.content["config"]["pid"])] = reply
         return out
 
-    def _send(self, contents: dict[int, Any], key_of: dict[int, int]) -> dict[int, Any]:
+    def _send(
+        self, contents: dict[int, RecordDict], key_of: dict[int, int]
+    ) -> dict[int, Message | str]:
         Message = _flwr_types()[3]
         msgs = [
             Message(content=c, dst_node_id=n, message_type="train") for n, c in contents.items()
@@ -114,7 +125,7 @@ class _Nodes:
             r.metadata.src_node_id: r
             for r in self.grid.send_and_receive(msgs, timeout=self.timeout)
         }
-        out: dict[int, Any] = {}
+        out: dict[int, Message | str] = {}
         for n in contents:
             reply = by_node.get(n)
             out[key_of[n]] = (
@@ -138,7 +149,7 @@ def _reason(text: str) -> str:
     return last.split(" occurred. Message: ", 1)[-1].rstrip(">").rstrip("'\"")
 
 
-def _records(**parts: Any) -> Any:
+def _records(**parts: Any) -> RecordDict:
     _, ArrayRecord, ConfigRecord, _, RecordDict = _flwr_types()
     return RecordDict(
         {
@@ -150,7 +161,7 @@ def _records(**parts: Any) -> Any:
     )
 
 
-def _upload_of(reply: Any, phase_s: dict[str, float]) -> Upload | str:
+def _upload_of(reply: Message | str, phase_s: dict[str, float]) -> Upload | str:
     """A node's upload (its timings added to ``phase_s``), or why there is none."""
     if isinstance(reply, str):
         return reply
@@ -165,7 +176,7 @@ def _upload_of(reply: Any, phase_s: dict[str, float]) -> Upload | str:
         return f"unreadable answer: {type(exc).__name__}: {exc}"
 
 
-def _seeds_of(reply: Any, dropped: list[int]) -> dict[int, dict[str, bytes]] | str:
+def _seeds_of(reply: Message | str, dropped: list[int]) -> dict[int, dict[str, bytes]] | str:
     """A survivor's pair seeds with each of ``dropped``, by purpose, or why there are none."""
     if isinstance(reply, str):
         return reply
@@ -190,8 +201,11 @@ def flower_round(
     aborted: list[dict[str, Any]],
     phase_s: dict[str, float],
 ) -> tuple[list[int], list[Upload]]:
-    """:func:`~immersion_mpdp.engine.mpdp_round` over Flower messages; same order of every random draw
-    and of every sum, so the same seed gives the same weights."""
+    """:func:`~immersion_mpdp.engine.mpdp_round` over Flower messages.
+
+    Every random draw and every sum comes in the same order, so the same seed gives the same
+    weights.
+    """
     noise = server.noise
     for attempt in range(engine.MAX_ATTEMPTS):
         tick = time.perf_counter()
@@ -267,16 +281,17 @@ def flower_round(
         phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
         return sorted(uploads), [uploads[k] for k in sorted(uploads)]
     raise RuntimeError(
-        f"round {t}: aborted {engine.MAX_ATTEMPTS} times; see the log for the clients that did not answer"
+        f"round {t}: aborted {engine.MAX_ATTEMPTS} times; see the log for the clients that did "
+        "not answer"
     )
 
 
 def serve(
-    grid: Any, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str], None] | None
+    grid: Grid, cfg: RunConfig, *, plan: FaultPlan, progress: Callable[[str], None] | None
 ) -> engine.MpdpResult:
-    """The ServerApp's work for ``cfg``: the server side of :func:`~immersion_mpdp.engine.run_mpdp`."""
+    """The ServerApp's work for ``cfg``: the server side of :func:`.engine.run_mpdp`."""
     messages = {
-        "cfg": json.dumps(asdict(cfg)),
+        "cfg": cfg.to_json(),
         "faults": json.dumps([[c, t, k] for (c, t), k in plan.faults.items()]),
     }
     run = engine.start(cfg)
@@ -295,8 +310,8 @@ def serve(
     return run.result
 
 
-def _restore_keys(client: MpdpClient, state: Any, t: int, attempt: int) -> None:
-    """Reinstate the key pair this node advertised for ``(t, attempt)`` from its ``context.state``."""
+def _restore_keys(client: MpdpClient, state: ConfigRecord, t: int, attempt: int) -> None:
+    """Reinstate the key pair this node advertised for ``(t, attempt)``, from ``context.state``."""
     if (int(state["round"]), int(state["attempt"])) != (t, attempt):
         raise RuntimeError(
             f"asked for round {t} attempt {attempt}, but the last key advertised was for round "
@@ -308,8 +323,8 @@ def _restore_keys(client: MpdpClient, state: Any, t: int, attempt: int) -> None:
         )
 
 
-def client_train(msg: Any, context: Any) -> Any:
-    """The ClientApp's ``train``: one of the phases advertise, upload, reveal for this node's client."""
+def client_train(msg: Message, context: Context) -> Message:
+    """The ClientApp's ``train``: the phase advertise, upload or reveal for this node's client."""
     ConfigRecord, Message = _flwr_types()[2:4]
     config = msg.content["config"]
     index = int(context.node_config["partition-id"])
@@ -381,7 +396,7 @@ def run_flower(
     progress: Callable[[str], None] | None = None,
     faults: FaultPlan | None = None,
 ) -> engine.MpdpResult:
-    """Run ``cfg`` with MP-DP on Flower's simulation runtime (Ray backend), ``cfg.clients`` virtual nodes."""
+    """Run ``cfg`` with MP-DP on Flower's simulation runtime (Ray), one virtual node per client."""
     result: engine.MpdpResult = fl_flower.run_flower(
         cfg, progress=progress, faults=faults, server_work=serve, client_work=client_train
     )

@@ -17,24 +17,53 @@ Theorem 4 holds only for a gradient taken at the received ``W^hat``: one gradien
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .mlp import torch_module
 from .perturbation import PerturbedModel
 
+if TYPE_CHECKING:
+    from torch import Tensor
+
 
 @dataclass(frozen=True)
 class LocalResult:
-    """A client's LMT output for the odd layers (before any DDP noise)."""
+    """A client's LMT output for the odd layers (before any DDP noise).
 
-    grad_hat: tuple[Any, ...]  # L matrices
-    psi: tuple[Any, ...]  # L - 1 tensors (n_L, n_l, n_(l-1))
-    psi_last: Any  # (n_(L-1),)
-    phi: tuple[Any, ...]  # L - 1 matrices
+    Parameters
+    ----------
+    grad_hat : tuple of Tensor
+        The ``L`` gradient matrices on the perturbed model.
+    psi : tuple of Tensor
+        The ``L - 1`` tensors ``Psi^(l)``, of shape ``(n_L, n_l, n_(l-1))``.
+    psi_last : Tensor
+        The last layer's ``Psi``, shape ``(n_(L-1),)``.
+    phi : tuple of Tensor
+        The ``L - 1`` matrices ``Phi^(l)``.
+    """
+
+    grad_hat: tuple[Tensor, ...]
+    psi: tuple[Tensor, ...]
+    psi_last: Tensor
+    phi: tuple[Tensor, ...]
 
 
-def local_model_training(model: PerturbedModel, x: Any, targets: Any) -> LocalResult:
-    """LMT on one batch ``x`` (batch x n_0) with one-hot ``targets`` (batch x n_L).
+def local_model_training(model: PerturbedModel, x: Tensor, targets: Tensor) -> LocalResult:
+    """LMT on one batch: the gradient on ``W^hat`` and the corrections ``Psi``, ``Phi``.
+
+    Parameters
+    ----------
+    model : PerturbedModel
+        The perturbed model the client received this round.
+    x : Tensor
+        The batch's inputs, ``(batch, n_0)``, float64.
+    targets : Tensor
+        One-hot targets, ``(batch, n_L)``.
+
+    Returns
+    -------
+    LocalResult
+        Batch means of ``grad_hat``, ``Psi`` and ``Phi`` (Theorems 4 and 13).
 
     Examples
     --------
@@ -43,7 +72,8 @@ def local_model_training(model: PerturbedModel, x: Any, targets: Any) -> LocalRe
     >>> from immersion_mpdp.perturbation import perturb, recover
     >>> w = init_weights((6, 5, 4, 3), seed=0)
     >>> model, keys = perturb(w, np.random.default_rng(1))
-    >>> x, t = torch.rand(8, 6, dtype=torch.float64), torch.eye(3, dtype=torch.float64)[[0, 1, 2, 0, 1, 2, 0, 1]]
+    >>> x = torch.rand(8, 6, dtype=torch.float64)
+    >>> t = torch.eye(3, dtype=torch.float64)[[0, 1, 2, 0, 1, 2, 0, 1]]
     >>> out = local_model_training(model, x, t)
     >>> true = recover(keys, out.grad_hat, out.psi, out.psi_last, out.phi)     # Theorem 4
     >>> max(float((a - b).abs().max()) for a, b in zip(true, mse_gradient(w, x, t))) < 1e-12
@@ -53,7 +83,7 @@ def local_model_training(model: PerturbedModel, x: Any, targets: Any) -> LocalRe
     func = torch.func
     batch, n_out = targets.shape
 
-    def outputs(*odd: Any) -> tuple[tuple[Any, Any], Any]:
+    def outputs(*odd: Tensor) -> tuple[tuple[Tensor, Tensor], Tensor]:
         y_hat, alpha, hidden = PerturbedModel(odd, model.transitional).forward_with_hidden(x)
         return (y_hat, alpha), hidden.detach()
 

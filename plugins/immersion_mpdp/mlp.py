@@ -7,10 +7,13 @@ covered by the paper's algebra (Theorems 4 and 12), so :func:`weights_from_modul
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 from immersion import InvalidArgumentError, OptionalDependencyError
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 def torch_module() -> Any:
@@ -34,8 +37,20 @@ def layer_sizes(n_inputs: int, hidden: Sequence[int], n_outputs: int) -> tuple[i
     return sizes
 
 
-def init_weights(sizes: Sequence[int], seed: int) -> list[Any]:
+def init_weights(sizes: Sequence[int], seed: int) -> list[Tensor]:
     """He-uniform float64 weights, deterministic in ``seed``.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Layer sizes ``(n_0, ..., n_L)``.
+    seed : int
+        Seed of the draw.
+
+    Returns
+    -------
+    list of Tensor
+        ``weights[l]`` of shape ``(n_(l+1), n_l)``.
 
     Examples
     --------
@@ -51,13 +66,19 @@ def init_weights(sizes: Sequence[int], seed: int) -> list[Any]:
     return out
 
 
-def weights_from_module(module: Any) -> list[Any]:
+def weights_from_module(module: Any) -> list[Tensor]:
     """The weight matrices of a ``torch.nn.Sequential`` of ``Linear(bias=False)`` and ``ReLU``.
 
     Raises a clear error for biases, other layers or a missing ReLU between linear layers.
     """
     torch = torch_module()
     nn = torch.nn
+    if not isinstance(module, nn.Sequential):
+        raise InvalidArgumentError(
+            "module",
+            f"expected an nn.Sequential of Linear(bias=False) and ReLU layers, got "
+            f"{type(module).__name__} (MP-DP's algebra, seed 004, covers only that MLP)",
+        )
     weights, expect_relu = [], False
     for index, layer in enumerate(module):
         if isinstance(layer, nn.Flatten) and index == 0:
@@ -90,33 +111,77 @@ def weights_from_module(module: Any) -> list[Any]:
     return weights
 
 
-def forward(weights: Sequence[Any], x: Any) -> Any:
-    """Outputs ``y`` (batch x n_L) of the plain MLP."""
+def forward(weights: Sequence[Tensor], x: Tensor) -> Tensor:
+    """Outputs ``y`` (batch x n_L) of the plain MLP.
+
+    Parameters
+    ----------
+    weights : sequence of Tensor
+        The weight matrices, ``weights[l]`` of shape ``(n_(l+1), n_l)``.
+    x : Tensor
+        Inputs, ``(batch, n_0)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> forward(init_weights((4, 3, 2), seed=0), torch.zeros(5, 4, dtype=torch.float64)).shape
+    torch.Size([5, 2])
+    """
     h = x
     for w in weights[:-1]:
         h = (h @ w.T).clamp_min(0.0)
     return h @ weights[-1].T
 
 
-def one_hot(labels: Any, n_classes: int) -> Any:
+def one_hot(labels: Tensor, n_classes: int) -> Tensor:
+    """Float64 one-hot targets, the MSE loss's ``t_i``.
+
+    Parameters
+    ----------
+    labels : Tensor
+        Integer class labels, ``(batch,)``.
+    n_classes : int
+        Number of classes ``n_L``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> one_hot(torch.tensor([2, 0]), 3).tolist()
+    [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+    """
     torch = torch_module()
     return torch.nn.functional.one_hot(labels, n_classes).to(torch.float64)
 
 
-def mse_gradient(weights: Sequence[Any], x: Any, targets: Any) -> list[Any]:
-    """Gradient of ``mean_i 1/2 ||y_i - t_i||^2`` with respect to every weight matrix (plain FedSGD)."""
+def mse_gradient(weights: Sequence[Tensor], x: Tensor, targets: Tensor) -> list[Tensor]:
+    """Gradient of ``mean_i 1/2 ||y_i - t_i||^2`` with respect to every weight (plain FedSGD).
+
+    Parameters
+    ----------
+    weights : sequence of Tensor
+        The weight matrices.
+    x : Tensor
+        Inputs, ``(batch, n_0)``.
+    targets : Tensor
+        One-hot targets, ``(batch, n_L)``.
+
+    Returns
+    -------
+    list of Tensor
+        One gradient per weight matrix, of its shape.
+    """
     torch = torch_module()
     params = [w.detach().requires_grad_(True) for w in weights]
     loss = 0.5 * ((forward(params, x) - targets) ** 2).sum(1).mean()
     return list(torch.autograd.grad(loss, params))
 
 
-def per_sample_gradient_norms(weights: Sequence[Any], x: Any, targets: Any) -> Any:
+def per_sample_gradient_norms(weights: Sequence[Tensor], x: Tensor, targets: Tensor) -> Tensor:
     """L2 norm of each sample's gradient (over all layers): the record sensitivity of a batch mean
     is at most ``2 max_i norm_i / batch`` (replace-one neighbours)."""
     torch = torch_module()
 
-    def loss_one(params: tuple[Any, ...], xi: Any, ti: Any) -> Any:
+    def loss_one(params: tuple[Tensor, ...], xi: Tensor, ti: Tensor) -> Tensor:
         return 0.5 * ((forward(params, xi[None]) - ti[None]) ** 2).sum()
 
     grads = torch.func.vmap(torch.func.grad(loss_one), in_dims=(None, 0, 0))(
@@ -125,11 +190,11 @@ def per_sample_gradient_norms(weights: Sequence[Any], x: Any, targets: Any) -> A
     return torch.sqrt(sum((g.reshape(len(x), -1) ** 2).sum(1) for g in grads))
 
 
-def accuracy(weights: Sequence[Any], x: Any, labels: Any) -> float:
+def accuracy(weights: Sequence[Tensor], x: Tensor, labels: Tensor) -> float:
     with torch_module().no_grad():
         return float((forward(weights, x).argmax(1) == labels).double().mean())
 
 
-def mse_loss(weights: Sequence[Any], x: Any, labels: Any, n_classes: int) -> float:
+def mse_loss(weights: Sequence[Tensor], x: Tensor, labels: Tensor, n_classes: int) -> float:
     with torch_module().no_grad():
         return float(0.5 * ((forward(weights, x) - one_hot(labels, n_classes)) ** 2).sum(1).mean())

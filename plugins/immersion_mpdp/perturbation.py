@@ -17,7 +17,7 @@ Here ``gamma ~ Uniform(0.5, 1.5)`` and ``r^(a) ~ N(0, 1)``. Keys are one-time: c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 from immersion import InvalidArgumentError
@@ -25,15 +25,24 @@ from immersion import InvalidArgumentError
 from .laws import abs_dn_star_1, abs_dn_star_2
 from .mlp import torch_module
 
+if TYPE_CHECKING:
+    from torch import Tensor
+
 
 @dataclass(frozen=True)
 class PerturbedModel:
-    """What the server sends each client: the odd layers ``W^hat`` and the transitional diagonals."""
+    """What the server sends each client: the odd layers ``W^hat`` and the transitional diagonals.
 
-    odd: tuple[Any, ...]  # L matrices, Eq. 15
-    transitional: tuple[
-        Any, ...
-    ]  # L - 1 vectors: the diagonals of W^hat^(2l) = diag(1 / (r^(l) s^(l)))
+    Parameters
+    ----------
+    odd : tuple of Tensor
+        The ``L`` perturbed weight matrices of the odd layers (Eq. 15).
+    transitional : tuple of Tensor
+        The ``L - 1`` diagonals of the even layers, ``W^hat^(2l) = diag(1 / (r^(l) s^(l)))``.
+    """
+
+    odd: tuple[Tensor, ...]
+    transitional: tuple[Tensor, ...]
 
     @property
     def n_layers(self) -> int:
@@ -46,7 +55,14 @@ class PerturbedModel:
         return out
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "PerturbedModel":
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> PerturbedModel:
+        """The model back from :meth:`arrays` (float64 tensors).
+
+        Parameters
+        ----------
+        arrays : dict of str to np.ndarray
+            ``odd0..odd{L-1}`` and ``trans0..trans{L-2}``.
+        """
         torch = torch_module()
         n = sum(1 for k in arrays if k.startswith("odd"))
         return cls(
@@ -54,13 +70,25 @@ class PerturbedModel:
             tuple(torch.as_tensor(arrays[f"trans{i}"]) for i in range(n - 1)),
         )
 
-    def forward(self, x: Any) -> tuple[Any, Any]:
-        """``(y^hat^(2L-1), alpha)`` with ``alpha = sum_i y^hat^(2L-2)_i`` (Theorem 12)."""
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """``(y^hat^(2L-1), alpha)`` with ``alpha = sum_i y^hat^(2L-2)_i`` (Theorem 12).
+
+        Parameters
+        ----------
+        x : Tensor
+            Inputs, ``(batch, n_0)``.
+        """
         y_hat, alpha, _ = self.forward_with_hidden(x)
         return y_hat, alpha
 
-    def forward_with_hidden(self, x: Any) -> tuple[Any, Any, Any]:
-        """:meth:`forward` and ``y^hat^(2L-2)``, the input of the last layer."""
+    def forward_with_hidden(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`forward` and ``y^hat^(2L-2)``, the input of the last layer.
+
+        Parameters
+        ----------
+        x : Tensor
+            Inputs, ``(batch, n_0)``.
+        """
         h = x
         for w, d in zip(self.odd[:-1], self.transitional, strict=True):
             h = (h @ w.T).clamp_min(0.0)  # layer 2l - 1: y^hat = r^(l) o y
@@ -70,14 +98,28 @@ class PerturbedModel:
 
 @dataclass(frozen=True)
 class ServerKeys:
-    """One round's secret keys (server only): ``r^(l)``, ``s^(l)`` for l = 1..L-1, and ``r``."""
+    """One round's secret keys (server only): ``r^(l)``, ``s^(l)`` for l = 1..L-1, and ``r``.
 
-    r: tuple[Any, ...]
-    s: tuple[Any, ...]
-    r_out: Any  # r = gamma o r^(a)
+    Parameters
+    ----------
+    r, s : tuple of Tensor
+        The positive multiplicative keys ``r^(l)``, ``s^(l)`` of the hidden layers (Eq. 13).
+    r_out : Tensor
+        The additive key of the last layer, ``r = gamma o r^(a)``.
+    """
 
-    def mask(self, layer: int) -> Any:
-        """``R^(2l-1)`` for ``layer = l - 1`` in 0..L-1 (Eq. 14), as a dense matrix."""
+    r: tuple[Tensor, ...]
+    s: tuple[Tensor, ...]
+    r_out: Tensor
+
+    def mask(self, layer: int) -> Tensor:
+        """``R^(2l-1)`` for ``layer = l - 1`` in 0..L-1 (Eq. 14), as a dense matrix.
+
+        Parameters
+        ----------
+        layer : int
+            The odd layer's index ``l - 1``, from 0 to ``L - 1``.
+        """
         n_layers = len(self.r) + 1
         left = self.r[layer] if layer < n_layers - 1 else None
         right = self.s[layer - 1] if layer > 0 else None
@@ -88,14 +130,37 @@ class ServerKeys:
             return left[:, None]
         return left[:, None] * right[None, :]
 
-    def masks(self, shapes: Sequence[tuple[int, ...]]) -> list[Any]:
+    def masks(self, shapes: Sequence[tuple[int, ...]]) -> list[Tensor]:
+        """Every odd layer's mask, expanded to the weight shapes.
+
+        Parameters
+        ----------
+        shapes : sequence of tuple of int
+            The ``L`` weight matrices' shapes.
+        """
         return [self.mask(i).expand(*shape) for i, shape in enumerate(shapes)]
 
 
 def draw_keys(
     sizes: Sequence[int], rng: np.random.Generator, *, dn2_law: str = "pair"
 ) -> ServerKeys:
-    """Eq. 13 keys for an MLP with layer sizes ``(n_0, ..., n_L)``, ``L >= 2``."""
+    """Eq. 13 keys for an MLP with layer sizes ``(n_0, ..., n_L)``, ``L >= 2``.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Layer sizes ``(n_0, ..., n_L)``.
+    rng : np.random.Generator
+        Source of the keys.
+    dn2_law : {"pair", "series"}
+        How the ``|DN*(2)|`` keys are drawn (:mod:`immersion_mpdp.laws`): exact pair laws or the
+        paper's i.i.d. law from Theorem 3's truncated series.
+
+    Returns
+    -------
+    ServerKeys
+        Fresh one-round keys.
+    """
     torch = torch_module()
     n_layers = len(sizes) - 1
     if n_layers < 2:
@@ -120,9 +185,26 @@ def draw_keys(
 
 
 def perturb(
-    weights: Sequence[Any], rng: np.random.Generator, *, dn2_law: str = "pair"
+    weights: Sequence[Tensor], rng: np.random.Generator, *, dn2_law: str = "pair"
 ) -> tuple[PerturbedModel, ServerKeys]:
     """MP_Server (Algorithm 1): fresh keys and the perturbed expanded model (Eqs. 12-15).
+
+    Parameters
+    ----------
+    weights : sequence of Tensor
+        The true model's ``L >= 2`` weight matrices, 2-D float64, ``W^(l)`` of shape
+        ``(n_l, n_(l-1))`` (bias-free ReLU MLP).
+    rng : np.random.Generator
+        Source of the keys.
+    dn2_law : {"pair", "series"}
+        How the ``|DN*(2)|`` keys are drawn (see :func:`draw_keys`).
+
+    Returns
+    -------
+    model : PerturbedModel
+        What the server sends the clients.
+    keys : ServerKeys
+        The round's secret keys, for :func:`recover`.
 
     Examples
     --------
@@ -146,12 +228,32 @@ def perturb(
 
 
 def recover(
-    keys: ServerKeys, grad_hat: Sequence[Any], psi: Sequence[Any], psi_last: Any, phi: Sequence[Any]
-) -> list[Any]:
+    keys: ServerKeys,
+    grad_hat: Sequence[Tensor],
+    psi: Sequence[Tensor],
+    psi_last: Tensor,
+    phi: Sequence[Tensor],
+) -> list[Tensor]:
     """Eq. 22 (Theorem 4): ``R o (grad^hat - r^T Psi + v Phi)`` for every odd layer.
 
-    ``psi[l]`` has shape ``(n_L, n_l+1, n_l)`` for the layers before the last; the last layer's
-    ``r^T Psi`` is ``r (x) psi_last`` and its ``Phi`` is zero (seed 004 notes section 4.4).
+    Parameters
+    ----------
+    keys : ServerKeys
+        The keys :func:`perturb` drew for the model the gradient was taken at.
+    grad_hat : sequence of Tensor
+        The gradient on the perturbed model, one matrix per odd layer.
+    psi : sequence of Tensor
+        ``Psi`` of the layers before the last, ``psi[l]`` of shape ``(n_L, n_l+1, n_l)``.
+    psi_last : Tensor
+        The last layer's ``Psi``, a vector: its ``r^T Psi`` is ``r (x) psi_last``.
+    phi : sequence of Tensor
+        ``Phi`` of the layers before the last (the last layer's is zero; seed 004 notes
+        section 4.4).
+
+    Returns
+    -------
+    list of Tensor
+        The true gradient of every layer.
     """
     r = keys.r_out
     v = float(r @ r)
@@ -165,7 +267,7 @@ def recover(
     return out
 
 
-def _check_weights(weights: Sequence[Any]) -> tuple[int, ...]:
+def _check_weights(weights: Sequence[Tensor]) -> tuple[int, ...]:
     torch = torch_module()
     if len(weights) < 2:
         raise InvalidArgumentError(

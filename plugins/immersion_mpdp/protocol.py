@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 from immersion import InvalidArgumentError
@@ -36,18 +36,22 @@ from .lmt import local_model_training
 from .mlp import torch_module
 from .perturbation import PerturbedModel, ServerKeys, perturb, recover
 
+if TYPE_CHECKING:
+    from torch import Tensor
+
 
 @dataclass
 class MpdpClient:
     """A client: its data, one batch per round, its key agreement and its DDP noise stream."""
 
     index: int
-    x: Any
-    labels: Any
+    x: Tensor
+    labels: Tensor
     n_classes: int
     batch_size: int
     seed: int
     deterministic_keys: bool = True
+    shuffle: bool = True
     timings: dict[str, float] = field(default_factory=dict)
     _agreement: dict[int, KeyAgreement] = field(default_factory=dict, repr=False)
     _attempt: int = field(default=0, repr=False)
@@ -56,12 +60,18 @@ class MpdpClient:
     def n_samples(self) -> int:
         return int(len(self.labels))
 
-    def batch(self, round_t: int) -> tuple[Any, Any]:
+    def batch(self, round_t: int) -> tuple[Tensor, Tensor]:
         """This round's batch and its one-hot targets (the same for MP-DP and plain FedSGD)."""
         from .mlp import one_hot
 
-        rng = np.random.default_rng([self.seed, round_t, self.index])
-        idx = rng.choice(self.n_samples, size=min(self.batch_size, self.n_samples), replace=False)
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, round_t, self.index])
+            idx = rng.choice(
+                self.n_samples, size=min(self.batch_size, self.n_samples), replace=False
+            )
+        else:  # in order: round t takes batch t of the data (cycling; the last one may be short)
+            start = (round_t % -(-self.n_samples // self.batch_size)) * self.batch_size
+            idx = np.arange(start, min(start + self.batch_size, self.n_samples))
         return self.x[idx], one_hot(self.labels[idx], self.n_classes)
 
     def advertise(self, round_t: int, attempt: int = 0) -> bytes:
@@ -149,7 +159,7 @@ class MpdpClient:
 class MpdpServer:
     """MP_Server + MU_Server: holds the true model ``W_org``; keys live for one round only."""
 
-    weights: list[Any]
+    weights: list[Tensor]
     lr: float
     noise: NoiseSettings
     graph: str = "complete"
@@ -168,7 +178,7 @@ class MpdpServer:
 
     def finish_round(
         self, uploads: dict[int, Upload], revealed: list[tuple[int, int, dict[str, bytes]]]
-    ) -> list[Any]:
+    ) -> list[Tensor]:
         """Phase 5 (Algorithm 3): aggregate, remove dropped pairs, recover (Eq. 22), update; returns
         the recovered aggregate gradient. The round's keys are discarded."""
         if self._keys is None:

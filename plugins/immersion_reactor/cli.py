@@ -25,7 +25,7 @@ _DIVISORS = ("theta1", "theta2", "V1", "V2")
 
 
 def _parameters(overrides: tuple[str, ...]) -> Any:
-    """``ReactorParameters`` with ``NAME=VALUE`` overrides (``x1_0``, ``x2_0`` set the initial state)."""
+    """``ReactorParameters`` with ``NAME=VALUE`` overrides (``x1_0``, ``x2_0``: initial state)."""
     import dataclasses
 
     from .model import ReactorParameters
@@ -137,7 +137,7 @@ def reactor_command(
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Two-stage reactor with delayed recycle under its adaptive controller, run through immerse(f, g)."""
+    """Two-stage reactor with delayed recycle, its adaptive controller run through immerse(f, g)."""
     from .simulation import run_reactor, summary
 
     params = _parameters(overrides)

@@ -22,7 +22,25 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ReactorParameters:
-    """Plant parameters of eqs. 47-48 (the paper's values are the defaults)."""
+    """Plant parameters of eqs. 47-48 (the paper's values are the defaults).
+
+    Parameters
+    ----------
+    theta1, theta2, k1, k2 : float
+        ``x1``'s coefficients ``-(1/theta_i + k_i)`` in eq. 47 (the paper's symbols).
+    R1, R2, V1, V2, F2 : float
+        The coefficients ``(1 - R2)/V1`` of ``x2``, ``R1/V2`` of the delayed ``x1`` and
+        ``F2/V2`` of ``u`` in eq. 47.
+    vartheta1, vartheta2, vartheta3 : float
+        Coefficients of the uncertain terms ``delta1``, ``delta2`` (eq. 48).
+    initial_state : tuple of float
+        ``(x1(0), x2(0))``; ``x1(s) = x1(0)`` for ``s < 0`` too (the delayed history).
+
+    Examples
+    --------
+    >>> ReactorParameters().delay(0.0)
+    1.5
+    """
 
     theta1: float = 2.0
     theta2: float = 2.0
@@ -39,11 +57,34 @@ class ReactorParameters:
     initial_state: tuple[float, float] = (-0.5, 2.0)
 
     def delay(self, t: float) -> float:
-        """``d(t) = 0.5 (3 + sin t)``: between 1 and 2 seconds."""
+        """``d(t) = 0.5 (3 + sin t)``: between 1 and 2 seconds.
+
+        Parameters
+        ----------
+        t : float
+            Time in seconds.
+        """
         return 0.5 * (3.0 + math.sin(t))
 
     def rhs(self, t: float, x: np.ndarray, x1_delayed: float, u: float) -> np.ndarray:
-        """Right-hand side of eqs. 47-48 read as ODEs."""
+        """Right-hand side of eqs. 47-48 read as ODEs.
+
+        Parameters
+        ----------
+        t : float
+            Time in seconds.
+        x : np.ndarray
+            Plant state ``(x1, x2)``.
+        x1_delayed : float
+            ``x1(t - d(t))``.
+        u : float
+            Control input.
+
+        Returns
+        -------
+        np.ndarray
+            ``dx/dt``, shape ``(2,)``.
+        """
         x1, x2 = x
         delta1 = self.vartheta1 * math.sin(t) * x1_delayed**2
         delta2 = self.vartheta2 * math.sin(t) * x1_delayed**3 + self.vartheta3 * x2
@@ -59,7 +100,10 @@ class ReactorParameters:
 
 
 def _rho_zeta_delta(x_c: np.ndarray, y: float) -> tuple[float, float, float, float]:
-    """The controller's ``rho_k``, ``zeta_k``, ``Delta_k`` (eq. 50) and ``v = z + r y + l rho y`` (``ell`` is l)."""
+    """The controller's ``rho_k``, ``zeta_k``, ``Delta_k`` (eq. 50) and ``v = z + r y + l rho y``.
+
+    ``ell`` is the paper's ``l``.
+    """
     z, r, ell = float(x_c[0]), float(x_c[1]), float(x_c[2])
     y2 = y * y
     rho = (0.1 + y2) ** 2 + 1.01
@@ -79,7 +123,14 @@ def _rho_zeta_delta(x_c: np.ndarray, y: float) -> tuple[float, float, float, flo
 class ReactorController:
     """The sampled adaptive controller of eqs. 49-50 as ``x_c+ = f(x_c, y)``, ``u = g(x_c, y)``.
 
-    State ``x_c = (z_hat, r, l)``, initial ``(0, 1, 1)``; sampling period ``dt`` (seconds).
+    Parameters
+    ----------
+    dt : float
+        Sampling period in seconds.
+    initial_state : np.ndarray
+        ``x_c(0) = (z_hat, r, l)``, by default ``(0, 1, 1)``.
+    n_state, n_input, n_output : int
+        Dimensions of ``x_c``, ``y`` and ``u`` (3, 1, 1): what ``immerse`` needs.
 
     Examples
     --------
@@ -96,7 +147,13 @@ class ReactorController:
     n_output: int = 1
 
     def rates(self, x_c: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """``F_c(x_c, y)``: the controller's continuous-time right-hand side (eq. 49)."""
+        """``F_c(x_c, y)``: the controller's continuous-time right-hand side (eq. 49).
+
+        Parameters
+        ----------
+        x_c, y : np.ndarray
+            Controller state ``(z_hat, r, l)`` and measurement ``x1``, shape ``(1,)``.
+        """
         yv = float(y[0])
         z, r = float(x_c[0]), float(x_c[1])
         rho, zeta, delta, v = _rho_zeta_delta(x_c, yv)
@@ -104,10 +161,22 @@ class ReactorController:
         return np.array([-r * v - r * z - r * r * yv - gain * yv, gain, rho * yv * yv])
 
     def f(self, x_c: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Sampled update ``x_c + dt F_c(x_c, y)``."""
+        """Sampled update ``x_c + dt F_c(x_c, y)``.
+
+        Parameters
+        ----------
+        x_c, y : np.ndarray
+            Controller state ``(z_hat, r, l)`` and measurement ``x1``, shape ``(1,)``.
+        """
         return x_c + self.dt * self.rates(x_c, y)
 
     def g(self, x_c: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Control ``u = -r (z_hat + r y + l rho y)`` (eq. 49)."""
+        """Control ``u = -r (z_hat + r y + l rho y)`` (eq. 49).
+
+        Parameters
+        ----------
+        x_c, y : np.ndarray
+            Controller state ``(z_hat, r, l)`` and measurement ``x1``, shape ``(1,)``.
+        """
         _, _, _, v = _rho_zeta_delta(x_c, float(y[0]))
         return np.array([-float(x_c[1]) * v])

@@ -1,14 +1,21 @@
-"""Closed loops of the reactor: plain and immersed side by side, in one process (seed 002 section VI-B)."""
+"""Closed loops of the reactor: plain and immersed side by side in one process (seed 002 VI-B)."""
 
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
-from immersion import ImmersionError, NonFiniteError, immerse
+from immersion import (
+    Immersion,
+    ImmersionError,
+    InvalidArgumentError,
+    NonFiniteError,
+    PrivacyReport,
+    immerse,
+)
 
 from .model import ReactorController, ReactorParameters
 
@@ -71,29 +78,60 @@ class ReactorPlant:
         norm = float(np.linalg.norm(self.x))
         if not math.isfinite(norm) or norm > DIVERGENCE_LIMIT:
             raise ReactorDivergenceError(
-                f"dt: the closed loop diverged at t = {self.t:.3g} s (state norm {norm:.3g}) with sampling period "
-                f"{self.h * self.substeps:g} s; use a smaller --dt (the notes check 0.001 to 0.1)"
+                f"dt: the closed loop diverged at t = {self.t:.3g} s (state norm {norm:.3g}) "
+                f"with sampling period {self.h * self.substeps:g} s; use a smaller --dt "
+                "(the notes check 0.001 to 0.1)"
             )
 
 
 @dataclass
 class ReactorRun:
-    """Trajectories and timings of one side-by-side run (arrays indexed by control sample)."""
+    """Trajectories and timings of one side-by-side run (arrays indexed by control sample).
+
+    Parameters
+    ----------
+    t : np.ndarray
+        Sample times in seconds.
+    y_plain, y_immersed : np.ndarray
+        Measurements of the plain and the immersed closed loop.
+    y_encoded : np.ndarray
+        Encoded measurements, shape ``(samples, n~_y)``: what the cloud sees.
+    u_plain, u_decoded : np.ndarray
+        The plain controller's input and the decoded input of the immersed loop.
+    u_encoded : np.ndarray
+        Encoded inputs as the cloud returned them.
+    x_plain, x_immersed : np.ndarray
+        Plant states, shape ``(samples + 1, 2)``.
+    controller_state_error : np.ndarray
+        Max abs difference of the decoded and the plain controller state, per sample.
+    step_s_plain : np.ndarray
+        Controller time per sample (plain).
+    step_s_immersed : np.ndarray
+        Encode + cloud + decode time per sample.
+    round_trip_s : np.ndarray
+        Time of the cloud call alone (remote: the network round trip).
+    report : PrivacyReport or None
+        The immersion's privacy and precision report.
+    keys : str
+        ``repr`` of the keys (shapes and fingerprint, no secrets).
+    extras : dict
+        Further figures a caller may attach (empty by default).
+    """
 
     t: np.ndarray
     y_plain: np.ndarray
     y_immersed: np.ndarray
-    y_encoded: np.ndarray  # (samples, n~_y): what the cloud sees
+    y_encoded: np.ndarray
     u_plain: np.ndarray
     u_decoded: np.ndarray
     u_encoded: np.ndarray
-    x_plain: np.ndarray  # plant states (samples + 1, 2)
+    x_plain: np.ndarray
     x_immersed: np.ndarray
     controller_state_error: np.ndarray
-    step_s_plain: np.ndarray  # controller time per sample
-    step_s_immersed: np.ndarray  # encode + cloud + decode per sample
-    round_trip_s: np.ndarray  # time of the cloud call alone (remote: the network round trip)
-    report: Any = None
+    step_s_plain: np.ndarray
+    step_s_immersed: np.ndarray
+    round_trip_s: np.ndarray
+    report: PrivacyReport | None = None
     keys: str = ""
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -114,12 +152,39 @@ def run_reactor(
     epsilon_output: float = 1e-3,
     seed: int = 0,
     params: ReactorParameters | None = None,
-    cloud_factory: Any = None,
+    cloud_factory: Callable[[Immersion], Cloud] | None = None,
 ) -> ReactorRun:
     """Run the plain and the immersed closed loop from the paper's initial state.
 
-    ``cloud_factory(imm)`` returns the cloud side; by default the local ``imm.target``. The
-    remote mode passes a factory that ships the target to an ``immersion serve`` process.
+    Parameters
+    ----------
+    steps : int
+        Control samples.
+    dt : float
+        Sampling period of the controller in seconds.
+    substeps : int
+        Forward-Euler sub-steps of the plant per sample.
+    epsilon_input, epsilon_output : float
+        Per-element epsilon of the encoded measurement and of the encoded input (seed 002
+        Theorem 1).
+    seed : int
+        Seed of the keys and of the encoding noise.
+    params : ReactorParameters, optional
+        Plant parameters; the paper's by default.
+    cloud_factory : callable, optional
+        ``cloud_factory(imm)`` returns the cloud side; by default the local ``imm.target``. The
+        remote mode passes a factory that ships the target to an ``immersion serve`` process.
+
+    Returns
+    -------
+    ReactorRun
+        Both loops' trajectories and timings, the report and the keys' ``repr``.
+
+    Examples
+    --------
+    >>> run = run_reactor(steps=20)
+    >>> float(abs(run.u_plain - run.u_decoded).max()) < 1e-6
+    True
     """
     params = params or ReactorParameters()
     ctrl = ReactorController(dt=dt)
@@ -199,7 +264,23 @@ def run_reactor(
 
 
 def summary(run: ReactorRun, *, remote: bool = False) -> dict[str, Any]:
-    """The JSON figures of ``immersion demo reactor``."""
+    """The JSON figures of ``immersion demo reactor``.
+
+    Parameters
+    ----------
+    run : ReactorRun
+        A run of :func:`run_reactor`.
+    remote : bool
+        Whether the cloud was remote: adds the round-trip time's median and 99th percentile.
+
+    Returns
+    -------
+    dict
+        Errors of the immersed loop against the plain one, the report's epsilons and decoding
+        bound, and the time per step of both loops and their ratio.
+    """
+    if run.report is None:
+        raise InvalidArgumentError("run", "has no privacy report (not made by run_reactor)")
     u_scale = max(1.0, float(np.abs(run.u_plain).max()))
     out = {
         "steps": int(run.t.size),

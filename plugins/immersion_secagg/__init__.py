@@ -1,12 +1,72 @@
 """Secure aggregation as a source of differential privacy (seed 001), and how to top it up.
 
+Public API (imported on first use): the accountant (:func:`guarantee`, :class:`Setting`), the
+users' updates and WF-NA noise (:func:`gaussian_sampling_update`, :func:`wfna_noise`), and the sum
+through Flower's SecAgg+ (:func:`secagg_sum`, :func:`plain_sum`).
+
 Registers the federated schemes ``sgd-dp``, ``gsgd-dp`` and ``gd-dp`` (``immersion fl run``) and
 the command ``immersion dp secagg`` (the accountant of Theorems 2 and 4).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from immersion._lazy import lazy_attributes
 from immersion.hookspecs import CommandSpec, SchemeSpec, hookimpl
+
+if TYPE_CHECKING:
+    from .accountant import (
+        Guarantee,
+        Setting,
+        epsilon_from_rdp,
+        gd_guarantee,
+        guarantee,
+        rdp_theorem2,
+        rdp_theorem4,
+        sgd_guarantee,
+    )
+    from .flower_secagg import (
+        AggregationRun,
+        FixedUpdates,
+        plain_sum,
+        quantization_error_bound,
+        secagg_sum,
+    )
+    from .updates import (
+        clip_rows,
+        full_gradient_update,
+        gaussian_sampling_update,
+        iid_sampling_update,
+        isotropic_noise,
+    )
+    from .wfna import wfna_covariance, wfna_noise
+
+__all__ = [
+    "Setting",
+    "Guarantee",
+    "guarantee",
+    "gd_guarantee",
+    "sgd_guarantee",
+    "rdp_theorem2",
+    "rdp_theorem4",
+    "epsilon_from_rdp",
+    "clip_rows",
+    "full_gradient_update",
+    "iid_sampling_update",
+    "gaussian_sampling_update",
+    "isotropic_noise",
+    "wfna_noise",
+    "wfna_covariance",
+    "secagg_sum",
+    "plain_sum",
+    "AggregationRun",
+    "FixedUpdates",
+    "quantization_error_bound",
+]
+
+_MODULE = [".accountant"] * 8 + [".updates"] * 5 + [".wfna"] * 2 + [".flower_secagg"] * 5
+__getattr__ = lazy_attributes(__name__, dict(zip(__all__, _MODULE, strict=True)))
 
 
 @hookimpl
@@ -18,25 +78,26 @@ def immersion_register_commands() -> list[CommandSpec]:
 
 @hookimpl
 def immersion_register_fl_schemes() -> list[SchemeSpec]:
-    from .engine import run_secagg, unsupported_factory
+    from .engine import run_secagg
+    from .options import DpSgdOptions
 
     return [
         SchemeSpec(
-            "sgd-dp",
-            unsupported_factory,
-            "SGD + IID sampling + isotropic noise (seed 001)",
+            name="sgd-dp",
+            description="SGD + IID sampling + isotropic noise (seed 001)",
+            options=DpSgdOptions,
             runner=run_secagg,
         ),
         SchemeSpec(
-            "gsgd-dp",
-            unsupported_factory,
-            "Gaussian sampling + WF-NA noise (seed 001 Theorem 4)",
+            name="gsgd-dp",
+            description="Gaussian sampling + WF-NA noise (seed 001 Theorem 4)",
+            options=DpSgdOptions,
             runner=run_secagg,
         ),
         SchemeSpec(
-            "gd-dp",
-            unsupported_factory,
-            "full gradient + isotropic noise (seed 001)",
+            name="gd-dp",
+            description="full gradient + isotropic noise (seed 001)",
+            options=DpSgdOptions,
             runner=run_secagg,
         ),
     ]

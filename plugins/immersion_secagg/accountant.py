@@ -35,7 +35,24 @@ from scipy.optimize import minimize_scalar
 
 @dataclass(frozen=True)
 class Setting:
-    """The public parameters of one round: users N, samples per user D, batch B, clip C."""
+    """The public parameters of one round: users N, samples per user D, batch B, clip C.
+
+    Parameters
+    ----------
+    users : int
+        ``N``, the users whose updates are summed (the contributors, not the number invited).
+    samples : int
+        ``D``, records per user (the same for every user).
+    batch : int
+        ``B <= D``, the batch size of the sampling.
+    clip : float
+        ``C``, the per-example gradient clip.
+
+    Examples
+    --------
+    >>> Setting(users=50, samples=1200, batch=32, clip=10.0).batch
+    32
+    """
 
     users: int
     samples: int
@@ -58,7 +75,21 @@ class Setting:
 
 @dataclass(frozen=True)
 class Guarantee:
-    """``(epsilon, delta)`` after ``rounds`` rounds, the order ``alpha`` that gave it, and the bound."""
+    """``(epsilon, delta)`` after ``rounds`` rounds, the order ``alpha`` that gave it, the bound.
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        The DP guarantee (``epsilon`` is ``inf`` when the order's range is empty).
+    alpha : float
+        The Renyi order that gave ``epsilon`` (NaN if none).
+    rounds : int
+        Rounds composed.
+    alpha_max : float
+        End of the valid range of orders.
+    mechanism : str
+        The theorem or Table 1 row, in words.
+    """
 
     epsilon: float
     delta: float
@@ -82,6 +113,15 @@ def theorem2_alpha_max(s: Setting, min_eig_sum: float) -> float:
 def rdp_theorem2(alpha: float, s: Setting, min_eig_sum: float) -> float:
     """Eq. 19; ``inf`` outside ``1 < alpha < D Lambda / C^2``.
 
+    Parameters
+    ----------
+    alpha : float
+        Renyi order.
+    s : Setting
+        The round's public parameters.
+    min_eig_sum : float
+        ``Lambda = sum_i lambda_min(G_i G_i^T / D)`` over the users (data dependent).
+
     Examples
     --------
     >>> round(rdp_theorem2(2.0, Setting(50, 1200, 32, 10.0), 1.0), 7)
@@ -96,13 +136,27 @@ def rdp_theorem2(alpha: float, s: Setting, min_eig_sum: float) -> float:
 
 
 def theorem4_alpha_max(s: Setting, sigma2: float, *, strict_range: bool = False) -> float:
-    """End of eq. 35's range: positivity ``N B D sigma2 / (2 C^2)``, or the paper's ``N D sigma2 / (2 C^2)``."""
+    """End of eq. 35's range: ``N B D sigma2 / (2 C^2)``, or the paper's ``N D sigma2 / (2 C^2)``.
+
+    The first keeps the denominator positive; ``strict_range`` gives the second.
+    """
     span = s.users * s.samples * _positive(sigma2, "sigma2") / (2 * s.clip**2)
     return span if strict_range else span * s.batch
 
 
 def rdp_theorem4(alpha: float, s: Setting, sigma2: float, *, strict_range: bool = False) -> float:
     """Eq. 35; ``inf`` outside its range (see :func:`theorem4_alpha_max`).
+
+    Parameters
+    ----------
+    alpha : float
+        Renyi order.
+    s : Setting
+        The round's public parameters.
+    sigma2 : float
+        The WF-NA eigenvalue floor on ``G G^T / (B D)``.
+    strict_range : bool
+        Use the paper's stated range ``a < N D sigma2 / (2 C^2)`` (B times narrower).
 
     Examples
     --------
@@ -118,7 +172,7 @@ def rdp_theorem4(alpha: float, s: Setting, sigma2: float, *, strict_range: bool 
 
 
 def rdp_gd_isotropic(alpha: float, s: Setting, sigma2: float) -> float:
-    """Table 1, GD + isotropic noise ``sigma2`` per user: the Gaussian mechanism with sensitivity 2C/D."""
+    """Table 1, GD + isotropic noise ``sigma2`` per user: Gaussian mechanism, sensitivity 2C/D."""
     return (
         2 * alpha * s.clip**2 / (s.samples**2 * s.users * _positive(sigma2, "sigma2"))
         if alpha > 1
@@ -155,9 +209,27 @@ def epsilon_from_rdp(
 ) -> Guarantee:
     """Lemma 1 minimised over ``1 < alpha < alpha_max``, with the RDP of ``rounds`` rounds added up.
 
+    Parameters
+    ----------
+    rdp : callable
+        ``rdp(alpha)``: one round's Renyi DP at order ``alpha`` (``inf`` outside its range).
+    delta : float
+        Target delta, in ``(0, 1)``.
+    alpha_max : float
+        End of the valid range of orders.
+    rounds : int
+        Rounds composed (RDP adds up).
+    mechanism : str
+        Label stored in the result.
+
+    Returns
+    -------
+    Guarantee
+        The smallest epsilon found and its order.
+
     Examples
     --------
-    >>> g = epsilon_from_rdp(lambda a: 0.01 * a, 1e-4)           # closed form: a + 2 sqrt(a log(1/delta))
+    >>> g = epsilon_from_rdp(lambda a: 0.01 * a, 1e-4)   # closed form: a + 2 sqrt(a log(1/delta))
     >>> round(g.epsilon, 6) == round(0.01 + 2 * math.sqrt(0.01 * math.log(1e4)), 6)
     True
     """
@@ -202,13 +274,38 @@ def guarantee(
     sigma2: float | None = None,
     strict_range: bool = False,
 ) -> Guarantee:
-    """``(epsilon, delta)`` of Theorem 2 (needs ``min_eig_sum``) or Theorem 4 (needs ``sigma2``) over ``rounds``.
+    """``(epsilon, delta)`` of Theorem 2 or Theorem 4 over ``rounds`` rounds.
+
+    Parameters
+    ----------
+    theorem : {"2", "4"}
+        Theorem 2 (eq. 19, Gaussian sampling, no added noise) or Theorem 4 (eq. 35, Gaussian
+        sampling plus WF-NA noise).
+    s : Setting
+        The round's public parameters.
+    delta : float
+        Target delta, in ``(0, 1)``.
+    rounds : int
+        Rounds composed.
+    min_eig_sum : float, optional
+        ``Lambda`` (Theorem 2 only, required there).
+    sigma2 : float, optional
+        The WF-NA eigenvalue floor (Theorem 4 only, required there).
+    strict_range : bool
+        Theorem 4 on the paper's stated, narrower range of orders.
+
+    Returns
+    -------
+    Guarantee
+        Epsilon, the order that gave it and the range.
 
     Examples
     --------
     >>> s = Setting(users=50, samples=1200, batch=32, clip=10.0)
-    >>> round(guarantee("2", s, 1e-4, min_eig_sum=1.0).epsilon, 5), round(guarantee("4", s, 1e-4, sigma2=1e-2).epsilon, 5)
-    (1.67912, 0.22878)
+    >>> round(guarantee("2", s, 1e-4, min_eig_sum=1.0).epsilon, 5)
+    1.67912
+    >>> round(guarantee("4", s, 1e-4, sigma2=1e-2).epsilon, 5)
+    0.22878
     """
     if theorem == "2":
         if min_eig_sum is None or sigma2 is not None:
@@ -236,7 +333,24 @@ def guarantee(
 
 
 def gd_guarantee(s: Setting, sigma2: float, delta: float, *, rounds: int = 1) -> Guarantee:
-    """GD + isotropic noise (Table 1 row 3), RDP added over rounds, Lemma 1."""
+    """GD + isotropic noise (Table 1 row 3), RDP added over rounds, Lemma 1.
+
+    Parameters
+    ----------
+    s : Setting
+        The round's public parameters.
+    sigma2 : float
+        Variance of each user's isotropic noise.
+    delta : float
+        Target delta, in ``(0, 1)``.
+    rounds : int
+        Rounds composed.
+
+    Returns
+    -------
+    Guarantee
+        Epsilon and the order that gave it.
+    """
     return epsilon_from_rdp(
         lambda a: rdp_gd_isotropic(a, s, sigma2),
         delta,
@@ -246,16 +360,36 @@ def gd_guarantee(s: Setting, sigma2: float, delta: float, *, rounds: int = 1) ->
 
 
 def table1_sgd_epsilon(s: Setting, sigma2: float, delta: float) -> float:
-    """Table 1 row 1 for one round: ``log(1 + (B/D)(e^eps' - 1))`` with eps' from Lemma 1 (the paper's
-    form; its delta is not amplified)."""
+    """Table 1 row 1 for one round: ``log(1 + (B/D)(e^eps' - 1))`` with eps' from Lemma 1.
+
+    The paper's form; its delta is not amplified.
+    """
     inner = epsilon_from_rdp(lambda a: rdp_sgd_isotropic(a, s, sigma2), delta).epsilon
     return math.log1p(s.batch / s.samples * math.expm1(inner))
 
 
 def sgd_guarantee(s: Setting, sigma2: float, delta: float, *, rounds: int = 1) -> Guarantee:
-    """SGD + IID sampling (B of D without replacement) + isotropic noise over ``rounds`` rounds, by
-    dp-accounting's RDP accountant for sampling without replacement under replace-one neighbours
-    (noise multiplier ``sqrt(N sigma2) / (2C / B)``) and its RDP-to-DP conversion."""
+    """SGD + IID sampling (B of D without replacement) + isotropic noise over ``rounds`` rounds.
+
+    By dp-accounting's RDP accountant for sampling without replacement under replace-one
+    neighbours (noise multiplier ``sqrt(N sigma2) / (2C / B)``) and its RDP-to-DP conversion.
+
+    Parameters
+    ----------
+    s : Setting
+        The round's public parameters.
+    sigma2 : float
+        Variance of each user's isotropic noise.
+    delta : float
+        Target delta, in ``(0, 1)``.
+    rounds : int
+        Rounds composed.
+
+    Returns
+    -------
+    Guarantee
+        Epsilon and the optimal order (``alpha_max`` is ``inf``).
+    """
     import dp_accounting as dpa
     from dp_accounting import rdp
 

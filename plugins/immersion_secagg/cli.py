@@ -1,4 +1,4 @@
-"""``immersion dp secagg``: the DP that the secure-aggregation sum gives (seed 001 Theorems 2 and 4)."""
+"""``immersion dp secagg``: the DP the secure-aggregation sum gives (seed 001 Theorems 2, 4)."""
 
 from __future__ import annotations
 

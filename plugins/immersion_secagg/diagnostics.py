@@ -10,11 +10,12 @@
 * :func:`in_span`: Theorem 1's necessary condition, is a replacement gradient in the span of all
   users' gradients? **Test-only**: it needs every user's individual gradients, which secure
   aggregation exists to hide; running it at the server breaks secure aggregation (Remark 2);
-* :func:`gaussian_renyi_divergence`: ``D_alpha(N(mu1, cov1) || N(mu2, cov2))`` in closed form (eq. 22,
-  Gil et al. 2013), to check eqs. 19 and 35 against the exact divergence of neighbouring aggregates.
+* :func:`gaussian_renyi_divergence`: ``D_alpha(N(mu1, cov1) || N(mu2, cov2))`` in closed form (eq.
+  22, Gil et al. 2013), to check eqs. 19 and 35 against the exact divergence of neighbouring
+  aggregates.
 
-Note that ``lambda_min`` of a user's covariance is data-dependent (notes 9.9): these functions are for
-analysis and tests, not for release.
+Note that ``lambda_min`` of a user's covariance is data-dependent (notes 9.9): these functions are
+for analysis and tests, not for release.
 """
 
 from __future__ import annotations
@@ -32,14 +33,16 @@ LEMMA2_RTOL = 1e-12
 
 
 def lemma2_holds(G: np.ndarray, clip: float) -> bool:
-    """Lemma 2: ``lambda_max(Sigma_i) <= C^2`` with ``Sigma_i = G G^T / D`` (eq. 16), up to ``1 + 1e-12``.
+    """Lemma 2: ``lambda_max(Sigma_i) <= C^2``, ``Sigma_i = G G^T / D`` (eq. 16), up to 1 + 1e-12.
 
     True whenever every column has norm ``<= C`` (``x^T Sigma_i x = (1/D) sum_j (g_j^T x)^2``).
 
     Examples
     --------
-    >>> lemma2_holds(np.array([[0.6, 1.0], [0.8, 0.0]]), 1.0), lemma2_holds(np.array([[3.0], [4.0]]), 1.0)
-    (True, False)
+    >>> lemma2_holds(np.array([[0.6, 1.0], [0.8, 0.0]]), 1.0)
+    True
+    >>> lemma2_holds(np.array([[3.0], [4.0]]), 1.0)
+    False
     """
     g = _gradients(G)
     c = _nonnegative(clip, "clip")
@@ -50,10 +53,10 @@ def lemma2_holds(G: np.ndarray, clip: float) -> bool:
 
 
 def covariance_is_singular(G: np.ndarray) -> bool:
-    """Over-parameterisation check (notes 6(d)): ``rank(G) < K``, so ``Sigma_i = G G^T / D`` is singular.
+    """Over-parameterisation check (notes 6(d)): ``rank(G) < K``, so ``G G^T / D`` is singular.
 
-    Then Assumption 3 fails and Theorem 2 is inapplicable; ``rank <= D``, so this is always true when
-    ``D < K``. The rank uses NumPy's default SVD tolerance.
+    Then Assumption 3 fails and Theorem 2 is inapplicable; ``rank <= D``, so this is always true
+    when ``D < K``. The rank uses NumPy's default SVD tolerance.
 
     Examples
     --------
@@ -65,10 +68,10 @@ def covariance_is_singular(G: np.ndarray) -> bool:
 
 
 def min_eigenvalue_sum(Gs: Sequence[np.ndarray]) -> float:
-    """``Lambda = sum_i lambda_min(G_i G_i^T / D_i)`` over users (Theorem 2, eq. 19; eq. 16 convention).
+    """``Lambda = sum_i lambda_min(G_i G_i^T / D_i)`` over users (Theorem 2, eq. 19; eq. 16).
 
-    Computed from the smallest singular value of each ``G_i`` (``0`` when ``D_i < K``), which is more
-    accurate than an eigensolver on ``G_i G_i^T`` for small eigenvalues.
+    Computed from the smallest singular value of each ``G_i`` (``0`` when ``D_i < K``), which is
+    more accurate than an eigensolver on ``G_i G_i^T`` for small eigenvalues.
 
     Examples
     --------
@@ -98,7 +101,7 @@ def min_eigenvalue_sum(Gs: Sequence[np.ndarray]) -> float:
 
 
 def in_span(g_new: np.ndarray, G_all: np.ndarray | Sequence[np.ndarray], tol: float = 1e-9) -> bool:
-    """Theorem 1's necessary condition: is ``g_new`` in the span of all users' per-example gradients?
+    """Theorem 1's necessary condition: is ``g_new`` in the span of all users' example gradients?
 
     ``||g_new - P g_new|| <= tol * max(||g_new||, 1e-300)`` with ``P`` the orthogonal projector on
     ``span(G_all)`` (rank by NumPy's default SVD tolerance). If it fails, the aggregate under the
@@ -214,7 +217,7 @@ def gaussian_renyi_divergence(
 
     Examples
     --------
-    >>> one = np.eye(1)                                      # equal variances: alpha dmu^2 / (2 sigma^2)
+    >>> one = np.eye(1)                            # equal variances: alpha dmu^2 / (2 sigma^2)
     >>> round(gaussian_renyi_divergence(2.0, np.zeros(1), one, np.ones(1), one), 12)
     1.0
     >>> gaussian_renyi_divergence(2.0, np.zeros(1), one, np.zeros(1), 0.4 * one)

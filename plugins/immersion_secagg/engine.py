@@ -26,15 +26,25 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from immersion import InvalidArgumentError
 from immersion_fl.data import load_dataset, split_clients
-from immersion_fl.engine import RunConfig, RunResult, build_model_for
+from immersion_fl.engine import FederatedTask, RunConfig, RunResult
 from immersion_fl.faults import FaultPlan
+from immersion_fl.models import FlatModel, build_model
+from immersion_fl.optimizers import (
+    EmptyState,
+    GradientTransformation,
+    chain,
+    clip_by_norm,
+    dp_aggregate,
+    sgd,
+)
 
 from .accountant import Guarantee, Setting, gd_guarantee, guarantee, sgd_guarantee
+from .options import DpSgdOptions
 from .updates import (
     clip_rows,
     full_gradient_update,
@@ -43,6 +53,11 @@ from .updates import (
     isotropic_noise,
 )
 from .wfna import wfna_noise
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from .flower_secagg import AggregationRun
 
 SCHEMES = ("sgd-dp", "gsgd-dp", "gd-dp")
 
@@ -69,19 +84,12 @@ class SecaggResult(RunResult):
                 "users": self.config.clients,
                 "samples_per_user": self.n_encoded,
                 "batch": self.config.batch_size,
-                "grad_clip": self.config.grad_clip,
+                "grad_clip": options_of(self.config).grad_clip,
                 "update_s_median": float(np.median(self.update_s)),
             }
         )
         out["n_encoded"] = self.n_params
         return out
-
-
-def unsupported_factory(options: Any) -> Any:
-    """These schemes have their own rounds: run them with ``run_federated`` or ``immersion fl run``."""
-    raise InvalidArgumentError(
-        "scheme", "sgd-dp, gsgd-dp and gd-dp run through run_federated / immersion fl run"
-    )
 
 
 def account(scheme: str, s: Setting, sigma2: float, delta: float, rounds: int) -> Guarantee:
@@ -116,46 +124,78 @@ def calibrate(scheme: str, s: Setting, epsilon: float, delta: float, rounds: int
 
 @dataclass
 class User:
-    """A user's data (exactly D records) and its per-example clipped gradients at a model."""
+    """A user's data (exactly D records) and its per-example gradients at a model."""
 
     index: int
-    x: Any
-    y: Any
+    x: Tensor
+    y: Tensor
 
-    def gradients(self, model: Any, w: Any, clip: float) -> np.ndarray:
-        """The paper's ``G`` (K x D): per-example cross-entropy gradients, clipped to ``clip``."""
+    def example_gradients(self, model: Any, w: Any) -> np.ndarray:
+        """Per-example cross-entropy gradients at ``w``, one example per row, ``(D, K)``."""
         import torch
 
         def loss(wv: Any, xi: Any, yi: Any) -> Any:
             return torch.nn.functional.cross_entropy(model.logits(wv, xi[None]), yi[None])
 
-        rows = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(w, self.x, self.y)
-        return clip_rows(rows.numpy(), clip).T
+        return torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(
+            w, self.x, self.y
+        ).numpy()
+
+    def gradients(self, model: Any, w: Any, clip: float) -> np.ndarray:
+        """The paper's ``G`` (K x D): per-example gradients clipped to ``clip``, as columns."""
+        return clip_rows(self.example_gradients(model, w), clip).T
 
     def update(
         self, cfg: RunConfig, model: Any, w: Any, sigma2: float, t: int, *, secret: bool = False
     ) -> np.ndarray:
         """This user's upload in round ``t``. Its sampling and noise come from the run seed (the
         in-process simulation: reproducible, and the same batches as the reference run) or, with
-        ``secret``, from OS entropy (Flower nodes: nobody else can recompute the noise)."""
+        ``secret``, from OS entropy (Flower nodes: nobody else can recompute the noise).
+
+        ``sgd-dp`` and ``gd-dp`` run the DP-SGD client transformation
+        ``chain(clip_by_norm(C), dp_aggregate(sqrt(sigma2)))`` (:func:`dp_sgd_client`) on the
+        per-example gradients of the IID batch or of all D records; ``gsgd-dp`` samples with
+        Assumption 2 and adds WF-NA noise (:func:`user_update`)."""
+        opt = options_of(cfg)
         rng = (
             np.random.default_rng() if secret else np.random.default_rng([cfg.seed, t, self.index])
         )
+        if cfg.scheme == "gsgd-dp":
+            return user_update(
+                cfg.scheme, self.gradients(model, w, opt.grad_clip), cfg.batch_size, sigma2, rng
+            )
+        user = self
         if cfg.scheme == "sgd-dp":  # IID sampling first: only the batch's gradients are needed
             idx = rng.choice(len(self.y), cfg.batch_size, replace=False)
-            batch = User(self.index, self.x[idx], self.y[idx])
-            G = batch.gradients(model, w, cfg.grad_clip)
-            return user_update("gd-dp", G, cfg.batch_size, sigma2, rng)
-        return user_update(
-            cfg.scheme, self.gradients(model, w, cfg.grad_clip), cfg.batch_size, sigma2, rng
-        )
+            user = User(self.index, self.x[idx], self.y[idx])
+        client = dp_sgd_client(opt.grad_clip, math.sqrt(sigma2), rng)
+        upload, _ = client.update(user.example_gradients(model, w), client.init(None), None)
+        return upload
+
+
+def dp_sgd_client(
+    clip: float, noise_std: float, rng: np.random.Generator
+) -> GradientTransformation:
+    """The SGD-DP / GD-DP user of seed 001 (Table 1, isotropic rows) as a gradient transformation
+    on per-example gradients: clip every row to ``clip``, average, add ``N(0, noise_std^2 I)``.
+    The server then steps with ``sgd(lr)`` on the mean of the uploads (a DP-SGD client and server
+    together are ``chain(clip_by_norm(C), dp_aggregate(...), sgd(lr))``, Optax's form)."""
+    return chain(clip_by_norm(clip), dp_aggregate(noise_std, rng=rng))
+
+
+def options_of(cfg: RunConfig) -> DpSgdOptions:
+    """``cfg.options``, typed (RunConfig has checked they are seed 001's)."""
+    assert isinstance(cfg.options, DpSgdOptions)
+    return cfg.options
 
 
 def user_update(
     scheme: str, G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """One user's upload for ``scheme`` from its clipped gradients ``G`` (K x D); with ``sigma2 = 0``
-    no noise is added and, for gsgd-dp, nothing is sampled (the reference run)."""
+    """One user's upload for ``scheme`` from its clipped gradients ``G`` (K x D).
+
+    With ``sigma2 = 0`` no noise is added and, for gsgd-dp, nothing is sampled (the reference run).
+    """
     if scheme == "sgd-dp":
         update = iid_sampling_update(G, batch, rng)
     elif scheme == "gsgd-dp":
@@ -173,8 +213,10 @@ def run_secagg(
     engine: str = "local",
     progress: Callable[[str], None] | None = None,
     faults: FaultPlan | None = None,
+    task: FederatedTask | None = None,
 ) -> SecaggResult:
-    """Train ``cfg`` with ``cfg.scheme`` in ``SCHEMES`` beside the same run without noise."""
+    """Train ``cfg`` with ``cfg.scheme`` in ``SCHEMES`` beside the same run without noise; with
+    ``task``, on a user's module and data (every user must hold the same number of records)."""
     import torch
 
     if cfg.scheme not in SCHEMES:
@@ -186,29 +228,35 @@ def run_secagg(
             "inject_fault",
             "seed 001's analysis assumes every user in every round; dropouts are not modelled",
         )
-    if cfg.noise not in ("auto", "on", "off"):
-        raise InvalidArgumentError("noise", f"{cfg.scheme} expects on or off, got {cfg.noise!r}")
-    users, model, data = make_users(cfg)
+    opt = options_of(cfg)
+    if task is not None:
+        check_task(cfg, task, engine)
+        users, model, test = users_from_task(task), task.model, task.test
+        w = task.w0.clone()
+    else:
+        users, model, data = make_users(cfg)
+        test = (
+            torch.as_tensor(data.x_test, dtype=torch.float64),
+            torch.as_tensor(data.y_test, dtype=torch.long),
+        )
+        w = model.initial_vector(cfg.seed)
     samples = len(users[0].y)
-    s = Setting(cfg.clients, samples, cfg.batch_size, cfg.grad_clip)
-    if cfg.noise == "off":
+    s = Setting(cfg.clients, samples, cfg.batch_size, opt.grad_clip)
+    if opt.noise == "off":
         sigma2 = 0.0
     else:
         sigma2 = (
-            cfg.sigma2
-            if cfg.sigma2 is not None
-            else calibrate(cfg.scheme, s, cfg.epsilon, cfg.delta, cfg.rounds)
+            opt.sigma2
+            if opt.sigma2 is not None
+            else calibrate(cfg.scheme, s, opt.epsilon, opt.delta, cfg.rounds)
         )
     result = SecaggResult(
         cfg,
         n_params=model.n_params,
         n_encoded=samples,
         sigma2=sigma2,
-        guarantee=account(cfg.scheme, s, sigma2, cfg.delta, cfg.rounds),
+        guarantee=account(cfg.scheme, s, sigma2, opt.delta, cfg.rounds),
     )
-    x_test = torch.as_tensor(data.x_test, dtype=torch.float64)
-    y_test = torch.as_tensor(data.y_test, dtype=torch.long)
-    w = model.initial_vector(cfg.seed)
     plain = w.clone()
     flower = _flower_models(cfg, w, sigma2) if engine == "flower" else None
     for t in range(cfg.rounds):
@@ -222,25 +270,70 @@ def run_secagg(
                 tick = time.perf_counter()
                 total += user.update(cfg, model, w, sigma2, t)
                 update_s += time.perf_counter() - tick
-            w = w - cfg.lr * torch.as_tensor(total) / cfg.clients
+            w = server_step(w, total, cfg)
             seconds = time.perf_counter() - start
         start = time.perf_counter()
         total_plain = sum(user.update(cfg, model, plain, 0.0, t) for user in users)
-        plain = plain - cfg.lr * torch.as_tensor(total_plain) / cfg.clients
+        plain = server_step(plain, total_plain, cfg)
         _record(
             result,
             model,
             w,
             plain,
-            x_test,
-            y_test,
+            test,
             seconds,
             time.perf_counter() - start,
             update_s,
             t,
             progress,
         )
+    result.final_model = w
     return result
+
+
+def server_step(w: Any, total: np.ndarray, cfg: RunConfig) -> Any:
+    """FedSGD's server: ``sgd(lr)`` on the mean of the users' uploads."""
+    import torch
+
+    step, _ = sgd(cfg.lr).update(torch.as_tensor(total) / cfg.clients, EmptyState(), w)
+    return w + step
+
+
+def check_task(cfg: RunConfig, task: FederatedTask, engine: str) -> None:
+    """What seed 001's analysis needs from a user's run: FedSGD (one clipped-gradient update per
+    user and round, ``optimizer="sgd"``, ``local_epochs=1``), the same number of records ``D`` at
+    every user, IID sampling for sgd-dp, and the local engine (the Flower engine's users load the
+    SDK's datasets)."""
+    if cfg.optimizer != "sgd" or cfg.local_epochs != 1:
+        raise InvalidArgumentError(
+            "optimizer",
+            f"{cfg.scheme} is FedSGD (seed 001): use optimizer='sgd' and "
+            f"local_epochs=1, got {cfg.optimizer!r} and {cfg.local_epochs}",
+        )
+    sizes = task.sizes
+    if len(set(sizes)) != 1:
+        raise InvalidArgumentError(
+            "client_data",
+            f"seed 001's analysis assumes every user holds the same number "
+            f"of records D; got {sizes}",
+        )
+    if cfg.batch_size > sizes[0]:
+        raise InvalidArgumentError(
+            "batch_size", f"expected <= the {sizes[0]} records each user holds"
+        )
+    if cfg.scheme == "sgd-dp" and not task.shuffle:
+        raise InvalidArgumentError(
+            "shuffle", "sgd-dp's guarantee rests on IID sampling of each batch"
+        )
+    if engine != "local":
+        raise InvalidArgumentError(
+            "engine", "a user's model and data run on engine='local' for these schemes"
+        )
+
+
+def users_from_task(task: FederatedTask) -> list[User]:
+    """One user per client of a user's task."""
+    return [User(i, x, y) for i, (x, y) in enumerate(task.client_data)]
 
 
 def make_users(cfg: RunConfig) -> tuple[list[User], Any, Any]:
@@ -266,12 +359,19 @@ def make_users(cfg: RunConfig) -> tuple[list[User], Any, Any]:
         )
         for i, p in enumerate(parts)
     ]
-    return users, build_model_for(cfg, data), data
+    model = FlatModel(
+        build_model(
+            cfg.model, image_shape=data.image_shape, n_classes=data.n_classes, hidden=cfg.hidden
+        )
+    )
+    return users, model, data
 
 
 class NodeUpdates:
-    """``updates(round, user, model)`` for :func:`~immersion_secagg.flower_secagg.secagg_sum`: runs on the
-    node, builds its user from the run configuration (once per worker process)."""
+    """``updates(round, user, model)`` for :func:`immersion_secagg.flower_secagg.secagg_sum`.
+
+    Runs on the node; builds its user from the run configuration (once per worker process).
+    """
 
     _cache: dict[tuple[str, int], tuple[User, Any]] = {}
 
@@ -291,14 +391,13 @@ class NodeUpdates:
         )
 
 
-def _flower_models(cfg: RunConfig, w0: Any, sigma2: float) -> Any:
+def _flower_models(cfg: RunConfig, w0: Tensor, sigma2: float) -> AggregationRun:
     """The run on Flower with SecAgg+: the server's model after every round (see flower_secagg)."""
     from .flower_secagg import secagg_sum
 
     lr = cfg.lr
-    clipping_range = cfg.grad_clip + 8.0 * math.sqrt(
-        max(sigma2, 0.0) + cfg.grad_clip**2 / cfg.batch_size
-    )
+    clip = options_of(cfg).grad_clip
+    clipping_range = clip + 8.0 * math.sqrt(max(sigma2, 0.0) + clip**2 / cfg.batch_size)
 
     def step(model: np.ndarray, total: np.ndarray, contributors: list[int]) -> np.ndarray:
         return model - lr * total / len(contributors)  # FedSGD: the mean over who contributed
@@ -318,25 +417,26 @@ def _flower_models(cfg: RunConfig, w0: Any, sigma2: float) -> Any:
 def _record(
     result: SecaggResult,
     model: Any,
-    w: Any,
-    plain: Any,
-    x_test: Any,
-    y_test: Any,
+    w: Tensor,
+    plain: Tensor,
+    test: tuple[Tensor, Tensor] | None,
     seconds: float,
     seconds_plain: float,
     update_s: float,
     t: int,
     progress: Callable[[str], None] | None,
 ) -> None:
-    acc, loss = model.evaluate(w, x_test, y_test)
-    acc_p, loss_p = model.evaluate(plain, x_test, y_test)
-    result.accuracy.append(acc)
-    result.loss.append(loss)
-    result.accuracy_plain.append(acc_p)
-    result.loss_plain.append(loss_p)
+    if test is not None:
+        acc, loss = model.evaluate(w, *test)
+        acc_p, loss_p = model.evaluate(plain, *test)
+        result.accuracy.append(acc)
+        result.loss.append(loss)
+        result.accuracy_plain.append(acc_p)
+        result.loss_plain.append(loss_p)
     result.round_s.append(seconds)
     result.round_s_plain.append(seconds_plain)
     result.update_s.append(update_s)
     result.diff_vs_plain.append(float((w - plain).abs().max()))
     if progress:
-        progress(f"round {t + 1}/{result.config.rounds}: accuracy {acc:.4f} (no noise {acc_p:.4f})")
+        figures = f"accuracy {acc:.4f} (no noise {acc_p:.4f})" if test is not None else "done"
+        progress(f"round {t + 1}/{result.config.rounds}: {figures}")

@@ -1,4 +1,4 @@
-"""One user's FedSGD update under the sampling models of seed 001 (Assumption 1, Remark 1, Assumption 2).
+"""One user's FedSGD update under seed 001's sampling models (Assumptions 1, 2 and Remark 1).
 
 Orientation: the update functions take the paper's matrix ``G = [g_1 ... g_D]`` of shape ``(K, D)``,
 one clipped per-example gradient per *column* (``K`` = model dimension, ``D`` = samples of the
@@ -25,6 +25,7 @@ import operator
 
 import numpy as np
 from immersion import InvalidArgumentError
+from immersion_fl.optimizers import clip_to_norm
 
 
 def _generator(rng: object) -> np.random.Generator:
@@ -111,12 +112,16 @@ def clip_rows(grads: np.ndarray, clip: float) -> np.ndarray:
         )
     if not np.all(np.isfinite(arr)):
         raise InvalidArgumentError("grads", "expected finite values")
-    norms = np.linalg.norm(arr, axis=-1, keepdims=True)
-    return c * arr / np.maximum(norms, c)
+    return clip_to_norm(arr, c)
 
 
 def full_gradient_update(G: np.ndarray) -> np.ndarray:
     """GD: the mean of the clipped gradients, ``(1/D) sum_j g_j`` (Assumption 1 with ``w = 1/D``).
+
+    Parameters
+    ----------
+    G : np.ndarray
+        Clipped per-example gradients as columns, shape ``(K, D)``.
 
     Examples
     --------
@@ -127,10 +132,19 @@ def full_gradient_update(G: np.ndarray) -> np.ndarray:
 
 
 def iid_sampling_update(G: np.ndarray, batch: int, rng: np.random.Generator) -> np.ndarray:
-    """SGD with IID mini-batch sampling (Remark 1): the mean of ``B`` columns drawn without replacement.
+    """SGD with IID mini-batch sampling (Remark 1): the mean of ``B`` columns, no replacement.
 
     ``w`` has exactly ``B`` entries ``1/B``, so the update takes finitely many values and, by
     Theorem 1 (section 4.3), gives no DP without added noise.
+
+    Parameters
+    ----------
+    G : np.ndarray
+        Clipped per-example gradients as columns, shape ``(K, D)``.
+    batch : int
+        ``B``, ``1 <= B <= D``.
+    rng : np.random.Generator
+        Source of the batch.
 
     Examples
     --------
@@ -145,18 +159,21 @@ def iid_sampling_update(G: np.ndarray, batch: int, rng: np.random.Generator) -> 
 
 
 def gaussian_sampling_update(G: np.ndarray, batch: int, rng: np.random.Generator) -> np.ndarray:
-    """Gaussian sampling (Assumption 2, eq. 17): ``x = (1/D) sum_j g_j + G xi / sqrt(B D)``, ``xi ~ N(0, I_D)``.
+    """Gaussian sampling (Assumption 2, eq. 17): ``x = (1/D) sum_j g_j + G xi / sqrt(B D)``.
 
-    The update is ``N(mean, G G^T / (B D))``: the eq. 16 covariance ``Sigma_i = G G^T / D`` over ``B``,
-    whose sum over users is the aggregate covariance of eq. 18. ``O(K D)``; no ``K x K`` matrix.
+    ``xi ~ N(0, I_D)``.
+
+    The update is ``N(mean, G G^T / (B D))``: the eq. 16 covariance ``Sigma_i = G G^T / D`` over
+    ``B``, whose sum over users is the aggregate covariance of eq. 18. ``O(K D)``; no ``K x K``
+    matrix.
 
     Parameters
     ----------
-    G:
+    G : np.ndarray
         Clipped per-example gradients as columns, shape ``(K, D)``.
-    batch:
+    batch : int
         ``B``, the covariance scaling (footnote 2: the SGD batch size), ``1 <= B <= D``.
-    rng:
+    rng : np.random.Generator
         Source of ``xi`` (exactly one ``standard_normal(D)`` draw).
 
     Examples
@@ -176,6 +193,15 @@ def gaussian_sampling_update(G: np.ndarray, batch: int, rng: np.random.Generator
 
 def isotropic_noise(K: int, sigma2: float, rng: np.random.Generator) -> np.ndarray:
     """``N(0, sigma2 I_K)``: the per-user noise of Table 1's isotropic rows (SGD-DP, GD-DP).
+
+    Parameters
+    ----------
+    K : int
+        Model dimension.
+    sigma2 : float
+        Variance per coordinate (>= 0).
+    rng : np.random.Generator
+        Source of the noise.
 
     Examples
     --------

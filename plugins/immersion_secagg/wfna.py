@@ -5,18 +5,20 @@ per-example gradients as columns; this already includes the ``1/B`` of eq. 18) a
 eigendecomposition ``Sigma_i = U diag(lambda) U^T``, WF-NA floors every eigenvalue at ``sigma2``:
 ``Sigma_{i,+} = U diag(max(lambda, sigma2)) U^T``, and adds
 
-    ``n ~ N(0, Delta Sigma)``,  ``Delta Sigma = Sigma_{i,+} - Sigma_i = U diag((sigma2 - lambda)_+) U^T``
+    ``n ~ N(0, Delta Sigma)``,
+    ``Delta Sigma = Sigma_{i,+} - Sigma_i = U diag((sigma2 - lambda)_+) U^T``
 
-(step 4). Combined with Gaussian sampling (:func:`immersion_secagg.updates.gaussian_sampling_update`,
-independent of ``n``) the user's update has covariance ``Sigma_{i,+} >= sigma2 I``: the GSGD-DP
-mechanism of Theorem 4 (eq. 35). Noise goes only along eigen-directions with ``lambda < sigma2``,
-``sigma2`` exactly along the null space of ``G^T``, and ``tr(Delta Sigma) <= K sigma2``.
+(step 4). Combined with Gaussian sampling
+(:func:`immersion_secagg.updates.gaussian_sampling_update`, independent of ``n``) the user's update
+has covariance ``Sigma_{i,+} >= sigma2 I``: the GSGD-DP mechanism of Theorem 4 (eq. 35). Noise goes
+only along eigen-directions with ``lambda < sigma2``, ``sigma2`` exactly along the null space of
+``G^T``, and ``tr(Delta Sigma) <= K sigma2``.
 
 Two exact samplers:
 
 * :func:`wfna_noise_full`: ``eigh`` of the ``K x K`` matrix, ``O(K^2 D + K^3)``;
-* :func:`wfna_noise_lowrank` (notes 6(b)): the thin SVD ``G = U_r S V_r^T`` gives ``lambda = s^2/(B D)``
-  on ``span(U_r)`` and ``0`` on its complement, so with ``z ~ N(0, I_K)``
+* :func:`wfna_noise_lowrank` (notes 6(b)): the thin SVD ``G = U_r S V_r^T`` gives
+  ``lambda = s^2/(B D)`` on ``span(U_r)`` and ``0`` on its complement, so with ``z ~ N(0, I_K)``
   ``n = sigma (z - U_r U_r^T z) + U_r (sqrt((sigma2 - lambda)_+) * U_r^T z)``, of covariance
   ``sigma2 (I - U_r U_r^T) + U_r diag((sigma2 - lambda)_+) U_r^T = Delta Sigma`` exactly, in
   ``O(K D^2)``: the over-parameterised case ``D < K`` never forms a ``K x K`` matrix.
@@ -26,8 +28,8 @@ Two exact samplers:
 Not implemented, on purpose: the paper's blockwise approximation (split the coordinates into ``k``
 blocks and floor each block's covariance separately). It ignores the cross-block covariance and does
 *not* keep the guarantee (notes 9.7): for ``Sigma = [[1, 1], [1, 1]]``, ``sigma2 = 1`` and two 1 x 1
-blocks, each block already has variance ``1 >= sigma2`` so no noise is added, yet the total covariance
-has ``lambda_min = 0``; exact WF-NA adds variance 1 along ``(1, -1)/sqrt(2)``.
+blocks, each block already has variance ``1 >= sigma2`` so no noise is added, yet the total
+covariance has ``lambda_min = 0``; exact WF-NA adds variance 1 along ``(1, -1)/sqrt(2)``.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def _eig(G: np.ndarray, batch: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _thin(G: np.ndarray, batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """``U_r`` (``K x min(K, D)``, orthonormal columns) and ``lambda = s^2 / (B D)`` from the thin SVD of ``G``."""
+    """``U_r`` (``K x min(K, D)``, orthonormal) and ``lambda = s^2 / (B D)``: thin SVD of ``G``."""
     g = _gradients(G)
     b = _batch(batch, g.shape[1])
     u, s, _ = np.linalg.svd(g, full_matrices=False)
@@ -59,17 +61,19 @@ def _thin(G: np.ndarray, batch: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def wfna_covariance(G: np.ndarray, batch: int, sigma2: float) -> np.ndarray:
-    """The exact ``K x K`` WF-NA covariance ``Delta Sigma = U diag((sigma2 - lambda)_+) U^T`` (section 5.1, step 4).
+    """The exact ``K x K`` WF-NA covariance ``Delta Sigma = U diag((sigma2 - lambda)_+) U^T``.
+
+    Section 5.1, step 4.
 
     For tests and diagnostics; the samplers do not need it.
 
     Parameters
     ----------
-    G:
+    G : np.ndarray
         Clipped per-example gradients as columns, shape ``(K, D)``.
-    batch:
+    batch : int
         ``B``; the floored covariance is ``Sigma_i = G G^T / (B D)``.
-    sigma2:
+    sigma2 : float
         The eigenvalue floor ``sigma2 >= 0``.
 
     Examples
@@ -87,14 +91,16 @@ def wfna_covariance(G: np.ndarray, batch: int, sigma2: float) -> np.ndarray:
 def wfna_noise_full(
     G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """WF-NA noise ``n ~ N(0, Delta Sigma)`` by a full eigendecomposition of ``G G^T / (B D)`` (section 5.1).
+    """WF-NA noise ``n ~ N(0, Delta Sigma)`` by a full eigendecomposition of ``G G^T / (B D)``.
 
-    ``n = U (sqrt((sigma2 - lambda)_+) * z)`` with ``z ~ N(0, I_K)`` (one ``standard_normal(K)`` draw).
-    ``O(K^2 D + K^3)`` time and ``O(K^2)`` memory.
+    Section 5.1.
+
+    ``n = U (sqrt((sigma2 - lambda)_+) * z)`` with ``z ~ N(0, I_K)`` (one ``standard_normal(K)``
+    draw). ``O(K^2 D + K^3)`` time and ``O(K^2)`` memory.
 
     Examples
     --------
-    >>> G = np.array([[2.0, 0.0], [0.0, 0.0]])           # lambda = (2, 0): noise only on the 2nd axis
+    >>> G = np.array([[2.0, 0.0], [0.0, 0.0]])    # lambda = (2, 0): noise only on the 2nd axis
     >>> n = wfna_noise_full(G, 1, 1.0, np.random.default_rng(0))
     >>> float(n[0]) == 0.0, n.shape
     (True, (2,))
@@ -108,15 +114,16 @@ def wfna_noise_full(
 def wfna_noise_lowrank(
     G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """WF-NA noise ``n ~ N(0, Delta Sigma)`` from the thin SVD of ``G`` (notes 6(b)); exact, ``O(K D^2)``.
+    """WF-NA noise ``n ~ N(0, Delta Sigma)`` from the thin SVD of ``G`` (notes 6(b)), ``O(K D^2)``.
 
-    With ``G = U_r S V_r^T``, ``lambda = s^2 / (B D)`` and ``z ~ N(0, I_K)`` (one ``standard_normal(K)``
-    draw): ``n = sigma (z - U_r U_r^T z) + U_r (sqrt((sigma2 - lambda)_+) * U_r^T z)``, whose covariance
+    With ``G = U_r S V_r^T``, ``lambda = s^2 / (B D)`` and ``z ~ N(0, I_K)`` (one
+    ``standard_normal(K)`` draw):
+    ``n = sigma (z - U_r U_r^T z) + U_r (sqrt((sigma2 - lambda)_+) * U_r^T z)``, whose covariance
     ``sigma2 (I - U_r U_r^T) + U_r diag((sigma2 - lambda)_+) U_r^T`` equals :func:`wfna_covariance`.
 
     Examples
     --------
-    >>> G = np.array([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]])   # K = 3, D = 2: lambda = 2 on the 1st axis
+    >>> G = np.array([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]])   # K = 3, D = 2: lambda = 2 on axis 1
     >>> n = wfna_noise_lowrank(G, 1, 1.0, np.random.default_rng(0))
     >>> abs(float(n[0])) < 1e-15, n.shape
     (True, (3,))
@@ -131,11 +138,29 @@ def wfna_noise_lowrank(
 def wfna_noise(
     G: np.ndarray, batch: int, sigma2: float, rng: np.random.Generator, method: str = "auto"
 ) -> np.ndarray:
-    """WF-NA noise ``n ~ N(0, Delta Sigma)`` (section 5.1): ``method`` is ``"full"``, ``"lowrank"`` or ``"auto"``.
+    """WF-NA noise ``n ~ N(0, Delta Sigma)`` (section 5.1), by the exact sampler ``method`` picks.
 
-    ``"auto"`` uses :func:`wfna_noise_lowrank` when ``D < K`` (over-parameterised: ``Sigma_i`` is
-    singular) and :func:`wfna_noise_full` otherwise. Both are exact; they consume the generator
-    alike (one ``standard_normal(K)`` draw) but map it differently.
+    Both samplers are exact; they consume the generator alike (one ``standard_normal(K)`` draw)
+    but map it differently.
+
+    Parameters
+    ----------
+    G : np.ndarray
+        Clipped per-example gradients as columns, shape ``(K, D)``.
+    batch : int
+        ``B``; the floored covariance is ``Sigma_i = G G^T / (B D)``.
+    sigma2 : float
+        The eigenvalue floor ``sigma2 >= 0``.
+    rng : np.random.Generator
+        Source of the noise.
+    method : {"auto", "full", "lowrank"}
+        ``"auto"``: :func:`wfna_noise_lowrank` when ``D < K`` (over-parameterised: ``Sigma_i`` is
+        singular), :func:`wfna_noise_full` otherwise.
+
+    Returns
+    -------
+    np.ndarray
+        The noise, shape ``(K,)``.
 
     Examples
     --------

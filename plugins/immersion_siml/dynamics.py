@@ -13,12 +13,15 @@ eq. 44, with ``p(x) = -change(x)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from immersion import InvalidArgumentError
 
 from .models import SimlModel
+
+if TYPE_CHECKING:
+    from immersion_fl.optimizers import GradientTransformation
 
 SYNC_MODES = ("epoch", "batch")
 
@@ -75,18 +78,39 @@ class TrainingPlan:
 
 
 class OptimizerDynamics:
-    """``change(x, features, targets, t)`` of one mini-batch step on the flat state ``x`` (eq. 39-41)."""
+    """``change(x, features, targets, t)`` of one mini-batch step on the flat state ``x`` (eq. 39-41).
 
-    def __init__(self, model: SimlModel, optimizer: str, lr: float) -> None:
-        from immersion_fl.optimizers import make_optimizer
+    The optimizer is a gradient transformation with a named state
+    (:mod:`immersion_fl.optimizers`); its array fields are the moment blocks of ``x`` after ``w``,
+    in field order, and an integer ``count`` field is the public step counter. A field named
+    ``nu`` (Adam's second moment, ``~ g^2``) is carried as ``sqrt(nu)``: it then shares the
+    scale of the weights' code, which keeps the decoded trajectory exact (carrying ``nu`` itself
+    gave 1e-4 after 5 epochs).
 
-        self.model, self.optimizer = model, make_optimizer(optimizer, lr)
+    Parameters
+    ----------
+    model:
+        The model as a function of its flat parameter vector.
+    optimizer:
+        The optimizer (e.g. ``immersion_fl.optimizers.adam(0.001)``).
+    """
+
+    def __init__(self, model: SimlModel, optimizer: GradientTransformation) -> None:
+        self.model, self.optimizer = model, optimizer
         self.n_params = model.n_params
-        probe = self.optimizer.init(model.initial_vector(0))
-        self._kinds = ["vector" if hasattr(item, "shape") else "counter" for item in probe]
-        # Adam's second moment v ~ g^2 is carried as sqrt(v): see the class docstring
-        self._root_slots = {1} if optimizer == "adam" else set()
-        self.n_moments = self._kinds.count("vector")
+        probe = optimizer.init(model.initial_vector(0))
+        if not (isinstance(probe, tuple) and hasattr(type(probe), "_fields")):
+            raise InvalidArgumentError(
+                "optimizer",
+                "SIML carries the optimizer state in the encoded state: it needs one "
+                "transformation with a named-tuple state (sgd, momentum, adam), not a chain",
+            )
+        self._state_type = type(probe)
+        self._fields = probe._fields
+        self._vector_fields = [
+            name for name in self._fields if hasattr(getattr(probe, name), "shape")
+        ]
+        self.n_moments = len(self._vector_fields)
         self.n_state = self.n_params * (1 + self.n_moments)
 
     def initial_state(self, w0: Any) -> Any:
@@ -98,20 +122,19 @@ class OptimizerDynamics:
         """The model parameters ``w``, the first block of ``x``."""
         return x[..., : self.n_params]
 
-    def _unpack(self, x: Any, steps_done: int) -> tuple[Any, tuple[Any, ...]]:
-        chunks = iter(
-            x[self.n_params * (i + 1) : self.n_params * (i + 2)] for i in range(self.n_moments)
-        )
-        state = tuple(next(chunks) if kind == "vector" else steps_done for kind in self._kinds)
-        return x[: self.n_params], tuple(
-            v * v if i in self._root_slots else v for i, v in enumerate(state)
-        )
+    def _unpack(self, x: Any, steps_done: int) -> tuple[Any, Any]:
+        n = self.n_params
+        blocks = {name: x[n * (i + 1) : n * (i + 2)] for i, name in enumerate(self._vector_fields)}
+        values = {
+            name: blocks[name] * blocks[name] if name == "nu" else blocks[name] for name in blocks
+        }
+        state = self._state_type(**{name: values.get(name, steps_done) for name in self._fields})
+        return x[:n], state
 
-    def _stored(self, state: tuple[Any, ...]) -> list[Any]:
+    def _stored(self, state: Any) -> list[Any]:
         return [
-            v.clamp_min(0.0).sqrt() if i in self._root_slots else v
-            for i, v in enumerate(state)
-            if hasattr(v, "shape")
+            getattr(state, name).clamp_min(0.0).sqrt() if name == "nu" else getattr(state, name)
+            for name in self._vector_fields
         ]
 
     def change(self, x: Any, features: Any, targets: Any, steps_done: int) -> Any:

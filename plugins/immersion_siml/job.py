@@ -78,10 +78,17 @@ class SimlJob:
         model = siml_model(self.model, image_shape=self.image_shape, n_classes=self.n_classes)
         return TargetOptimizer(
             keys=self.public_keys,
-            dynamics=OptimizerDynamics(model, self.plan.optimizer, self.plan.lr),
+            dynamics=plan_dynamics(model, self.plan),
             layout=SampleLayout(self.image_shape, self.n_classes),
             backend=make_backend(backend, dtype="float64", device=device),
         )
+
+
+def plan_dynamics(model: Any, plan: TrainingPlan) -> OptimizerDynamics:
+    """The plan's optimizer (resolved by its registered name) as a dynamical system on ``model``."""
+    from immersion_fl.engine import optimizer_by_name
+
+    return OptimizerDynamics(model, optimizer_by_name(plan.optimizer, plan.lr))
 
 
 def draw_siml_keys(
@@ -145,7 +152,7 @@ def prepare_job(
         )
     image_shape = tuple(int(s) for s in images.shape[1:])
     model = siml_model(model_name, image_shape=image_shape, n_classes=n_classes)  # type: ignore[arg-type]
-    dynamics = OptimizerDynamics(model, plan.optimizer, plan.lr)
+    dynamics = plan_dynamics(model, plan)
     layout = SampleLayout(image_shape, n_classes)  # type: ignore[arg-type]
     backend = make_backend("torch", dtype="float64")
     keys, noise_rng = draw_siml_keys(

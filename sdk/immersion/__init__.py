@@ -4,7 +4,8 @@ Examples
 --------
 >>> import numpy as np
 >>> from immersion import immerse
->>> imm = immerse(lambda x, y: 0.5 * x + y, lambda x, y: 2.0 * x, n_state=1, n_input=1, n_output=1, rng=0)
+>>> imm = immerse(lambda x, y: 0.5 * x + y, lambda x, y: 2.0 * x, n_state=1, n_input=1,
+...               n_output=1, rng=0)
 >>> imm.report().epsilon_input <= 1e-3 * (1 + 1e-12)
 True
 """
@@ -22,11 +23,13 @@ from .errors import (
 from .keygen import draw_keys
 from .keys import Keys, NoiseLaw, load_keys, save_keys
 from .privacy import PrivacyReport
+from .systems import immerse_system
 
 __version__ = "0.1.0"
 
 __all__ = [
     "immerse",
+    "immerse_system",
     "draw_keys",
     "Immersion",
     "TargetAlgorithm",

@@ -14,7 +14,7 @@ import numpy as np
 
 
 def as_path(value: Any, name: str = "path") -> Path:
-    """``value`` as a :class:`~pathlib.Path`, or an :class:`InvalidArgumentError` naming ``name``."""
+    """``value`` as a :class:`~pathlib.Path`, or an :class:`InvalidArgumentError` naming it."""
     from .errors import InvalidArgumentError
 
     if (
@@ -29,7 +29,7 @@ def as_path(value: Any, name: str = "path") -> Path:
 
 
 def write_private(path: Path, payload: bytes, *, prefix: str = ".tmp-") -> None:
-    """Write ``payload`` to ``path`` with mode 0600, atomically: a crash never leaves a partial file."""
+    """Write ``payload`` to ``path`` with mode 0600, atomically (a crash leaves no partial file)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
     try:
         os.fchmod(fd, 0o600)
@@ -53,7 +53,10 @@ def npz_bytes(arrays: dict[str, Any]) -> bytes:
 def write_signed(
     path: Path, magic: bytes, meta: dict[str, Any], arrays: dict[str, Any], *, prefix: str
 ) -> None:
-    """One private file: ``magic``, the SHA-256 of the payload, then an ``.npz`` of ``arrays`` plus ``meta`` (JSON)."""
+    """One private file: ``magic``, the payload's SHA-256, then an ``.npz`` of ``arrays``.
+
+    The ``.npz`` also holds ``meta`` as JSON.
+    """
     payload = npz_bytes(
         {"__meta__": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays}
     )
@@ -65,9 +68,10 @@ def write_signed(
 def read_signed(
     source: Path, magic: bytes, *, what: str, error: type[Exception], private: bool = True
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``(meta, arrays)`` of a file written by :func:`write_signed`; ``error("path: ...")`` if it is not one.
+    """``(meta, arrays)`` of a file written by :func:`write_signed`.
 
-    Refuses foreign, truncated or modified files and, if ``private``, files other users can read.
+    Raises ``error("path: ...")`` if it is not one. Refuses foreign, truncated or modified files
+    and, if ``private``, files other users can read.
     """
     try:
         blob = source.read_bytes()
@@ -85,7 +89,8 @@ def read_signed(
         with np.load(io.BytesIO(payload), allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
         meta = json.loads(arrays.pop("__meta__").tobytes().decode())
-    except Exception as exc:  # noqa: BLE001 - numpy's npy/zip parsers raise many kinds on a forged payload
+    except Exception as exc:  # noqa: BLE001
+        # numpy's npy/zip parsers raise many kinds of exception on a forged payload
         raise error(f"path: {source} is malformed ({type(exc).__name__}: {exc})") from None
     return meta, arrays
 
@@ -93,7 +98,10 @@ def read_signed(
 def writable_path(
     path: Any, *, overwrite: bool, error: type[Exception], overwrite_hint: str = "overwrite=True"
 ) -> Path:
-    """``path`` as a file we may write: not a folder, not existing unless ``overwrite``, in an existing folder."""
+    """``path`` as a file we may write.
+
+    Not a folder, not existing unless ``overwrite``, and in an existing folder.
+    """
     target = as_path(path)
     if target.is_dir():
         raise error(f"path: {target} is a folder; give a file name")

@@ -5,18 +5,21 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import InvalidArgumentError, NonFiniteError
+
+if TYPE_CHECKING:
+    from .backends import ArrayBackend
 
 #: Below this many entries a Python loop checks finiteness faster than a numpy call.
 _SMALL = 64
 
 
 def all_finite(arr: np.ndarray) -> bool:
-    """True if every entry of a float array is finite (fast for the small vectors of control loops)."""
+    """True if every entry of a float array is finite (fast for a control loop's small vectors)."""
     if arr.size <= _SMALL:
         return all(map(math.isfinite, arr.ravel().tolist()))
     return bool(np.isfinite(arr).all())
@@ -32,7 +35,7 @@ def positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
 
 
 def as_float(value: Any) -> float:
-    """``float(value)``, with ``inf`` for an integer beyond float64 (instead of an OverflowError)."""
+    """``float(value)``, ``inf`` for an integer beyond float64 (instead of an OverflowError)."""
     try:
         return float(value)
     except OverflowError:
@@ -58,7 +61,8 @@ def probability(name: str, value: Any) -> float:
     return out
 
 
-#: dtype kinds accepted as numbers: bool, signed/unsigned integer, float, and object (checked entry by entry).
+#: dtype kinds accepted as numbers: bool, signed/unsigned integer, float, and object (checked entry
+#: by entry).
 _NUMERIC_KINDS = "biufO"
 
 
@@ -98,7 +102,7 @@ def finite_array(
 
 
 def backend_array(
-    backend: Any, name: str, value: Any, *, last_dim: int, ndim: int | None = None
+    backend: ArrayBackend, name: str, value: Any, *, last_dim: int, ndim: int | None = None
 ) -> Any:
     """``value`` as an array of ``backend``, with trailing length ``last_dim`` and finite entries.
 
@@ -136,11 +140,11 @@ def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     return str(value)
 
 
-def finite_result(backend: Any, name: str, value: Any, what: str) -> Any:
-    """``value`` (a result computed from finite inputs) if finite; else a :class:`NonFiniteError` naming ``name``.
+def finite_result(backend: ArrayBackend, name: str, value: Any, what: str) -> Any:
+    """``value`` (computed from finite inputs) if finite, else a :class:`NonFiniteError` naming it.
 
-    Huge but finite inputs can overflow to inf (or NaN) once multiplied by the keys: that must raise,
-    not propagate.
+    Huge but finite inputs can overflow to inf (or NaN) once multiplied by the keys: that must
+    raise, not propagate.
     """
     if backend.all_finite(value):
         return value
@@ -158,7 +162,10 @@ def physical_memory() -> float:
 
 
 def vector_fits(name: str, value: int, entries: int, what: str = "one encoded vector") -> None:
-    """Refuse sizes for which ``what`` (``entries`` float64 numbers) could not fit in memory, naming ``name``."""
+    """Refuse sizes for which ``what`` (``entries`` float64 numbers) could not fit in memory.
+
+    The error names ``name``.
+    """
     memory = physical_memory()
     if 8 * entries > memory:
         raise InvalidArgumentError(

@@ -1,4 +1,4 @@
-"""``immersion audit``: run every registered attack against every scheme it targets, report measurements.
+"""``immersion audit``: run every registered attack on every scheme it targets, report the figures.
 
 Each attack is a plugin registration (:class:`immersion.hookspecs.AttackSpec`, hook
 ``immersion_register_attacks``) whose ``run(quick=..., seed=...)`` returns

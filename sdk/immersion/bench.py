@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .coding import immerse
+from .coding import Immersion, immerse
 
 #: (n_state, keys) settings: small and medium dense, 1000 both ways, and 100,000 with block keys.
 DEFAULT_SIZES: tuple[tuple[int, str], ...] = (
@@ -43,7 +43,7 @@ def _time_loop(step: Callable[[], None], steps: int) -> float:
 
 
 def _time_pair(
-    imm: Any,
+    imm: Immersion,
     f: Callable[..., Any],
     g: Callable[..., Any],
     x: np.ndarray,
@@ -78,7 +78,7 @@ def bench_core(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Per-step time of plain ``f, g`` and of the immersed loop (encode, ``output``, ``step``, decode).
+    """Per-step time of plain ``f, g`` and of the immersed loop (encode, output, step, decode).
 
     Each configuration is timed ``repeats`` times, plain and immersed alternating, and the
     minimum of each is kept; the figure of merit is the ratio immersed / plain.

@@ -1,13 +1,19 @@
-"""Built-in plugin: the numpy and torch backends, the audit's attacks on ``immerse`` and ``lwe``."""
+"""Built-in plugin: the numpy and torch backends, and the audit's attacks on ``immerse`` and ``lwe``.
+
+Registered through the ``immersion`` entry-point group like any third-party plugin.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .hookspecs import AttackSpec, BackendSpec, hookimpl
 
+if TYPE_CHECKING:
+    from .backends import ArrayBackend
 
-def _numpy(*, dtype: str | None = None, device: str | None = None) -> Any:
+
+def _numpy(*, dtype: str | None = None, device: str | None = None) -> ArrayBackend:
     from .backends.numpy_backend import NumpyBackend
     from .errors import InvalidArgumentError
 
@@ -18,7 +24,7 @@ def _numpy(*, dtype: str | None = None, device: str | None = None) -> Any:
     return NumpyBackend(dtype or "float64")
 
 
-def _torch(*, dtype: str | None = None, device: str | None = None) -> Any:
+def _torch(*, dtype: str | None = None, device: str | None = None) -> ArrayBackend:
     from .backends.torch_backend import TorchBackend
 
     return TorchBackend(dtype or "float64", device)

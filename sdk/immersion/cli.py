@@ -72,8 +72,9 @@ def bench_core_cmd(steps: int, repeats: int, quick: bool, as_json: bool) -> None
     click.echo(" ".join(f"{h:>{w}}" for h, w in zip(header, (8, 6, 13, 10, 12, 8, 8), strict=True)))
     for r in result["results"]:
         click.echo(
-            f"{r['n_state']:>8} {r['keys']:>6} {r['workload']:>13} {r['plain_step_s'] * 1e6:>10.1f} "
-            f"{r['immersed_step_s'] * 1e6:>12.1f} {r['step_time_ratio']:>8.2f} {r['key_bytes'] / 1e6:>8.2f}"
+            f"{r['n_state']:>8} {r['keys']:>6} {r['workload']:>13} "
+            f"{r['plain_step_s'] * 1e6:>10.1f} {r['immersed_step_s'] * 1e6:>12.1f} "
+            f"{r['step_time_ratio']:>8.2f} {r['key_bytes'] / 1e6:>8.2f}"
         )
 
 
@@ -219,8 +220,8 @@ def audit_cmd(
     click.echo(" | ".join(header))
     for r in result["attacks"]:
         click.echo(
-            f"{r['attack']} | {r['scheme']} | {r['mitigation'] or '-'} | {r['metric']} | {r['value']:.4g} | "
-            f"{r['baseline']:.4g} | {r['verdict']}"
+            f"{r['attack']} | {r['scheme']} | {r['mitigation'] or '-'} | {r['metric']} | "
+            f"{r['value']:.4g} | {r['baseline']:.4g} | {r['verdict']}"
         )
 
 
@@ -249,7 +250,7 @@ def plugins_cmd(as_json: bool) -> None:
 
 
 def _key_options(fn: Any) -> Any:
-    """Options shared by ``report`` and ``keys new``: dimensions, privacy targets, key kind, seed."""
+    """Options of ``report`` and ``keys new``: dimensions, privacy targets, key kind, seed."""
     options = [
         click.option("--n-state", type=click.IntRange(1), required=True),
         click.option("--n-input", type=click.IntRange(1), required=True),
@@ -348,7 +349,7 @@ def _draw(params: dict[str, Any], rng: Any, secure: bool = False) -> Any:
 def report_cmd(
     dtype: str, steps: int, delta: float, seed: int, as_json: bool, **params: Any
 ) -> None:
-    """Privacy and precision report for a configuration (keys drawn, no algorithm run; unit-gain f, g)."""
+    """Privacy and precision report for a configuration (keys drawn; unit-gain f, g, not run)."""
     import numpy as np
 
     from .privacy import privacy_report
@@ -384,7 +385,7 @@ def keys_group() -> None:
 @click.option("--seed", type=int, default=None, help="Reproducible keys (default: OS entropy).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def keys_new(path: Path, overwrite: bool, seed: int | None, as_json: bool, **params: Any) -> None:
-    """Draw keys with a designed noise law and save them; use later with immerse(..., keys=load_keys(FILE))."""
+    """Draw keys with a designed noise law and save them; use with immerse(keys=load_keys(FILE))."""
     from .keys import save_keys
 
     keys = _draw(params, seed, secure=seed is None)

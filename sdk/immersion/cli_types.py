@@ -1,4 +1,4 @@
-"""Click parameter types shared by ``immersion`` and the plugins' commands (importing this has no side effects)."""
+"""Click parameter types shared by ``immersion`` and the plugins' commands (no side effects)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import click
 
 
 class FiniteFloatRange(click.FloatRange):
-    """:class:`click.FloatRange` that also refuses ``nan`` and ``inf`` (click's range checks let NaN through)."""
+    """:class:`click.FloatRange` that also refuses ``nan`` and ``inf`` (click lets NaN through)."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         out = super().convert(value, param, ctx)
@@ -23,7 +23,7 @@ SEED = click.IntRange(0, 2**63 - 1)
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` with NaN and infinite floats replaced by None, for ``--json`` output (JSON has neither)."""
+    """``value`` with NaN and infinite floats as None, for ``--json`` output (JSON has neither)."""
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -14,10 +14,17 @@ class ImmersionError(Exception):
 class InvalidArgumentError(ImmersionError, ValueError):
     """An argument has the wrong type, shape, range or value.
 
-    Attributes
+    Parameters
     ----------
-    argument:
-        Name of the offending argument, as the user wrote it.
+    argument : str
+        Name of the offending argument, as the user wrote it (kept as ``self.argument``).
+    message : str
+        What was expected and what was given; the error reads ``"argument: message"``.
+
+    Examples
+    --------
+    >>> str(InvalidArgumentError("steps", "expected an integer >= 1, got 0"))
+    'steps: expected an integer >= 1, got 0'
     """
 
     def __init__(self, argument: str, message: str) -> None:
@@ -32,11 +39,13 @@ class NonFiniteError(InvalidArgumentError):
 class PrecisionError(ImmersionError, ValueError):
     """The requested privacy cannot be decoded within the requested tolerance.
 
-    Attributes
+    Parameters
     ----------
-    smallest_feasible_epsilon_input, smallest_feasible_epsilon_output:
+    message : str
+        The error message.
+    smallest_feasible_epsilon_input, smallest_feasible_epsilon_output : float
         The smallest per-element epsilons (same ratio as requested) whose predicted
-        decode error meets the tolerance for the chosen dtype.
+        decode error meets the tolerance for the chosen dtype (kept as attributes).
     """
 
     def __init__(
@@ -56,7 +65,23 @@ class KeyFileError(ImmersionError):
 
 
 class OptionalDependencyError(ImmersionError, ImportError):
-    """An optional dependency (an extra) is needed but not installed."""
+    """An optional dependency (an extra) is needed but not installed.
+
+    Parameters
+    ----------
+    package : str
+        The missing package, as pip names it.
+    extra : str
+        The extra of ``immersion-coding`` that installs it.
+    purpose : str
+        What needs it (the message starts with it).
+
+    Examples
+    --------
+    >>> message = str(OptionalDependencyError("torch", "torch", "the torch backend"))
+    >>> message.startswith("the torch backend needs"), message.endswith("'immersion-coding[torch]'")
+    (True, True)
+    """
 
     def __init__(self, package: str, extra: str, purpose: str) -> None:
         super().__init__(

@@ -1,3 +1,4 @@
+# mypy: disable-error-code="empty-body"
 """Hook specifications of the ``immersion`` plugin system (pluggy).
 
 Every hook is called once, when the registry is built (never inside per-step loops), and
@@ -38,28 +39,73 @@ class AlgorithmSpec:
 
 
 @dataclass(frozen=True)
-class SchemeSpec:
-    """A federated scheme: ``factory(**options)`` returns an object with the scheme interface of
-    ``immersion_fl.schemes.FedAvg`` (setup, broadcast, client_upload, aggregate, server_update, ...).
+class FlowerHooks:
+    """How a federated scheme meets Flower (flwr's Message API).
 
-    A scheme whose rounds do not fit that interface (MP-DP's key agreement and dropout recovery)
-    gives a ``runner(cfg, engine=..., progress=..., faults=...)`` that runs the whole federated
-    run and returns a result with ``summary()``; ``immersion fl run`` then calls it instead. With
-    ``noise="off"`` such a scheme must reproduce its plain reference round by round (conformance
-    test in ``tests/test_fl.py``)."""
+    Parameters
+    ----------
+    strategy:
+        A strategy wrapper for a user's own ServerApp: ``strategy(user_strategy, **options)``
+        returns a Flower ``Strategy`` that delegates to ``user_strategy`` (the pattern of
+        Flower's ``DifferentialPrivacyClientSideFixedClipping``).
+    mod:
+        The matching client mod for the user's ClientApp, ``mod(msg, context, call_next)``
+        (the pattern of Flower's ``fixedclipping_mod``).
+    server, client:
+        For schemes with their own rounds: the SDK runner's ServerApp work
+        ``server(grid, cfg, plan=, progress=)`` and ClientApp ``client(msg, context)`` (used by
+        ``immersion fl run --engine flower`` and the deployment app).
+    """
+
+    strategy: Callable[..., Any] | None = None
+    mod: Callable[..., Any] | None = None
+    server: Callable[..., Any] | None = None
+    client: Callable[..., Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchemeSpec:
+    """A federated scheme. Exactly one of ``factory`` and ``runner`` is given.
+
+    Parameters
+    ----------
+    name:
+        The registered name (``immersion fl run --scheme``).
+    description:
+        One line for ``immersion plugins``.
+    options:
+        The scheme's option class (a frozen dataclass deriving from
+        ``immersion_fl.config.SchemeOptions`` that validates itself).
+    factory:
+        ``factory(options, context)`` returns an ``immersion_fl.scheme.Scheme`` (the
+        weight-averaging contract: setup, broadcast, client upload, aggregate, server update).
+    runner:
+        For a scheme whose rounds do not fit that contract (MP-DP's key agreement and dropout
+        recovery): ``runner(cfg, engine=, progress=, faults=, task=)`` runs the whole federated
+        run and returns a result with ``summary()``. With its noise off it must reproduce its
+        plain reference round by round (conformance test in ``tests/test_fl.py``).
+    flower:
+        How the scheme meets Flower (:class:`FlowerHooks`).
+    """
 
     name: str
-    factory: Callable[..., Any]
     description: str = ""
+    options: type
+    factory: Callable[..., Any] | None = None
     runner: Callable[..., Any] | None = None
-    flower_module: str = (
-        ""  # module with serve(grid, cfg, plan=, progress=) and client_train(msg, context)
-    )
+    flower: FlowerHooks = field(default_factory=FlowerHooks)
+
+    def __post_init__(self) -> None:
+        if (self.factory is None) == (self.runner is None):
+            from .errors import PluginError
+
+            raise PluginError(f"scheme {self.name!r}: give exactly one of factory and runner")
 
 
 @dataclass(frozen=True)
 class OptimizerSpec:
-    """An optimizer as an ``(init, update)`` pair: ``factory(lr)`` returns it (Optax style)."""
+    """An optimizer: ``factory(lr)`` returns an ``(init, update)`` gradient transformation
+    (``immersion_fl.optimizers.GradientTransformation``, Optax style)."""
 
     name: str
     factory: Callable[..., Any]
@@ -89,34 +135,28 @@ class AttackSpec:
 @hookspec
 def immersion_register_backends() -> list[BackendSpec]:
     """Return the array backends this plugin provides. Called once when the registry is built."""
-    raise NotImplementedError
 
 
 @hookspec
 def immersion_register_algorithms() -> list[AlgorithmSpec]:
     """Return the algorithms (controllers, optimizers) this plugin provides. Called once."""
-    raise NotImplementedError
 
 
 @hookspec
 def immersion_register_fl_schemes() -> list[SchemeSpec]:
     """Return the federated schemes this plugin provides (``immersion fl run --scheme``). Called once."""
-    raise NotImplementedError
 
 
 @hookspec
 def immersion_register_optimizers() -> list[OptimizerSpec]:
     """Return the optimizers this plugin provides (``immersion fl run --optimizer``). Called once."""
-    raise NotImplementedError
 
 
 @hookspec
 def immersion_register_commands() -> list[CommandSpec]:
     """Return CLI commands (demos, benchmarks, tools) this plugin adds. Called once, by the CLI."""
-    raise NotImplementedError
 
 
 @hookspec
 def immersion_register_attacks() -> list[AttackSpec]:
     """Return the attacks this plugin adds to ``immersion audit``. Called once, by the audit."""
-    raise NotImplementedError

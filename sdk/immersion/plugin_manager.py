@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -22,6 +22,9 @@ from .hookspecs import (
     OptimizerSpec,
     SchemeSpec,
 )
+
+if TYPE_CHECKING:
+    from .backends import ArrayBackend
 
 #: Modules registered when the package's entry points are not visible (e.g. PYTHONPATH use).
 BUILTIN_PLUGINS = ("immersion.builtin",)
@@ -53,7 +56,8 @@ class Registry:
             for spec in batch:
                 if spec.name in out and not force:
                     raise PluginError(
-                        f"two plugins register the {kind} {spec.name!r}; rename one or pass force=True"
+                        f"two plugins register the {kind} {spec.name!r}; rename one or pass "
+                        "force=True"
                     )
                 out[spec.name] = spec
         return out
@@ -66,7 +70,7 @@ class Registry:
         """Attacks from every plugin, by name (collected on demand: only the audit needs them)."""
         return self._collect(self.manager.hook.immersion_register_attacks(), "attack", self._force)
 
-    def make_backend(self, name: str, *, dtype: str | None, device: str | None) -> Any:
+    def make_backend(self, name: str, *, dtype: str | None, device: str | None) -> ArrayBackend:
         if name not in self.backends:
             raise InvalidArgumentError(
                 "backend", f"unknown backend {name!r}; registered: {sorted(self.backends)}"

@@ -1,4 +1,4 @@
-"""Probing the user's ``f`` and ``g`` when :func:`immerse` is called: signature, shapes, input gain."""
+"""Probing the user's ``f`` and ``g`` when :func:`immerse` is called: signature, shapes, gain."""
 
 from __future__ import annotations
 

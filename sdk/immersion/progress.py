@@ -11,7 +11,7 @@ from typing import TextIO
 
 
 class Progress:
-    """``Progress(total, label)``; call ``step(message)`` after each unit of work, ``close()`` at the end.
+    """``Progress(total, label)``: ``step(message)`` after each unit of work, ``close()`` at end.
 
     Examples
     --------

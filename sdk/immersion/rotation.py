@@ -1,4 +1,4 @@
-"""Key rotation for ``immerse(f, g)``: fresh keys every ``rotate_keys_every`` samples (seed 002, Proposition 1).
+"""Key rotation for ``immerse(f, g)``: fresh keys every ``rotate_keys_every`` samples (seed 002).
 
 Why: under one key every encoded input ``y~_k = Pi1 y_k + N1 s_k`` (seed 002 eq. 16) has its noise
 in the same subspace ``range(N1)``. An eavesdropper who collects many ``y~_k`` finds that subspace
@@ -35,11 +35,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
 from . import _validation as v
 from .coding import Immersion, immerse
 from .errors import InvalidArgumentError
 from .keygen import resolve_rng
 from .keys import Keys
+from .privacy import PrivacyReport
 from .target import TargetAlgorithm
 
 
@@ -115,7 +118,7 @@ class RotatingTarget:
 
 
 class RotatingImmersion:
-    """User-side handle of ``immerse(f, g, ...)`` whose keys are redrawn every ``rotate_keys_every`` samples.
+    """User-side handle of ``immerse(f, g, ...)``, keys redrawn every ``rotate_keys_every`` samples.
 
     Parameters
     ----------
@@ -184,7 +187,7 @@ class RotatingImmersion:
         n_output: int,
         *,
         rotate_keys_every: int,
-        rng: Any = None,
+        rng: int | np.random.Generator | np.random.SeedSequence | None = None,
         secure: bool = False,
         **options: Any,
     ) -> None:
@@ -235,13 +238,13 @@ class RotatingImmersion:
         """``x = Pi2_left x~`` under the current key."""
         return self.current.decode_state(encoded_state)
 
-    def report(self) -> Any:
-        """Privacy and precision report of the current keys (every period meets the same targets)."""
+    def report(self) -> PrivacyReport:
+        """Privacy and precision report of the current keys (each period meets the same targets)."""
         return self.current.report()
 
     # ------------------------------------------------------------------ rotation
     def tick(self) -> KeyRotation | None:
-        """Count one sample; after every ``rotate_keys_every``-th, draw fresh keys and return the message.
+        """Count one sample; every ``rotate_keys_every``-th draws fresh keys, returns the message.
 
         The returned :class:`KeyRotation` must reach the cloud (``cloud.rekey(rotation, x~)``)
         before the next sample is encoded.
@@ -254,7 +257,7 @@ class RotatingImmersion:
         return KeyRotation(self.period, self.current.target, public_target_bytes(self.current.keys))
 
     def step(self, y: Any, encoded_state: Any, w: Any = None) -> tuple[Any, Any]:
-        """One closed-loop sample with the in-process :attr:`cloud`: ``(u, x~ for the next sample)``.
+        """One closed-loop sample with the in-process :attr:`cloud`: ``(u, next x~)``.
 
         Encodes ``y``, runs eq. 17 in the cloud, decodes ``u`` (eq. 18), then rotates if due
         (the cloud moves ``x~`` to the new key).
@@ -268,7 +271,10 @@ class RotatingImmersion:
         return u, xt
 
     def __repr__(self) -> str:
-        return f"RotatingImmersion(rotate_keys_every={self.rotate_keys_every}, period={self.period}, {self.current.keys!r})"
+        return (
+            f"RotatingImmersion(rotate_keys_every={self.rotate_keys_every}, "
+            f"period={self.period}, {self.current.keys!r})"
+        )
 
 
 __all__ = ["RotatingImmersion", "RotatingTarget", "KeyRotation", "public_target_bytes"]

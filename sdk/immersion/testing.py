@@ -66,7 +66,7 @@ def run_side_by_side(
 
 
 def assert_close_to_plain(run: SideBySide, *, rtol: float = 1e-9) -> None:
-    """Decoded outputs and states equal the plain run within ``rtol`` relative to each signal's scale."""
+    """Decoded outputs and states equal the plain run within ``rtol`` of each signal's scale."""
     for name, plain, decoded in (
         ("output", run.outputs_plain, run.outputs_decoded),
         ("state", run.states_plain, run.states_decoded),

@@ -1,8 +1,8 @@
 """An eavesdropper on the user-cloud link of ``immerse(f, g)``: many encoded inputs under one key.
 
-Seed 002 encodes every input as ``y~_k = Pi1 y_k + N1 s_k`` (eq. 16) with fresh noise ``s_k`` but one
-key ``(Pi1, N1)``; Theorem 1 makes each *entry* of one ``y~_k`` epsilon-DP. A stream of encodings
-under one key is another matter (THREAT_MODEL.md, "Eavesdropper that collects many y~_k"):
+Seed 002 encodes every input as ``y~_k = Pi1 y_k + N1 s_k`` (eq. 16) with fresh noise ``s_k`` but
+one key ``(Pi1, N1)``; Theorem 1 makes each *entry* of one ``y~_k`` epsilon-DP. A stream of
+encodings under one key is another matter (THREAT_MODEL.md, "Eavesdropper that collects many y~_k"):
 
 * ``subspace``: the noise lives in the fixed ``extra_input``-dimensional subspace ``range(N1)``
   with a variance about ``1/epsilon^2`` times the signal's, so the top principal directions of
@@ -36,6 +36,7 @@ from itertools import combinations
 from typing import Any, Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..audit import AttackResult
 from ..coding import immerse
@@ -55,7 +56,7 @@ EXTRA_INPUT = 2
 
 
 # ---------------------------------------------------------------- the attacks
-def _matrix(name: str, value: Any) -> np.ndarray:
+def _matrix(name: str, value: ArrayLike) -> np.ndarray:
     arr = np.asarray(value, dtype=np.float64)
     if arr.ndim == 1:
         arr = arr[:, None]
@@ -66,7 +67,7 @@ def _matrix(name: str, value: Any) -> np.ndarray:
     return arr
 
 
-def noise_dimension(encoded: Any) -> tuple[int, float]:
+def noise_dimension(encoded: ArrayLike) -> tuple[int, float]:
     """The noise dimension an attacker reads off the spectrum, and the eigenvalue gap it rests on.
 
     Eigenvalues of the (uncentred) second moment of the stream, largest first; the noise dimension
@@ -82,7 +83,7 @@ def noise_dimension(encoded: Any) -> tuple[int, float]:
 
 
 def subspace_attack(
-    encoded: Any, *, n_noise: int | None = None, period: int | None = None
+    encoded: ArrayLike, *, n_noise: int | None = None, period: int | None = None
 ) -> np.ndarray:
     """PCA on encoded inputs; project out the ``n_noise`` noisiest directions; return what remains.
 
@@ -108,7 +109,8 @@ def subspace_attack(
     --------
     >>> import numpy as np
     >>> from immersion import immerse
-    >>> imm = immerse(lambda x, y: 0.5 * x + y, lambda x, y: x, n_state=1, n_input=1, n_output=1, rng=0)
+    >>> imm = immerse(lambda x, y: 0.5 * x + y, lambda x, y: x, n_state=1, n_input=1, n_output=1,
+    ...               rng=0)
     >>> y = np.sin(np.arange(1000) / 8.0)[:, None]
     >>> est = subspace_attack(imm.encode_input(y))          # y~ = Pi1 y + N1 s, noise 1000x larger
     >>> bool(abs(np.corrcoef(est[:, 0], y[:, 0])[0, 1]) > 0.99)
@@ -138,7 +140,7 @@ def subspace_attack(
     return out.reshape(n_samples, n_total - n_noise)
 
 
-def aligned_recovery(estimate: Any, y: Any, *, period: int | None = None) -> float:
+def aligned_recovery(estimate: ArrayLike, y: ArrayLike, *, period: int | None = None) -> float:
     """How much of ``y`` an estimate carries, up to one unknown linear map per key period.
 
     The map of each period is fitted by least squares against the true ``y`` (an oracle: the
@@ -167,7 +169,7 @@ def aligned_recovery(estimate: Any, y: Any, *, period: int | None = None) -> flo
     return float(np.clip(1.0 - float(((target - aligned) ** 2).sum()) / spread, 0.0, 1.0))
 
 
-def known_plaintext_attack(plain: Any, encoded: Any) -> np.ndarray:
+def known_plaintext_attack(plain: ArrayLike, encoded: ArrayLike) -> np.ndarray:
     """Least-squares decoder ``L = argmin sum_k ||L y~_k - y_k||^2`` (minimum norm if not unique).
 
     With ``n~`` pairs whose encodings are linearly independent, ``L = Pi1_left`` (so ``L N1 = 0``):
@@ -191,7 +193,7 @@ def known_plaintext_attack(plain: Any, encoded: Any) -> np.ndarray:
     return np.asarray(solution.T)
 
 
-def relative_error(estimate: Any, y: Any, reference: Any = None) -> float:
+def relative_error(estimate: ArrayLike, y: ArrayLike, reference: ArrayLike | None = None) -> float:
     """``||estimate - y|| / ||y - mean(y)||`` (Frobenius); predicting the mean of ``y`` gives 1.
 
     ``reference`` replaces ``mean(y)`` in the denominator (default: the mean of ``y``).
@@ -204,7 +206,7 @@ def relative_error(estimate: Any, y: Any, reference: Any = None) -> float:
 # ---------------------------------------------------------------- the audited systems
 @dataclass(frozen=True, eq=False)
 class _Case:
-    """A small controller immersed with ``immerse``'s default keys and noise, and its input signal."""
+    """A small controller immersed with ``immerse``'s default keys and noise, and its input."""
 
     label: str
     f: Callable[..., Any]
@@ -328,7 +330,7 @@ def _closed_loop(
 
 
 def rotation_cost(case: _Case, k: int, *, steps: int, repeats: int, seed: int) -> dict[str, Any]:
-    """Time per closed-loop step (encode, cloud advance, decode) with rotation every ``k`` and without.
+    """Time per closed-loop step (encode, cloud advance, decode), rotating every ``k`` and not.
 
     Same process, same inputs; best of ``repeats``. The rotating loop includes its key draws and
     the cloud's state transition.
@@ -369,9 +371,10 @@ def rotation_cost(case: _Case, k: int, *, steps: int, repeats: int, seed: int) -
 def _cost_text(cost: dict[str, Any]) -> str:
     return (
         f"step time x{cost['step_time_ratio']:.1f} ({cost['step_us_rotating']:.0f} us vs "
-        f"{cost['step_us_plain']:.0f} us per closed-loop step; one key draw, {cost['rotation_ms']:.2f} ms, "
-        f"every {cost['rotate_keys_every']} steps), {cost['bytes_per_rotation']} bytes per rotation "
-        "(public target matrices, over the trusted set-up channel)"
+        f"{cost['step_us_plain']:.0f} us per closed-loop step; one key draw, "
+        f"{cost['rotation_ms']:.2f} ms, every {cost['rotate_keys_every']} steps), "
+        f"{cost['bytes_per_rotation']} bytes per rotation (public target matrices, over the "
+        "trusted set-up channel)"
     )
 
 
@@ -400,7 +403,7 @@ def _best_raw(encoded: np.ndarray, y: np.ndarray, period: int) -> float:
 
 
 def run_subspace(quick: bool = False, seed: int = 0) -> list[AttackResult]:
-    """``subspace`` rows: one key, rotation every ``extra_input`` steps, and (scalar y) every 25 steps."""
+    """``subspace`` rows: one key, rotation every ``extra_input`` and (scalar y) every 25 steps."""
     b = _budget(quick)
     n_samples = b["samples"]  # a multiple of 2 and 25
     seeds = np.random.SeedSequence(seed).spawn(8)
@@ -449,11 +452,13 @@ def run_subspace(quick: bool = False, seed: int = 0) -> list[AttackResult]:
             detail.update(
                 cost=cost,
                 note=(
-                    f"{k} samples per key <= extra_input: PCA attributes everything to noise, nothing is left (the "
-                    "attack's estimate is exactly zero; the baseline's per-key oracle fit is generous at so few samples)"
+                    f"{k} samples per key <= extra_input: PCA attributes everything to noise, "
+                    "nothing is left (the attack's estimate is exactly zero; the baseline's "
+                    "per-key oracle fit is generous at so few samples)"
                     if k <= EXTRA_INPUT
-                    else f"{k} samples per key > extra_input: within each key period PCA still finds the noise subspace; "
-                    "the attacker gets y up to a per-period scale (the value assumes the scales known)"
+                    else f"{k} samples per key > extra_input: within each key period PCA still "
+                    "finds the noise subspace; the attacker gets y up to a per-period scale "
+                    "(the value assumes the scales known)"
                 ),
             )
             rows.append(
@@ -478,8 +483,11 @@ def _kpa_verdict(value: float) -> str:
 
 
 def run_known_plaintext(quick: bool = False, seed: int = 0) -> list[AttackResult]:
-    """``known-plaintext`` rows: one key (error against the number of pairs), rotation every ``n~ - 1``
-    steps (all pairs of each key known), (vector y) every ``extra_input`` steps, (scalar y) every ``2 n~``."""
+    """``known-plaintext`` rows: one key (error against the number of pairs) and rotations.
+
+    Rotation every ``n~ - 1`` steps (all pairs of each key known), (vector y) every
+    ``extra_input`` steps, (scalar y) every ``2 n~``.
+    """
     b = _budget(quick)
     seeds = np.random.SeedSequence(seed + 1).spawn(8)
     rows = []
@@ -518,8 +526,9 @@ def run_known_plaintext(quick: bool = False, seed: int = 0) -> list[AttackResult
                     "fresh_encodings": len(fresh_y),
                     "error_by_number_of_pairs": by_pairs,
                     "baseline_is": "relative error of predicting the mean of the known y's",
-                    "note": "n~ pairs give L = Pi1_left (exact); with fewer, L is not unique and the minimum-norm one "
-                    "has L N1 != 0, though between extra_input and n~ pairs it can still recover part of y",
+                    "note": "n~ pairs give L = Pi1_left (exact); with fewer, L is not unique and "
+                    "the minimum-norm one has L N1 != 0, though between extra_input and "
+                    "n~ pairs it can still recover part of y",
                 },
             )
         )
@@ -544,18 +553,19 @@ def run_known_plaintext(quick: bool = False, seed: int = 0) -> list[AttackResult
             cost = rotation_cost(case, k, steps=b["steps"], repeats=b["repeats"], seed=seed)
             if k <= EXTRA_INPUT:
                 note = (
-                    f"{k} pairs per key <= extra_input: least squares is underdetermined and its L has "
-                    "L N1 != 0: it decodes mostly noise"
+                    f"{k} pairs per key <= extra_input: least squares is underdetermined and its "
+                    "L has L N1 != 0: it decodes mostly noise"
                 )
             elif k < n_tot:
                 note = (
-                    f"{k} pairs per key: fewer than n~ = {n_tot} but more than extra_input = {EXTRA_INPUT}: L is "
-                    "not exact, yet it recovers part of y (a partial decode, not a failure)"
+                    f"{k} pairs per key: fewer than n~ = {n_tot} but more than extra_input = "
+                    f"{EXTRA_INPUT}: L is not exact, yet it recovers part of y (a partial decode, "
+                    "not a failure)"
                 )
             else:
                 note = (
-                    f"{k} samples per key > n~ = {n_tot}: {n_tot} known pairs decode the other {k - n_tot} "
-                    "samples of their key period exactly"
+                    f"{k} samples per key > n~ = {n_tot}: {n_tot} known pairs decode the other "
+                    f"{k - n_tot} samples of their key period exactly"
                 )
             rows.append(
                 AttackResult(
@@ -596,6 +606,7 @@ def attack_specs() -> list[AttackSpec]:
             "known-plaintext",
             (SCHEME,),
             run_known_plaintext,
-            "eavesdropper: least squares on n_input + extra_input known (y, y~) pairs gives Pi1_left",
+            "eavesdropper: least squares on n_input + extra_input known (y, y~) pairs gives "
+            "Pi1_left",
         ),
     ]

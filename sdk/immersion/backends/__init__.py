@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
 from .base import ArrayBackend, NoiseStream
 from .numpy_backend import NumpyBackend
 
-__all__ = ["ArrayBackend", "NoiseStream", "NumpyBackend", "make_backend"]
+__all__ = ["ArrayBackend", "NoiseStream", "NumpyBackend", "backend_of", "make_backend"]
 
 
 def make_backend(name: str, *, dtype: str | None = None, device: str | None = None) -> ArrayBackend:
@@ -38,3 +43,28 @@ def make_backend(name: str, *, dtype: str | None = None, device: str | None = No
             f"expected None, a name such as 'cpu' or 'cuda', or a torch.device, got {device!r}",
         )
     return registry().make_backend(name, dtype=dtype, device=device)
+
+
+def backend_of(array: Any) -> ArrayBackend:
+    """The backend whose arrays ``array`` is: numpy, or torch with the tensor's dtype and device.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> backend_of(np.zeros(2)).name
+    'numpy'
+    """
+    if isinstance(array, np.ndarray):
+        return _cached_backend("numpy", array.dtype.name, None)
+    if type(array).__module__.startswith("torch") and hasattr(array, "device"):
+        return _cached_backend("torch", str(array.dtype).removeprefix("torch."), str(array.device))
+    from ..errors import InvalidArgumentError
+
+    raise InvalidArgumentError(
+        "array", f"expected a numpy array or a torch tensor, got {type(array).__name__}"
+    )
+
+
+@lru_cache(maxsize=16)
+def _cached_backend(name: str, dtype: str, device: str | None) -> ArrayBackend:
+    return make_backend(name, dtype=dtype, device=device)

@@ -44,7 +44,16 @@ class ArrayBackend(Protocol):
         """``values[..., index]`` (the fastest gather the library offers)."""
 
     def block_matmul(self, blocks: Any, vectors: Any) -> Any:
-        """``blocks @ vectors`` for a stack of small square blocks, shapes (k, b, b) and (..., k, b, 1)."""
+        """``blocks @ vectors`` for a stack of small square blocks: (k, b, b) @ (..., k, b, 1)."""
+
+    def sqrt(self, value: Any) -> Any:
+        """Element-wise square root."""
+
+    def clip_min(self, value: Any, floor: float) -> Any:
+        """Element-wise ``max(value, floor)``."""
+
+    def row_norms(self, value: Any) -> Any:
+        """Euclidean norms along the last axis, keeping that axis (length 1)."""
 
     def noise_stream(self, rng: np.random.Generator) -> "NoiseStream":
         """A source of fresh i.i.d. noise, seeded from ``rng``."""

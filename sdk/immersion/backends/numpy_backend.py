@@ -57,6 +57,15 @@ class NumpyBackend:
     def block_matmul(self, blocks: np.ndarray, vectors: np.ndarray) -> np.ndarray:
         return blocks @ vectors
 
+    def sqrt(self, value: np.ndarray) -> np.ndarray:
+        return np.sqrt(value)
+
+    def clip_min(self, value: np.ndarray, floor: float) -> np.ndarray:
+        return np.maximum(value, floor)
+
+    def row_norms(self, value: np.ndarray) -> np.ndarray:
+        return np.linalg.norm(value, axis=-1, keepdims=True)
+
     def noise_stream(self, rng: np.random.Generator) -> "NumpyNoise":
         return NumpyNoise(rng, self._dtype)
 

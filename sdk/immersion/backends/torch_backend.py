@@ -81,9 +81,19 @@ class TorchBackend:
 
     def block_matmul(self, blocks: Any, vectors: Any) -> Any:
         if self._device.type == "cpu" and not (blocks.requires_grad or vectors.requires_grad):
-            # numpy's batched matmul of many tiny blocks is ~1.6x faster than torch's on CPU (zero-copy views)
+            # numpy's batched matmul of many tiny blocks is ~1.6x faster than torch's on CPU
+            # (zero-copy views)
             return self._torch.from_numpy(blocks.numpy() @ vectors.contiguous().numpy())
         return blocks @ vectors
+
+    def sqrt(self, value: Any) -> Any:
+        return value.sqrt()
+
+    def clip_min(self, value: Any, floor: float) -> Any:
+        return value.clamp_min(floor)
+
+    def row_norms(self, value: Any) -> Any:
+        return self._torch.linalg.vector_norm(value, dim=-1, keepdim=True)
 
     def noise_stream(self, rng: np.random.Generator) -> "TorchNoise":
         return TorchNoise(self._torch, int(rng.integers(2**63 - 1)), self._dtype, self._device)

@@ -12,8 +12,9 @@ import math
 import dp_accounting as dpa
 from dp_accounting import pld, rdp
 
-#: Above this many steps the Laplace composition uses the advanced composition theorem (Kairouz et al. 2015,
-#: valid and a little looser) instead of the PLD accountant, whose cost grows with the number of steps.
+#: Above this many steps the Laplace composition uses the advanced composition theorem (Kairouz et
+#: al. 2015, valid and a little looser) instead of the PLD accountant, whose cost grows with the
+#: number of steps.
 PLD_MAX_STEPS = 100_000
 
 
@@ -47,7 +48,7 @@ def compose_laplace(epsilon_step: float, steps: int, delta: float) -> float:
 
 
 def compose_gaussian(noise_multiplier: float, steps: int, delta: float) -> float:
-    """Epsilon after ``steps`` Gaussian steps of std/sensitivity ``noise_multiplier`` (RDP accountant)."""
+    """Epsilon after ``steps`` Gaussian steps of std/sensitivity ``noise_multiplier`` (RDP)."""
     if steps >= 2**1000:  # beyond float64: no guarantee left
         return math.inf
     accountant = rdp.RdpAccountant()

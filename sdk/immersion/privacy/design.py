@@ -50,18 +50,19 @@ def design_noise(
     >>> from immersion import Keys
     >>> from immersion.privacy import privacy_report
     >>> keys = design_noise(Keys.draw(n_state=2, n_input=1, n_output=1, rng=0), noise="laplace",
-    ...                     epsilon_input=0.01, epsilon_output=0.02, delta_input=None, delta_output=None,
-    ...                     sensitivity_input=1.0, sensitivity_output=1.0, noise_mean=0.0)
+    ...                     epsilon_input=0.01, epsilon_output=0.02, delta_input=None,
+    ...                     delta_output=None, sensitivity_input=1.0, sensitivity_output=1.0,
+    ...                     noise_mean=0.0)
     >>> r = privacy_report(keys, unit_roundoff=2.0 ** -53, dtype="float64")
     >>> round(r.epsilon_input, 12), round(r.epsilon_output, 12)
     (0.01, 0.02)
     """
     law = NoiseLaw(
-        noise,
+        noise,  # type: ignore[arg-type]
         1.0,
         noise_mean,
         sensitivity_input,
-        sensitivity_output,  # type: ignore[arg-type]
+        sensitivity_output,
         delta_input or 0.0,
         delta_output or 0.0,
     )

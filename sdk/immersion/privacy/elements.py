@@ -23,7 +23,10 @@ class ElementNoise:
 
 
 def input_elements(keys: Keys, law: NoiseLaw) -> ElementNoise:
-    """Elements of ``y~ = Pi1 y + N1 s``: sensitivity ``||Pi1^i|| Delta`` (1-norm for Laplace, 2-norm for Gaussian)."""
+    """Elements of ``y~ = Pi1 y + N1 s``: sensitivity ``||Pi1^i|| Delta``.
+
+    The norm is the 1-norm for Laplace noise, the 2-norm for Gaussian noise.
+    """
     st = keys.input_stats
     rows = st.l1_signal if law.kind == "laplace" else st.l2_signal
     return ElementNoise(rows * law.sensitivity_input, st.l2_noise, st.linf_noise)

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..backends import ArrayBackend
 from ..errors import PrecisionError
 from ..keys import Keys
+
+if TYPE_CHECKING:
+    from ..keygen import NoiseTargets
 
 #: Tail factor: a Laplace/Gaussian element exceeds this many standard deviations with
 #: probability below about 1e-6 per draw.
@@ -64,8 +67,9 @@ def predict_decode_error(
     common = dict(sigma=law.scale, mean=law.mean, n_noise=keys.input_code.n_noise, noise=law.kind)
     m_in = _largest_entry(keys.input_stats.l2_noise, **common)  # type: ignore[arg-type]
     m_out = _largest_entry(keys.mask_noise_row_norms, **common)  # type: ignore[arg-type]
-    # Pi4 y~ keeps the rounding error of y~ (about unit_roundoff * m_in per entry) times the mask: negligible
-    # unless the mask is huge (epsilon_input >> epsilon_output), where it swamps u~ (measured, see tests).
+    # Pi4 y~ keeps the rounding error of y~ (about unit_roundoff * m_in per entry) times the mask:
+    # negligible unless the mask is huge (epsilon_input >> epsilon_output), where it swamps u~
+    # (measured, see tests).
     y_entry = m_in + float(
         np.max(keys.input_stats.l1_signal)
     )  # noise and data parts of an entry of y~
@@ -98,7 +102,11 @@ SUGGESTION_MARGIN = 2.0
 
 
 def refuse_infeasible_precision(
-    keys: Keys, be: ArrayBackend, tolerance: float, targets: Any, input_gain: float
+    keys: Keys,
+    be: ArrayBackend,
+    tolerance: float,
+    targets: NoiseTargets | None,
+    input_gain: float,
 ) -> None:
     """Refuse settings whose predicted decode error exceeds ``tolerance`` (seed002 notes section 5).
 
@@ -107,30 +115,29 @@ def refuse_infeasible_precision(
     ``SUGGESTION_MARGIN`` so that they also work for a fresh key draw.
     """
     unit_roundoff, dtype = be.unit_roundoff, be.dtype_name
+    predicted = predict_decode_error(keys, unit_roundoff, input_gain=input_gain).decode_error_bound
+    if predicted <= tolerance:
+        return
+    if targets is None:
+        raise PrecisionError(
+            f"tolerance: these keys' noise gives a predicted decode error {predicted:.3g} in "
+            f"{dtype}, above tolerance {tolerance:.3g}",
+            smallest_feasible_epsilon_input=math.nan,
+            smallest_feasible_epsilon_output=math.nan,
+        )
 
     def predicted_at(factor: float) -> float:
         return predict_decode_error(
             targets.apply(keys, scale=factor), unit_roundoff, input_gain=input_gain
         ).decode_error_bound
 
-    predicted = predict_decode_error(keys, unit_roundoff, input_gain=input_gain).decode_error_bound
-    if predicted <= tolerance:
-        return
-    if targets is None:
-        raise PrecisionError(
-            f"tolerance: these keys' noise gives a predicted decode error {predicted:.3g} in {dtype}, above "
-            f"tolerance {tolerance:.3g}",
-            smallest_feasible_epsilon_input=math.nan,
-            smallest_feasible_epsilon_output=math.nan,
-        )
     goal = tolerance / SUGGESTION_MARGIN
     floor = predicted_at(1e15)  # noise negligible: what rounding alone costs
     if floor >= goal:
         raise PrecisionError(
-            f"tolerance: no epsilon at this epsilon_input/epsilon_output ratio can meet tolerance {tolerance:.3g} "
-            f"in {dtype}: even negligible noise leaves a "
-            f"predicted rounding error of {floor:.3g}. Raise tolerance"
-            f"{' or use float64' if dtype != 'float64' else ''}.",
+            "tolerance: no epsilon at this epsilon_input/epsilon_output ratio can meet tolerance "
+            f"{tolerance:.3g} in {dtype}: even negligible noise leaves a predicted rounding error "
+            f"of {floor:.3g}. Raise tolerance{' or use float64' if dtype != 'float64' else ''}.",
             smallest_feasible_epsilon_input=math.nan,
             smallest_feasible_epsilon_output=math.nan,
         )
@@ -143,10 +150,11 @@ def refuse_infeasible_precision(
     eps_in, eps_out = targets.epsilon_input, targets.epsilon_output
     raise PrecisionError(
         f"tolerance: epsilon_input={eps_in:.3g}, epsilon_output={eps_out:.3g} need noise so large "
-        f"that the predicted decode error in {dtype} is {predicted:.3g} > tolerance {tolerance:.3g}. The smallest "
-        f"feasible epsilons at this ratio are about epsilon_input={eps_in * factor:.3g}, "
-        f"epsilon_output={eps_out * factor:.3g} (with a {SUGGESTION_MARGIN:g}x margin for a fresh key draw), "
-        f"or raise tolerance{', or use float64' if dtype != 'float64' else ''}.",
+        f"that the predicted decode error in {dtype} is {predicted:.3g} > tolerance "
+        f"{tolerance:.3g}. The smallest feasible epsilons at this ratio are about "
+        f"epsilon_input={eps_in * factor:.3g}, epsilon_output={eps_out * factor:.3g} (with a "
+        f"{SUGGESTION_MARGIN:g}x margin for a fresh key draw), or raise "
+        f"tolerance{', or use float64' if dtype != 'float64' else ''}.",
         smallest_feasible_epsilon_input=eps_in * factor,
         smallest_feasible_epsilon_output=eps_out * factor,
     )

@@ -17,11 +17,12 @@ from .theorems import gaussian_epsilon, laplace_epsilon
 
 GUARANTEE = (
     "Element-wise and per step: each single entry of one encoded input y~_k (and of one encoded "
-    "output u~_k) is differentially private with respect to a change of the data within the stated "
-    "L1 (Laplace) or L2 (Gaussian) sensitivity. This is not a guarantee for the whole vector (its "
-    "entries share the same noise draw) nor, unless composed, across steps. It protects against a "
-    "party that sees encoded vectors without the keys; the cloud that runs the target algorithm holds "
-    "Pi1_left and Pi2_left and can decode inputs and states (see THREAT_MODEL.md)."
+    "output u~_k) is differentially private with respect to a change of the data within the "
+    "stated L1 (Laplace) or L2 (Gaussian) sensitivity. This is not a guarantee for the whole "
+    "vector (its entries share the same noise draw) nor, unless composed, across steps. It "
+    "protects against a party that sees encoded vectors without the keys; the cloud that runs the "
+    "target algorithm holds Pi1_left and Pi2_left and can decode inputs and states (see "
+    "THREAT_MODEL.md)."
 )
 
 
@@ -29,17 +30,46 @@ GUARANTEE = (
 class PrivacyReport:
     """Per-element privacy of y~ and u~ and the predicted decoding error.
 
-    Attributes
+    Built by :meth:`immersion.Immersion.report` from the keys actually drawn.
+
+    Parameters
     ----------
-    epsilon_input, epsilon_output:
+    noise : str
+        The noise law, ``"laplace"`` or ``"gaussian"``.
+    noise_scale, noise_mean : float
+        Scale and mean of the noise ``s_k`` (Laplace scale or Gaussian standard deviation).
+    epsilon_input, epsilon_output : float
         Worst element, by the seed's theorem (Laplace: seed 002 Theorem 1; Gaussian: seed 000
         Theorem 2), recomputed from the drawn keys and noise scale.
-    epsilon_input_proven, epsilon_output_proven:
+    epsilon_input_proven, epsilon_output_proven : float
         Laplace: a bound valid for any linear mix of Laplace variables (post-processing, uses
         ``||N^i||_inf``); it is >= Theorem 1's number. Gaussian: equal to the above (exact).
-    decode_error_bound:
+    delta_input, delta_output : float
+        The deltas of the Gaussian mechanism (the key's noise law; 0 by default for Laplace).
+    sensitivity_input, sensitivity_output : float
+        The sensitivities the epsilons are for (L1 for Laplace, L2 for Gaussian).
+    dtype : str
+        The backend's dtype the decoding error is predicted for.
+    decode_error_bound : float
         Predicted max abs error of a decoded output (and of one state step) for ``dtype``,
         including ``input_gain``, the estimated amplification of input errors by ``f`` and ``g``.
+    max_encoded_input_entry, max_encoded_output_entry : float
+        Largest expected entry of ``y~`` and ``u~`` (the precision model's estimate).
+    input_gain : float
+        The amplification of input errors by ``f`` and ``g`` used in ``decode_error_bound``.
+    guarantee : str
+        What the epsilons mean and against whom (the threat model in one paragraph).
+    epsilon_input_elements, epsilon_output_elements : np.ndarray
+        The epsilon of every element of ``y~`` and ``u~`` (their maxima are the epsilons above).
+
+    Examples
+    --------
+    >>> from immersion import immerse
+    >>> imm = immerse(lambda x, y: 0.5 * x + y, lambda x, y: x, n_state=1, n_input=1,
+    ...               n_output=1, rng=0)
+    >>> report = imm.report()
+    >>> report.noise, bool(report.epsilon_input_elements.max() == report.epsilon_input)
+    ('laplace', True)
     """
 
     noise: str
@@ -67,6 +97,18 @@ class PrivacyReport:
 
         Laplace: PLD accountant on the Theorem-1 per-step epsilon (pure DP per step, so
         ``steps * epsilon`` is the delta = 0 value). Gaussian: RDP accountant.
+
+        Parameters
+        ----------
+        steps : int
+            Number of encodings of the same element (>= 1).
+        delta : float
+            Target delta of the composition (> 0 for Gaussian noise).
+
+        Returns
+        -------
+        dict
+            ``epsilon_input``, ``epsilon_output`` and ``delta``.
 
         Examples
         --------

@@ -55,6 +55,6 @@ def gaussian_min_sigma_bar(
 def gaussian_epsilon(
     signal_sensitivity: np.ndarray, sigma_bar: np.ndarray, delta: float
 ) -> np.ndarray:
-    """Smallest epsilon satisfying eq. 44 for element noise std ``sigma_bar`` (inverse of the above)."""
+    """Smallest epsilon meeting eq. 44 at element noise std ``sigma_bar`` (the inverse of above)."""
     q = norm.isf(delta)
     return signal_sensitivity * q / sigma_bar + signal_sensitivity**2 / (2.0 * sigma_bar**2)

@@ -1,0 +1,1 @@
+"""digitsexample: Flower's quickstart-pytorch app, recreated on sklearn's bundled digits."""

@@ -1,0 +1,413 @@
+"""SIFL inside a Flower app of the user's own: a strategy wrapper and a client mod.
+
+The pattern of Flower's own DP wrappers (``DifferentialPrivacyClientSideFixedClipping`` around the
+user's strategy on the server, ``fixedclipping_mod`` on the client), for flwr 1.41's Message API:
+
+* :class:`SiflStrategy` wraps the user's strategy (e.g. ``FedAvg``). It holds the keys. Before a
+  round it encodes the global model (seed 000 eq. 19, fresh round noise; M2: eq. 26's ``p``
+  columns) into one array ``sifl.encoded`` and lets the wrapped strategy build the messages; it
+  adds the client kit (``Pi1``, ``Pi1_left``, M2's ``Pi2^R``; never ``N1``) for nodes that have not
+  received it. The wrapped strategy aggregates the encoded uploads as usual (weights |D_i|/|D|:
+  seed 000 eq. 2); the wrapper applies the aggregator coding (M2: eq. 31) and decodes (eq. 21, 25)
+  into the user's arrays.
+* :func:`sifl_mod` on the client decodes the received ``sifl.encoded`` into the user's ArrayRecord
+  (keys, shapes, dtypes as the server's), calls the user's train function, and replaces the reply's
+  arrays by the lifted change (seed 000 section 7: ``w~ - Pi1 (w_start - w_end)``). On evaluate
+  messages it only decodes. Attach it per function: ``@app.train(mods=[sifl_mod])`` and
+  ``@app.evaluate(mods=[sifl_mod])``.
+
+With float64 arrays the decoded global model equals the same app without the wrapper (tested to
+1e-9, tests/test_flower_native.py). What it protects (THREAT_MODEL.md): an eavesdropper on the
+links sees only encoded arrays; every client holding the kit decodes the global model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Iterable
+
+import numpy as np
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.common.constant import ErrorCode
+from flwr.serverapp.strategy import Strategy
+from immersion import InvalidArgumentError
+
+from .scheme import SchemeContext
+from .schemes import ClientKit, SiflM1, SiflOptions
+
+if TYPE_CHECKING:
+    from flwr.clientapp.typing import ClientAppCallable
+    from flwr.serverapp import Grid
+
+LOG = logging.getLogger("immersion.fl")
+
+ENCODED = "sifl.encoded"  # the one array of an encoded broadcast or upload
+KIT = "sifl.kit"  # the ArrayRecord with the client kit
+LAYOUT = "sifl.layout"  # the user's ArrayRecord layout (JSON), in the ConfigRecord
+SIFL_SCHEMES = ("sifl-m1", "sifl-m2", "sifl-rm")
+
+
+class Layout:
+    """Names, shapes and dtypes of the user's ArrayRecord, and the flat vector they make."""
+
+    def __init__(self, entries: list[tuple[str, tuple[int, ...], str]]) -> None:
+        self.entries = entries
+        self.sizes = [int(np.prod(shape)) for _, shape, _ in entries]
+
+    @classmethod
+    def of(cls, arrays: ArrayRecord) -> "Layout":
+        """The layout of ``arrays``; refuses arrays other than float64 (exact decoding needs it)."""
+        entries = []
+        for name, array in arrays.items():
+            value = array.numpy()
+            if value.dtype != np.float64:
+                raise InvalidArgumentError(
+                    "arrays",
+                    f"{name!r} is {value.dtype}; SIFL decodes exactly only float64 models "
+                    "(call model.double() on both sides)",
+                )
+            entries.append((name, tuple(int(s) for s in value.shape), value.dtype.str))
+        return cls(entries)
+
+    def to_json(self) -> str:
+        """The layout as JSON (sent in the ConfigRecord)."""
+        return json.dumps([[name, list(shape), dtype] for name, shape, dtype in self.entries])
+
+    @classmethod
+    def from_json(cls, text: str) -> "Layout":
+        """Read :meth:`to_json`'s output."""
+        return cls(
+            [(str(n), tuple(int(s) for s in shape), str(d)) for n, shape, d in json.loads(text)]
+        )
+
+    def flatten(self, arrays: ArrayRecord) -> np.ndarray:
+        """One float64 vector from ``arrays`` (in the layout's order; names and shapes checked)."""
+        names = [name for name, _, _ in self.entries]
+        if list(arrays.keys()) != names:
+            raise InvalidArgumentError(
+                "arrays", f"expected the arrays {names}, got {list(arrays.keys())}"
+            )
+        parts = []
+        for (name, shape, _), array in zip(self.entries, arrays.values(), strict=True):
+            value = array.numpy()
+            if tuple(value.shape) != shape:
+                raise InvalidArgumentError(
+                    "arrays", f"{name!r} has shape {value.shape}, expected {shape}"
+                )
+            parts.append(np.asarray(value, dtype=np.float64).reshape(-1))
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def unflatten(self, vector: np.ndarray) -> ArrayRecord:
+        """The user's ArrayRecord from one vector."""
+        out, start = {}, 0
+        for (name, shape, dtype), size in zip(self.entries, self.sizes, strict=True):
+            out[name] = Array(
+                np.ascontiguousarray(vector[start : start + size].reshape(shape), dtype=dtype)
+            )
+            start += size
+        return ArrayRecord(out)
+
+
+class SiflStrategy(Strategy):
+    """Add SIFL M1, M2 or the random-matrix SIFL to a Flower strategy (server side).
+
+    Parameters
+    ----------
+    strategy:
+        The user's Flower strategy (e.g. ``flwr.serverapp.strategy.FedAvg``); it samples the
+        nodes, builds the messages and averages the (encoded) replies as it always does. Its
+        aggregation must be the weighted mean of seed 000 eq. 2 (FedAvg's).
+    scheme:
+        ``"sifl-m1"``, ``"sifl-m2"`` or ``"sifl-rm"``.
+    min_samples:
+        The smallest client dataset size |D_i|: the sensitivity ``2C/|D_i|`` (seed 000 Remark 3)
+        that calibrates the round noise to ``epsilon_local``. None: no noise design and no DP
+        figures (the noise keeps unit scale, as ``sifl-rm`` always does).
+    rng:
+        Seed or Generator for the keys and the round noise (None: OS entropy).
+    **options:
+        :class:`~immersion_fl.schemes.SiflOptions` fields (``epsilon_local``, ``keys``, ``p``, ...).
+
+    Examples
+    --------
+    In the ServerApp::
+
+        strategy = SiflStrategy(FedAvg(fraction_evaluate=0.5), "sifl-m1", min_samples=140)
+        result = strategy.start(grid=grid, initial_arrays=arrays, num_rounds=3)
+    """
+
+    def __init__(
+        self,
+        strategy: Any,
+        scheme: str = "sifl-m1",
+        *,
+        min_samples: int | None = None,
+        rng: Any = None,
+        **options: Any,
+    ) -> None:
+        if scheme not in SIFL_SCHEMES:
+            raise InvalidArgumentError("scheme", f"expected one of {SIFL_SCHEMES}, got {scheme!r}")
+        if not isinstance(strategy, Strategy):
+            raise InvalidArgumentError(
+                "strategy", f"expected a Flower Strategy, got {type(strategy).__name__}"
+            )
+        if min_samples is not None and (
+            isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1
+        ):
+            raise InvalidArgumentError(
+                "min_samples", f"expected an integer >= 1 or None, got {min_samples!r}"
+            )
+        super().__init__()
+        self.options = _sifl_options(options)
+        self.options.check_engine("flower")
+        self.strategy, self.scheme_name, self.min_samples = strategy, scheme, min_samples
+        self._rng = np.random.default_rng(rng)
+        self.scheme: SiflM1 | None = None
+        self.layout: Layout | None = None
+        self._kit: ArrayRecord | None = None
+        self._nodes_with_kit: set[int] = set()
+
+    def __repr__(self) -> str:
+        return f"SiflStrategy({self.scheme_name}, wrapping {self.strategy!r})"
+
+    def summary(self) -> None:
+        """Log the wrapper's settings, then the wrapped strategy's."""
+        LOG.info("SIFL wrapper: %s, %s", self.scheme_name, self.options)
+        self.strategy.summary()
+
+    def privacy(self) -> dict[str, Any]:
+        """The scheme's per-element privacy figures (None entries before keys or without ``min_samples``)."""
+        if self.scheme is None or self.min_samples is None:
+            return {"epsilon_local": None, "epsilon_global": None}
+        return self.scheme.privacy([self.min_samples])
+
+    def _setup(self, arrays: ArrayRecord) -> SiflM1:
+        import torch
+        from immersion.backends import make_backend
+
+        from .engine import make_scheme
+
+        self.layout = Layout.of(arrays)
+        context = SchemeContext(make_backend("torch", dtype="float64"), self._rng)
+        scheme = make_scheme(self.scheme_name, self.options, context)
+        assert isinstance(scheme, SiflM1)
+        scheme.setup(torch.as_tensor(self.layout.flatten(arrays)))
+        if self.min_samples is not None:
+            scheme.design_noise([self.min_samples])
+        self._kit = _arrays({k: v for k, v in scheme.kit_arrays().items()})
+        self.scheme = scheme
+        return scheme
+
+    def _with_kit(self, messages: Iterable[Message]) -> list[Message]:
+        """Add the client kit for nodes that have not received it."""
+        out = list(messages)
+        new = [m for m in out if m.metadata.dst_node_id not in self._nodes_with_kit]
+        for message in out:
+            content = message.content
+            if new and KIT not in content:
+                content[KIT] = (
+                    self._kit
+                )  # the RecordDict may be shared by every message of the round
+        self._nodes_with_kit |= {m.metadata.dst_node_id for m in new}
+        return out
+
+    def _configure(
+        self, kind: str, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: "Grid"
+    ) -> list[Message]:
+        scheme = self.scheme or self._setup(arrays)
+        assert self.layout is not None
+        if kind == "train":
+            payload = scheme.broadcast(server_round - 1).cpu().numpy()
+        else:  # evaluate: the decoded global model under a fresh M1-style code (clients decode it)
+            payload = (
+                scheme.encode_for_clients(_torch_vector(self.layout.flatten(arrays))).cpu().numpy()
+            )
+        encoded = _arrays({ENCODED: payload})
+        config[LAYOUT] = self.layout.to_json()
+        wrapped = (
+            self.strategy.configure_train if kind == "train" else self.strategy.configure_evaluate
+        )
+        return self._with_kit(wrapped(server_round, encoded, config, grid))
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: "Grid"
+    ) -> Iterable[Message]:
+        """Encode the global model and let the wrapped strategy configure the round.
+
+        Parameters
+        ----------
+        server_round:
+            The round (1-based, as Flower counts).
+        arrays:
+            The global model in the user's layout.
+        config:
+            The round's ConfigRecord (the layout is added to it).
+        grid:
+            The Flower grid the wrapped strategy samples nodes from.
+        """
+        return self._configure("train", server_round, arrays, config, grid)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The wrapped strategy averages the encoded uploads; decode the result into the user's arrays.
+
+        Parameters
+        ----------
+        server_round:
+            The round (1-based).
+        replies:
+            The nodes' replies (encoded uploads and metrics).
+        """
+        aggregated, metrics = self.strategy.aggregate_train(server_round, replies)
+        if aggregated is None or self.scheme is None or self.layout is None:
+            return aggregated, metrics
+        if list(aggregated.keys()) != [ENCODED]:
+            raise InvalidArgumentError(
+                "replies",
+                "expected encoded uploads; is sifl_mod attached to the "
+                f"ClientApp's train function? got arrays {list(aggregated.keys())}",
+            )
+        w_sum = _torch_vector(aggregated[ENCODED].numpy())
+        self.scheme.server_update(self.scheme.aggregator_code(w_sum))
+        return self.layout.unflatten(self.scheme.global_model().cpu().numpy()), metrics
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: "Grid"
+    ) -> Iterable[Message]:
+        """Send the global model encoded; the clients' mod decodes it for the user's evaluate.
+
+        Parameters
+        ----------
+        server_round:
+            The round (1-based, as Flower counts).
+        arrays:
+            The global model in the user's layout.
+        config:
+            The round's ConfigRecord (the layout is added to it).
+        grid:
+            The Flower grid the wrapped strategy samples nodes from.
+        """
+        return self._configure("evaluate", server_round, arrays, config, grid)
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """The wrapped strategy's aggregation of the evaluation metrics.
+
+        Parameters
+        ----------
+        server_round:
+            The round (1-based).
+        replies:
+            The nodes' evaluation replies.
+        """
+        return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+def sifl_mod(msg: Message, ctxt: Context, call_next: "ClientAppCallable") -> Message:
+    """Client mod for :class:`SiflStrategy`: decode before the user's function, lift after it.
+
+    Parameters
+    ----------
+    msg:
+        The incoming train or evaluate message.
+    ctxt:
+        The node's context (keeps the client kit in ``ctxt.state`` between rounds).
+    call_next:
+        The next mod or the user's function.
+
+    Returns
+    -------
+    Message
+        The user's reply with its arrays replaced by the encoded upload (train), the user's reply
+        (evaluate), or an error message (``MOD_FAILED_PRECONDITION``) if the server is not wrapped.
+    """
+    import torch
+    from immersion.backends import make_backend
+
+    configs = list(msg.content.config_records.values())
+    if not configs or LAYOUT not in configs[0] or ENCODED not in _first_arrays(msg):
+        return _error(
+            msg,
+            "sifl_mod needs messages from a ServerApp whose strategy is wrapped in SiflStrategy",
+        )
+    if KIT in msg.content:
+        ctxt.state[KIT] = msg.content[KIT]
+    if KIT not in ctxt.state:
+        return _error(
+            msg, "sifl_mod has no client kit yet (the server sends it in the node's first message)"
+        )
+    layout = Layout.from_json(str(configs[0][LAYOUT]))
+    kit = ClientKit.from_arrays(
+        {k: v.numpy() for k, v in ctxt.state[KIT].items()}, make_backend("torch", dtype="float64")
+    )
+    key = _arrays_key(msg)
+    received = torch.as_tensor(msg.content[key][ENCODED].numpy())
+    encoded, w_start = kit.open(received)
+    content = RecordDict(
+        {k: v for k, v in msg.content.items() if k != KIT}
+    )  # the received content may be
+    content[key] = layout.unflatten(w_start.numpy())  # shared (in-process runtimes): never edit it
+    msg.content = content
+    reply = call_next(msg, ctxt)
+    if reply.has_error() or msg.metadata.message_type != "train":
+        return reply
+    out_key = _arrays_key(reply)
+    try:
+        w_end = torch.as_tensor(layout.flatten(reply.content[out_key]))
+    except InvalidArgumentError as exc:
+        return _error(msg, f"sifl_mod: the reply's arrays do not match the model sent: {exc}")
+    upload = kit.lift(encoded, w_start, w_end)
+    reply.content[out_key] = ArrayRecord({ENCODED: Array(upload.numpy())})
+    return reply
+
+
+def _first_arrays(msg: Message) -> Any:
+    records = list(msg.content.array_records.values())
+    return records[0] if records else {}
+
+
+def _arrays_key(msg: Message) -> str:
+    keys = [k for k in msg.content.array_records.keys() if k != KIT]
+    if len(keys) != 1:
+        raise InvalidArgumentError("msg", f"sifl_mod expects exactly one ArrayRecord, found {keys}")
+    return keys[0]
+
+
+def _error(msg: Message, reason: str) -> Message:
+    LOG.error(reason)
+    return Message(Error(code=ErrorCode.MOD_FAILED_PRECONDITION, reason=reason), reply_to=msg)
+
+
+def _arrays(payload: dict[str, np.ndarray]) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in payload.items()})
+
+
+def _torch_vector(values: np.ndarray) -> Any:
+    import torch
+
+    return torch.as_tensor(values, dtype=torch.float64)
+
+
+def _sifl_options(values: dict[str, Any]) -> SiflOptions:
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(SiflOptions)}
+    for name in values:
+        if name not in known:
+            raise InvalidArgumentError(name, f"is not a SIFL option; known: {sorted(known)}")
+    return SiflOptions(**values)
+
+
+__all__ = ["Layout", "SiflStrategy", "sifl_mod"]

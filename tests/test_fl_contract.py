@@ -1,0 +1,231 @@
+"""The federated plugins' contracts: the Scheme ABC, per-scheme options, versioned configurations,
+Optax-style optimizers (a DP-SGD client as a chain), and files written before the reshaping."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+from immersion import InvalidArgumentError, PluginError  # noqa: E402
+from immersion.hookspecs import SchemeSpec  # noqa: E402
+from immersion.plugin_manager import registry  # noqa: E402
+from immersion_fl.config import NoOptions, RunConfig  # noqa: E402
+from immersion_fl.engine import run_federated  # noqa: E402
+from immersion_fl.optimizers import (  # noqa: E402
+    AdamState,
+    EmptyState,
+    TraceState,
+    adam,
+    chain,
+    clip_by_norm,
+    dp_aggregate,
+    momentum,
+    sgd,
+)
+from immersion_fl.scheme import Scheme  # noqa: E402
+from immersion_fl.schemes import SiflOptions  # noqa: E402
+from immersion_mpdp.options import MpdpOptions  # noqa: E402
+from immersion_secagg.options import DpSgdOptions  # noqa: E402
+
+LEGACY = Path(__file__).parent / "data" / "legacy"
+ENGINE = Path(__file__).parents[1] / "plugins" / "immersion_fl" / "engine.py"
+
+
+# ------------------------------------------------------------------------------------ scheme contract
+def test_every_weight_averaging_scheme_implements_the_scheme_abc():
+    for name, spec in registry().fl_schemes.items():
+        assert (spec.factory is None) != (spec.runner is None), name
+        if spec.factory is not None:
+            from immersion.backends import make_backend
+            from immersion_fl.scheme import SchemeContext
+
+            context = SchemeContext(
+                make_backend("torch", dtype="float64"), np.random.default_rng(0)
+            )
+            assert isinstance(spec.factory(spec.options(), context), Scheme), name
+
+
+def test_engine_does_not_probe_capabilities():
+    """The engine calls the Scheme contract; it never asks hasattr/getattr what a scheme can do."""
+    tree = ast.parse(ENGINE.read_text())
+    probes = [
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("hasattr", "getattr")
+    ]
+    assert probes == []
+
+
+def test_a_scheme_spec_takes_exactly_one_of_factory_and_runner():
+    with pytest.raises(PluginError, match="exactly one"):
+        SchemeSpec(name="x", options=NoOptions)
+    with pytest.raises(PluginError, match="exactly one"):
+        SchemeSpec(name="x", options=NoOptions, factory=lambda o, c: None, runner=lambda cfg: None)
+
+
+# ------------------------------------------------------------------------------------------- options
+def test_each_scheme_owns_its_options_and_they_validate_themselves():
+    assert RunConfig(scheme="sifl-m2").options == SiflOptions()
+    assert RunConfig(scheme="mpdp").options == MpdpOptions()
+    assert RunConfig(scheme="gd-dp").options == DpSgdOptions()
+    assert RunConfig(scheme="fedavg").options == NoOptions()
+    with pytest.raises(InvalidArgumentError, match="options"):
+        RunConfig(scheme="mpdp", options=SiflOptions())
+    for bad, name in (
+        (dict(p=1), "p"),
+        (dict(noise="on"), "noise"),
+        (dict(delta=0.7), "delta"),
+        (dict(epsilon_local=math.inf), "epsilon_local"),
+        (dict(keys="x"), "keys"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=name):
+            SiflOptions(**bad)
+    with pytest.raises(InvalidArgumentError, match="graph"):
+        MpdpOptions(graph="ring")
+    with pytest.raises(InvalidArgumentError, match="sigma2"):
+        DpSgdOptions(sigma2=-1.0)
+    with pytest.raises(InvalidArgumentError, match="rounds"):
+        RunConfig(rounds=0)
+
+
+def test_configurations_round_trip_and_flat_ones_migrate():
+    cfg = RunConfig(scheme="mpdp", hidden=(8, 4), options=MpdpOptions(graph="nout:2", noise="off"))
+    assert RunConfig.from_json(cfg.to_json()) == cfg
+    assert json.loads(cfg.to_json())["format"] == 2
+    flat = RunConfig.from_flat(
+        {
+            "scheme": "sgd-dp",
+            "hidden": "8,4",
+            "grad_clip": 2.0,
+            "noise": "auto",
+            "graph": "complete",
+            "p": 2,
+        }
+    )  # the CLI passes every flag, at defaults
+    assert flat.hidden == (8, 4) and flat.options == DpSgdOptions(grad_clip=2.0)
+    with pytest.raises(InvalidArgumentError, match="applies to sifl-m1, sifl-m2, sifl-rm") as info:
+        RunConfig.from_flat({"scheme": "sgd-dp", "p": 3})  # set for another scheme: refused
+    assert info.value.argument == "p"
+    with pytest.raises(InvalidArgumentError, match="unknown keys"):
+        RunConfig.from_flat({"scheme": "sifl-m1", "epsilon_locale": 1.0})
+    with pytest.raises(InvalidArgumentError, match="scheme"):
+        RunConfig.from_flat({"scheme": "sifl-m9"})
+
+
+def test_a_checkpoint_written_before_the_options_split_resumes_to_the_same_run(tmp_path):
+    """The fixture holds rounds 1-2 of a 3-round run and the uninterrupted run's history, both
+    written by the code before this change (flat format-1 configuration)."""
+    expected = json.loads((LEGACY / "checkpoint-sifl-m2.expected.json").read_text())
+    folder = tmp_path / "ckpt"
+    shutil.copytree(LEGACY / "checkpoint-sifl-m2", folder)
+    cfg = RunConfig.from_flat(expected["config"])
+    result = run_federated(cfg, checkpoint=folder, resume=True)
+    assert result.accuracy == expected["accuracy"]
+    assert result.diff_vs_plain == expected["diff_vs_plain"]
+    saved = json.loads(np.load(folder / "state.npz")["meta"].tobytes().decode())
+    assert json.loads(saved["cfg"])["format"] == 2  # rewritten in the new format
+
+
+# ----------------------------------------------------------------------------------------- optimizers
+@pytest.mark.parametrize("make", [lambda: sgd(0.1), lambda: momentum(0.1), lambda: adam(0.1)])
+def test_optimizers_give_the_same_steps_on_numpy_and_torch(make):
+    rng = np.random.default_rng(0)
+    grads = [rng.normal(size=5) for _ in range(4)]
+    opt = make()
+    w_np, w_t = np.zeros(5), torch.zeros(5, dtype=torch.float64)
+    s_np, s_t = opt.init(w_np), opt.init(w_t)
+    for g in grads:
+        step_np, s_np = opt.update(g, s_np, w_np)
+        step_t, s_t = opt.update(torch.as_tensor(g), s_t, w_t)
+        w_np, w_t = w_np + step_np, w_t + step_t
+    np.testing.assert_array_equal(w_np, w_t.numpy())
+
+
+def test_states_are_named():
+    w = np.zeros(3)
+    assert isinstance(sgd(0.1).init(w), EmptyState)
+    assert isinstance(momentum(0.1).init(w), TraceState)
+    state = adam(0.1).init(w)
+    assert isinstance(state, AdamState) and state._fields == ("count", "mu", "nu")
+    _, state = adam(0.1).update(np.ones(3), state, w)
+    assert state.count == 1
+
+
+def _today_dp_sgd_upload(rows, clip, sigma2, rng):
+    """The SGD-DP user of seed 001 as it was computed before this change: clip every row with
+    ``C x / max(||x||, C)``, average, add ``sqrt(sigma2) N(0, I)`` from the same generator."""
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    clipped = clip * rows / np.maximum(norms, clip)
+    return clipped.T.mean(axis=1) + math.sqrt(sigma2) * rng.standard_normal(rows.shape[1])
+
+
+def test_a_dp_sgd_client_is_a_chain_and_equals_todays_path():
+    rows = np.random.default_rng(1).normal(scale=3.0, size=(16, 40))  # most rows exceed the clip
+    lr, clip, sigma2 = 0.05, 2.0, 0.7
+    client = chain(
+        clip_by_norm(clip), dp_aggregate(math.sqrt(sigma2), rng=np.random.default_rng(5)), sgd(lr)
+    )
+    step, state = client.update(rows, client.init(None), None)
+    expected = -lr * _today_dp_sgd_upload(rows, clip, sigma2, np.random.default_rng(5))
+    np.testing.assert_allclose(step, expected, rtol=1e-14, atol=1e-16)
+    assert [type(s).__name__ for s in state] == ["EmptyState", "DpAggregateState", "EmptyState"]
+
+
+def test_without_privacy_the_chain_is_sgd_on_the_mean_gradient():
+    """Optax's "no privacy recovers SGD": a clip that never binds and zero noise."""
+    rows = np.random.default_rng(2).normal(size=(8, 6))
+    client = chain(clip_by_norm(1e9), dp_aggregate(0.0, rng=0), sgd(0.3))
+    step, _ = client.update(rows, client.init(None), None)
+    np.testing.assert_array_equal(step, sgd(0.3).update(rows.mean(0), EmptyState(), None)[0])
+
+
+def test_secagg_users_run_the_dp_sgd_chain():
+    """``sgd-dp``'s user upload is the chain's output on its IID batch (same generator stream)."""
+    from immersion_secagg.engine import make_users
+
+    cfg = RunConfig.from_flat(
+        {
+            "scheme": "sgd-dp",
+            "hidden": (8,),
+            "clients": 3,
+            "batch_size": 16,
+            "seed": 2,
+            "grad_clip": 1.0,
+        }
+    )
+    users, model, _ = make_users(cfg)
+    w = model.initial_vector(0)
+    upload = users[1].update(cfg, model, w, 0.3, t=4)
+    rng = np.random.default_rng([cfg.seed, 4, 1])
+    idx = rng.choice(len(users[1].y), cfg.batch_size, replace=False)
+    batch = type(users[1])(1, users[1].x[idx], users[1].y[idx])
+    expected = _today_dp_sgd_upload(batch.example_gradients(model, w), 1.0, 0.3, rng)
+    np.testing.assert_allclose(upload, expected, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: sgd(0.0),
+        lambda: adam(0.1, beta1=1.0),
+        lambda: momentum(-1.0),
+        lambda: clip_by_norm(0.0),
+        lambda: dp_aggregate(-1.0, rng=0),
+        lambda: dp_aggregate(1.0, rng="x"),
+        lambda: chain(sgd(0.1), "adam"),
+    ],
+)
+def test_bad_optimizer_arguments_are_named(bad):
+    with pytest.raises(InvalidArgumentError):
+        bad()

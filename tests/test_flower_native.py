@@ -1,0 +1,289 @@
+"""SIFL in a Flower app of the user's own: the strategy wrapper and the client mod.
+
+* Message level (no runtime): the wrapper around Flower's FedAvg and the mod around a plain train
+  function (a lambda as ``call_next``, as DESIGN.md says mods are tested) equal the same FedAvg
+  without them, round by round, for M1, M2 and RM.
+* fl_demos/flower_quickstart (Flower's quickstart-pytorch on digits): the app with
+  ``enable_sifl.patch`` applied equals the app without it within 1e-9 on the simulation runtime
+  and on the deployment runtime (loopback SuperLink + two SuperNodes).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("flwr")
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.serverapp.strategy import FedAvg  # noqa: E402
+from immersion import InvalidArgumentError  # noqa: E402
+from immersion_fl import SiflStrategy, sifl_mod  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _task_identity():
+    """Messages built outside a Flower runtime need a run and node identity (flwr 1.41)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    names = ("_run_id", "_node_id", "_task_id")
+    before = {name: getattr(TaskIdentity, name) for name in names}
+    for name in names:
+        setattr(TaskIdentity, name, 1)
+    yield
+    for name, value in before.items():
+        setattr(TaskIdentity, name, value)
+
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "fl_demos" / "flower_quickstart"
+RNG = np.random.default_rng(0)
+DATA = {
+    node: (RNG.normal(size=(n, 3)), RNG.normal(size=n))
+    for node, n in ((11, 30), (12, 45), (13, 25))
+}
+
+
+class FakeGrid:
+    """What FedAvg's configure_* need from a Grid: the node ids."""
+
+    def get_node_ids(self):
+        return sorted(DATA)
+
+
+def _context(node: int) -> Context:
+    return Context(run_id=1, node_id=node, node_config={}, state=RecordDict(), run_config={})
+
+
+def local_train(msg: Message, node: int) -> Message:
+    """A user's train function: 3 steps of least squares on the node's data, from the received arrays."""
+    arrays = msg.content["arrays"]
+    w, b = arrays["w"].numpy().copy(), arrays["b"].numpy().copy()
+    x, y = DATA[node]
+    for _ in range(3):
+        r = x @ w + b[0] - y
+        w, b = w - 0.1 * x.T @ r / len(y), b - 0.1 * np.array([r.mean()])
+    content = RecordDict(
+        {
+            "arrays": ArrayRecord({"w": Array(w), "b": Array(b)}),
+            "metrics": MetricRecord({"num-examples": len(y)}),
+        }
+    )
+    return Message(content=content, reply_to=msg)
+
+
+def _replies(messages, contexts, mod):
+    replies = []
+    for msg in messages:
+        node = msg.metadata.dst_node_id
+        call = lambda m, c, node=node: local_train(m, node)  # noqa: E731
+        replies.append(mod(msg, contexts[node], call) if mod else call(msg, contexts[node]))
+    return replies
+
+
+def _run(strategy, rounds: int, mod) -> list[np.ndarray]:
+    arrays = ArrayRecord({"w": Array(np.zeros(3)), "b": Array(np.zeros(1))})
+    contexts = {node: _context(node) for node in DATA}
+    out = []
+    for rnd in range(1, rounds + 1):
+        messages = strategy.configure_train(rnd, arrays, ConfigRecord({"lr": 0.1}), FakeGrid())
+        arrays, _ = strategy.aggregate_train(rnd, _replies(messages, contexts, mod))
+        out.append(np.concatenate([arrays["w"].numpy(), arrays["b"].numpy()]))
+        for msg in strategy.configure_evaluate(rnd, arrays, ConfigRecord(), FakeGrid()):
+            seen = {}
+
+            def evaluate(m, c, seen=seen):
+                seen["w"] = m.content["arrays"]["w"].numpy()
+                return Message(
+                    content=RecordDict({"metrics": MetricRecord({"num-examples": 1})}), reply_to=m
+                )
+
+            if mod:
+                assert "sifl.encoded" in msg.content["arrays"]  # evaluation traffic is encoded too
+                mod(msg, contexts[msg.metadata.dst_node_id], evaluate)
+                assert np.abs(seen["w"] - arrays["w"].numpy()).max() < 1e-12  # ... and decodes
+    return out
+
+
+@pytest.mark.parametrize("scheme", ["sifl-m1", "sifl-m2", "sifl-rm"])
+def test_wrapper_and_mod_equal_plain_fedavg_every_round(scheme):
+    plain = _run(FedAvg(min_available_nodes=3, min_train_nodes=3), 4, None)
+    strategy = SiflStrategy(
+        FedAvg(min_available_nodes=3, min_train_nodes=3), scheme, min_samples=25, rng=1
+    )
+    private = _run(strategy, 4, sifl_mod)
+    assert [float(np.abs(a - b).max()) for a, b in zip(plain, private)] == pytest.approx(
+        [0.0] * 4, abs=1e-12
+    )
+    if scheme != "sifl-rm":
+        assert strategy.privacy()["epsilon_local"] == pytest.approx(1.0)
+
+
+def test_the_mod_refuses_an_unwrapped_server_and_nodes_without_a_kit():
+    msg = Message(
+        content=RecordDict(
+            {"arrays": ArrayRecord({"w": Array(np.zeros(3))}), "config": ConfigRecord()}
+        ),
+        dst_node_id=11,
+        message_type="train",
+    )
+    reply = sifl_mod(msg, _context(11), lambda m, c: local_train(m, 11))
+    assert reply.has_error() and "SiflStrategy" in reply.error.reason
+
+
+def test_the_wrapper_refuses_bad_arguments_and_float32_models():
+    with pytest.raises(InvalidArgumentError, match="scheme"):
+        SiflStrategy(FedAvg(), "mpdp")
+    with pytest.raises(InvalidArgumentError, match="strategy"):
+        SiflStrategy(object(), "sifl-m1")
+    with pytest.raises(InvalidArgumentError) as info:
+        SiflStrategy(FedAvg(), "sifl-m1", client_noise=True)
+    assert info.value.argument == "client_noise"
+    strategy = SiflStrategy(FedAvg(min_available_nodes=3), "sifl-m1", rng=0)
+    with pytest.raises(InvalidArgumentError, match="float64"):
+        strategy.configure_train(
+            1, ArrayRecord({"w": Array(np.zeros(3, np.float32))}), ConfigRecord(), FakeGrid()
+        )
+
+
+# ------------------------------------------------------------------------------------ the quickstart app
+def _app_copy(tmp_path: Path, name: str, patched: bool) -> Path:
+    app = tmp_path / name
+    shutil.copytree(QUICKSTART, app)
+    if patched:
+        subprocess.run(["git", "apply", "enable_sifl.patch"], cwd=app, check=True)
+    return app
+
+
+SIMULATE = """
+import sys
+from flwr.simulation import run_simulation
+from digitsexample import server_app, client_app
+server_app.DEFAULTS.update({{"final-model": sys.argv[1], "num-server-rounds": 2}})
+server_app.DEFAULTS.update({extra})
+run_simulation(server_app=server_app.app, client_app=client_app.app, num_supernodes=2,
+               backend_config={{"client_resources": {{"num_cpus": 1, "num_gpus": 0.0}}, "init_args": {{"num_cpus": 2}}}})
+"""
+
+
+def _simulate(app: Path, out: Path, extra: str = "{}") -> dict:
+    env = {**os.environ, "PYTHONPATH": f"{app}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run(
+        [sys.executable, "-c", SIMULATE.format(extra=extra), str(out)],
+        cwd=app,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    return torch.load(out)
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    assert list(a) == list(b)
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def test_the_patch_is_at_most_ten_lines():
+    lines = (QUICKSTART / "enable_sifl.patch").read_text().splitlines()
+    changed = [line for line in lines if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert 0 < len(changed) <= 10
+
+
+@pytest.mark.slow
+def test_quickstart_with_sifl_equals_without_on_the_simulation_runtime(tmp_path):
+    plain = _simulate(_app_copy(tmp_path, "plain", False), tmp_path / "plain.pt")
+    patched = _app_copy(tmp_path, "sifl", True)
+    for scheme in ("sifl-m1", "sifl-m2", "sifl-rm"):
+        private = _simulate(
+            patched, tmp_path / f"{scheme}.pt", extra=f'{{"sifl-scheme": "{scheme}"}}'
+        )
+        assert _max_diff(plain, private) < 1e-9, scheme
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_quickstart_with_sifl_on_the_deployment_runtime_on_loopback(tmp_path):
+    """SuperLink + two SuperNodes + ``flwr run`` of the patched app: the final model equals the
+    unpatched app's on the simulation runtime within 1e-9."""
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "flower-superlink").exists():
+        pytest.skip("flower-superlink is not installed beside this Python")
+    plain = _simulate(_app_copy(tmp_path, "plain", False), tmp_path / "plain.pt")
+    app = _app_copy(tmp_path, "sifl", True)
+    link = _free_port()
+    home = tmp_path / "flwr"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local-deployment"\n\n[superlink.local-deployment]\n'
+        f'address = "127.0.0.1:{link}"\ninsecure = true\n'
+    )
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(home),
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONPATH": f"{app}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    quiet = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [
+        subprocess.Popen(
+            [str(bin_dir / "flower-superlink"), "--insecure", "--port", str(link)], **quiet
+        )
+    ]
+    out = tmp_path / "deployed.pt"
+    try:
+        time.sleep(4)
+        for pid in (0, 1):
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(bin_dir / "flower-supernode"),
+                        "--insecure",
+                        "--superlink",
+                        f"127.0.0.1:{link}",
+                        "--port",
+                        str(_free_port()),
+                        "--node-config",
+                        f"partition-id={pid} num-partitions=2",
+                    ],
+                    **quiet,
+                )
+            )
+        time.sleep(4)
+        done = subprocess.run(
+            [
+                str(bin_dir / "flwr"),
+                "run",
+                str(app),
+                "local-deployment",
+                "--stream",
+                "--run-config",
+                f"num-server-rounds=2 final-model='{out}'",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=20)
+    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    assert _max_diff(plain, torch.load(out)) < 1e-9
