@@ -341,3 +341,30 @@ def test_remote_lwe_loop_on_loopback():
         stop_server(address)
         thread.join(timeout=5)
     assert not thread.is_alive()
+
+
+def test_immerse_system_coding_lwe():
+    """``immerse_system(sys, coding="lwe", ...)``: the same handle as ``encrypt_controller``."""
+    from immersion import immerse_system
+
+    loop = lqg_loop(2)
+    ranges = {"input_range": loop.input_range, "output_range": loop.output_range}
+    imm = immerse_system(loop.controller, coding="lwe", rng=0, **ranges)
+    assert imm.target.matrix == encrypt_controller(loop.controller, rng=0, **ranges).target.matrix
+    twin = imm.fixed_point_twin()
+    xt = imm.encode_state()
+    yt = imm.encode_input([0.4])
+    assert imm.decode_output(imm.target.output(xt, yt), yt)[0] == twin.output([0.4])[0]
+    with pytest.raises(InvalidArgumentError, match="accepted: input_range") as err:
+        immerse_system(loop.controller, coding="lwe", epsilon_input=1e-3, **ranges)
+    assert err.value.argument == "epsilon_input"
+    with pytest.raises(InvalidArgumentError, match="hide_gains"):
+        immerse_system(loop.controller, coding="lwe", hide_gains="yes", **ranges)
+    control = pytest.importorskip("control")
+    nonlinear = control.nlsys(
+        lambda t, x, u, p: 0.5 * x + u, lambda t, x, u, p: x, states=1, inputs=1, outputs=1,
+        dt=True,
+    )  # fmt: skip
+    with pytest.raises(InvalidArgumentError, match="coding='immersion'") as err:
+        immerse_system(nonlinear, coding="lwe", **ranges)
+    assert err.value.argument == "sys"

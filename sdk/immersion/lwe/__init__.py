@@ -48,8 +48,8 @@ from .target import LweTarget
 def encrypt_controller(
     system: Any,
     *,
-    input_range: Any,
-    output_range: Any,
+    input_range: Any = None,
+    output_range: Any = None,
     rng: Any = None,
     secure: bool = False,
     security_bits: int | None = 128,
@@ -66,9 +66,9 @@ def encrypt_controller(
         ``(A, B, C, D)`` of ``x+ = A x + B y``, ``u = C x + D y``, or a discrete-time
         ``control.StateSpace`` / ``control.TransferFunction``. Nonlinear systems are refused.
     input_range, output_range:
-        Bounds on ``|y|`` and ``|u|`` (scalar or per component). They size the fixed-point scales
-        and prove that no ciphertext can wrap around ``q``; values outside raise
-        :class:`WrapAroundError` at run time.
+        Bounds on ``|y|`` and ``|u|`` (scalar or per component), required. They size the
+        fixed-point scales and prove that no ciphertext can wrap around ``q``; values outside
+        raise :class:`WrapAroundError` at run time.
     rng, secure:
         Seed or Generator for the master secret (tests, reproducible runs), or ``secure=True``
         for 32 bytes of OS entropy (deployments).

@@ -121,6 +121,12 @@ class FixedPointDesign:
 
 def ranges(name: str, value: Any, size: int) -> np.ndarray:
     """A positive finite bound per component (a scalar applies to all), naming ``name``."""
+    if value is None:
+        raise InvalidArgumentError(
+            name,
+            "is required: the largest magnitude the signal can take (it sizes the fixed-point "
+            "scales and proves that no ciphertext wraps around the modulus)",
+        )
     try:
         arr = np.broadcast_to(np.asarray(value, dtype=np.float64), (size,)).copy()
     except (TypeError, ValueError) as exc:

@@ -279,8 +279,8 @@ class HiddenGainsImmersion:
 def encrypt_controller_and_gains(
     system: Any,
     *,
-    input_range: Any,
-    output_range: Any,
+    input_range: Any = None,
+    output_range: Any = None,
     fractional_bits: tuple[int, int, int] | None = None,
 ) -> HiddenGainsImmersion:
     """Encrypt an LTI controller's signals **and** gains (``hide_gains=True`` of issue 18).
