@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .convert import HistoryForm, LinearController, history_form, linear_controller
+from .convert import history_form, linear_controller
 from .encryption import public_part
-from .fixed_point import FixedPointDesign, FixedPointTwin, WrapAroundError, design, ranges
+from .fixed_point import FixedPointTwin, WrapAroundError, design, ranges
 from .handle import CiphertextIntegrityError, LweImmersion
 from .hidden import HiddenGainsImmersion, HiddenGainsTarget, encrypt_controller_and_gains
 from .keys import LweSecretKey, resolve_prg
@@ -125,22 +125,16 @@ def encrypt_controller(
 
 __all__ = [
     "encrypt_controller",
+    "encrypt_controller_and_gains",
     "LweImmersion",
     "LweTarget",
-    "encrypt_controller_and_gains",
     "HiddenGainsImmersion",
     "HiddenGainsTarget",
     "LweReport",
     "LweParameters",
-    "LweSecretKey",
     "lwe_parameters",
     "HE_STANDARD_TERNARY",
     "HE_STANDARD_SOURCE",
-    "LinearController",
-    "HistoryForm",
-    "linear_controller",
-    "history_form",
-    "FixedPointDesign",
     "FixedPointTwin",
     "WrapAroundError",
     "CiphertextIntegrityError",

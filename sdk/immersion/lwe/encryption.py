@@ -66,7 +66,19 @@ def public_part(
     empty history before sample 0). With them, ``(b, a)`` is an ordinary LWE ciphertext under the
     user's key: ``b - <a, s> = L acc + e`` (``tests/test_lwe.py`` checks it). ``q <= 2^64`` only.
 
-    Returns one uint64 vector of length ``dimension`` per output.
+    Parameters
+    ----------
+    target:
+        The cloud's target (its integer matrix and window layout).
+    dimension, prg:
+        LWE dimension and expander of the run.
+    header:
+        The output's header ``[seed_lo, seed_hi, step]``.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One uint64 vector of length ``dimension`` per output.
     """
     ring = target.ring
     if ring.limbs != 1:

@@ -374,6 +374,11 @@ class FixedPointTwin:
 
     ``reset(x0)``, then ``output(y)`` once per sample (it also advances the history). Its ``u`` is
     bit-identical to the encrypted loop's decoded ``u`` for the same inputs.
+
+    Parameters
+    ----------
+    fp:
+        The fixed-point design (scales, integer matrix, bounds).
     """
 
     def __init__(self, fp: FixedPointDesign) -> None:
@@ -381,6 +386,13 @@ class FixedPointTwin:
         self.reset(np.zeros(fp.initial.shape[2]))
 
     def reset(self, x0: Any) -> None:
+        """Start again from controller state ``x0`` with an empty history.
+
+        Parameters
+        ----------
+        x0:
+            Initial controller state ``(n_state,)``.
+        """
         fp = self.design
         x0 = finite_array("x0", x0, last_dim=fp.initial.shape[2], ndim=1)
         self._init = fp.initial_terms(x0)
@@ -389,6 +401,18 @@ class FixedPointTwin:
         self.step_index = 0
 
     def output(self, y: Any) -> np.ndarray:
+        """``u_k`` for the measurement ``y_k``; advances the history.
+
+        Parameters
+        ----------
+        y:
+            The measurement ``(n_input,)``.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``u_k`` (floats exactly representing the fixed-point integers).
+        """
         fp = self.design
         y = finite_array("y", y, last_dim=fp.n_input, ndim=1)
         fresh = quantize(y, fp.frac_input) + self._u_prev

@@ -60,7 +60,19 @@ class LweImmersion:
     """User-side handle of an LWE-encrypted linear controller (:func:`encrypt_controller`).
 
     ``imm.target`` (:class:`LweTarget`) is what goes to the cloud; this object keeps the secret
-    key, the masks of the cloud's ciphertexts and the last applied ``u``.
+    key, the masks of the cloud's ciphertexts and the last applied ``u``. Build it with
+    :func:`immersion.lwe.encrypt_controller`.
+
+    Parameters
+    ----------
+    key:
+        The secret key (:class:`~immersion.lwe.keys.LweSecretKey`).
+    controller, history, design:
+        The controller, its history form and its fixed-point design.
+    input_range, output_range:
+        Bounds on ``|y|`` and ``|u|`` per component.
+    prg:
+        Expander of the public vectors (``"aes128-ctr"`` or ``"shake128"``).
     """
 
     coding = "lwe"
@@ -101,6 +113,16 @@ class LweImmersion:
 
         The cloud's state is the (empty) encrypted history; ``x0`` acts through ``H F_R^k x0`` in
         the first ``N`` samples, added on this side after decryption: it never leaves the user.
+
+        Parameters
+        ----------
+        x0:
+            Initial controller state ``(n_state,)``, or None for zeros.
+
+        Returns
+        -------
+        numpy.ndarray
+            uint64 words: the header ``[seed_lo, seed_hi, 0]`` and the empty window.
         """
         x0 = np.zeros(self.n_state) if x0 is None else x0
         x0 = finite_array("x0", x0, last_dim=self.n_state, ndim=1)
@@ -115,7 +137,18 @@ class LweImmersion:
         return np.concatenate([np.array(run.header, dtype=np.uint64), empty])
 
     def encode_input(self, y: Any) -> np.ndarray:
-        """Encrypt ``y_k`` and the last applied ``u_(k-1)``: the header and ``b`` words of each."""
+        """Encrypt ``y_k`` and the last applied ``u_(k-1)``: the header and ``b`` words of each.
+
+        Parameters
+        ----------
+        y:
+            The measurement ``(n_input,)``, within ``input_range``.
+
+        Returns
+        -------
+        numpy.ndarray
+            uint64 words: header, then the ``b`` words of ``y_k`` and ``u_(k-1)``.
+        """
         run = self._started()
         if run.pending is not None:
             raise InvalidArgumentError(
@@ -145,6 +178,18 @@ class LweImmersion:
         Bit-identical to :meth:`fixed_point_twin`'s ``u``. Raises :class:`CiphertextIntegrityError`
         if the noise exceeds its proven bound (an altered reply) and
         :class:`~immersion.lwe.WrapAroundError` if ``u`` leaves ``output_range``.
+
+        Parameters
+        ----------
+        encoded_output:
+            The cloud's ``target.output(xt, yt)``.
+        encoded_input:
+            The ``yt`` it was computed from (the one this handle encoded last).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``u`` ``(n_output,)``.
         """
         run = self._started()
         target, ring = self.target, self.ring

@@ -95,6 +95,15 @@ class HiddenGainsTarget:
     ``output(xt, yt)`` returns the encrypted accumulators; ``step`` only advances the header (the
     plant sends the whole history every sample). Words are uint8 arrays: an 8-byte sample index,
     then serialised ciphertexts (their lengths in a small index).
+
+    Parameters
+    ----------
+    context:
+        The serialised public BFV context (public, relinearisation and Galois keys).
+    rows:
+        Serialised encryptions of the rows of ``M``.
+    n_input, n_output:
+        Sizes of ``y`` and ``u``.
     """
 
     coding = "lwe"
@@ -121,7 +130,18 @@ class HiddenGainsTarget:
         self.__dict__.update(state, _context=None, _rows=[])
 
     def output(self, encoded_state: Any, encoded_input: Any) -> np.ndarray:
-        """``<M_row, v>`` for every output row, as serialised BFV ciphertexts."""
+        """``<M_row, v>`` for every output row, as serialised BFV ciphertexts.
+
+        Parameters
+        ----------
+        encoded_state, encoded_input:
+            The header and the plant's encrypted history of the same sample.
+
+        Returns
+        -------
+        numpy.ndarray
+            uint8 message with one ciphertext per output.
+        """
         self._load()
         step = _step(encoded_state, "encoded_state")
         if _step(encoded_input, "encoded_input") != step:
@@ -132,13 +152,34 @@ class HiddenGainsTarget:
         return _pack(step, [v.dot(row).serialize() for row in self._rows])
 
     def step(self, encoded_state: Any, encoded_input: Any) -> np.ndarray:
-        """The next sample's header (no encrypted state: the history comes with each input)."""
+        """The next sample's header (no encrypted state: the history comes with each input).
+
+        Parameters
+        ----------
+        encoded_state, encoded_input:
+            The header and the input of the same sample.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         step = _step(encoded_state, "encoded_state")
         if _step(encoded_input, "encoded_input") != step:
             raise InvalidArgumentError("encoded_input", "is for another sample than the state")
         return _pack(step + 1, [])
 
     def advance(self, encoded_state: Any, encoded_input: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(output, step)`` of one sample.
+
+        Parameters
+        ----------
+        encoded_state, encoded_input:
+            The header and the input of the same sample.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+        """
         return self.output(encoded_state, encoded_input), self.step(encoded_state, encoded_input)
 
 
@@ -169,7 +210,19 @@ def _step(value: Any, name: str) -> int:
 
 
 class HiddenGainsImmersion:
-    """User side of ``hide_gains=True``: the same loop and twin as :class:`LweImmersion`."""
+    """User side of hidden gains: the same loop and twin as :class:`LweImmersion`.
+
+    Build it with :func:`encrypt_controller_and_gains`.
+
+    Parameters
+    ----------
+    controller, history:
+        The controller and its history form.
+    input_range, output_range:
+        Bounds on ``|y|`` and ``|u|`` per component.
+    fractional_bits:
+        ``(f_y, f_u, f_c)`` or None (chosen so that ``|acc| < 2^58``).
+    """
 
     coding = "lwe"
     hide_gains = True
@@ -225,6 +278,18 @@ class HiddenGainsImmersion:
         raise TypeError("a hide_gains handle holds the BFV secret key; it is not pickled")
 
     def encode_state(self, x0: Any = None) -> np.ndarray:
+        """Start a run from controller state ``x0`` (default 0).
+
+        Parameters
+        ----------
+        x0:
+            Initial controller state, or None for zeros.
+
+        Returns
+        -------
+        numpy.ndarray
+            The (stateless) cloud's header: uint8 message of sample 0.
+        """
         fp = self.design
         x0 = np.zeros(self.n_state) if x0 is None else x0
         self._initial = fp.initial_terms(finite_array("x0", x0, last_dim=self.n_state, ndim=1))
@@ -233,6 +298,18 @@ class HiddenGainsImmersion:
         return _pack(0, [])
 
     def encode_input(self, y: Any) -> np.ndarray:
+        """Encrypt ``[y_k, u_(k-1), window]`` as one packed BFV ciphertext.
+
+        Parameters
+        ----------
+        y:
+            The measurement, within ``input_range``.
+
+        Returns
+        -------
+        numpy.ndarray
+            uint8 message: the sample index and the serialised ciphertext.
+        """
         ts = _tenseal()
         if self._pending is not None:
             raise InvalidArgumentError("y", "call decode_output once per sample first")
@@ -246,6 +323,20 @@ class HiddenGainsImmersion:
         return _pack(self._step, [history.serialize()])
 
     def decode_output(self, encoded_output: Any, encoded_input: Any) -> np.ndarray:
+        """Decrypt the accumulators exactly and finish as the twin does: ``u``.
+
+        Parameters
+        ----------
+        encoded_output:
+            The cloud's ``target.output(xt, yt)``.
+        encoded_input:
+            The ``yt`` it was computed from.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``u``, bit-identical to :meth:`fixed_point_twin`'s.
+        """
         ts = _tenseal()
         if self._pending is None or _step(encoded_input, "encoded_input") != self._pending[0]:
             raise InvalidArgumentError("encoded_input", "is not the input encoded last")
@@ -267,6 +358,7 @@ class HiddenGainsImmersion:
         return fp.to_float(u_q)
 
     def fixed_point_twin(self) -> FixedPointTwin:
+        """The same integer controller without encryption."""
         return FixedPointTwin(self.design)
 
     def __repr__(self) -> str:

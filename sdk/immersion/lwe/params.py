@@ -46,7 +46,7 @@ MODULUS_BITS = range(32, 129)
 class LweParameters:
     """Dimension, modulus and error law of the LWE encryption, with the table row they rest on.
 
-    Attributes
+    Parameters
     ----------
     dimension:
         LWE dimension ``n`` (length of the secret key).
@@ -59,6 +59,10 @@ class LweParameters:
         The table's largest ``log2 q`` for the table dimension used (``None`` without a claim).
     table_dimension:
         The table row used: the largest tabulated ``n`` not above ``dimension``.
+    sigma, error_bound:
+        Error width and clipping bound (:data:`ERROR_SIGMA`, :data:`ERROR_BOUND`).
+    source:
+        Where the table comes from.
     """
 
     dimension: int

@@ -14,7 +14,7 @@ from .params import LweParameters
 class LweReport:
     """The report of :meth:`immersion.lwe.LweImmersion.report`.
 
-    Attributes
+    Parameters
     ----------
     parameters:
         LWE dimension, modulus, error law, security level and the table row they come from.
@@ -36,6 +36,10 @@ class LweReport:
         ``||H F_R^N|| / ||H||``: what the history form neglects (floating-point level).
     uplink_bytes, downlink_bytes, state_bytes:
         Encoded input, encoded output and cloud state per sample (header included).
+    n_input, n_output:
+        Sizes of ``y`` and ``u``.
+    prg:
+        Expander of the public vectors.
     """
 
     parameters: LweParameters

@@ -32,6 +32,15 @@ class LweTarget:
     the window layout and the modulus; no key, no error, no float coefficient. Pickles as is.
     ``output(xt, yt)``, ``step(xt, yt)`` and ``advance(xt, yt) = (output, step)``, as
     :class:`immersion.TargetAlgorithm`.
+
+    Parameters
+    ----------
+    matrix:
+        Rows of integers: ``acc = M [y_k, u_(k-1), window]``.
+    n_input, n_output, window:
+        Sizes of ``y``, ``u`` and the history window ``N``.
+    modulus_bits:
+        ``log2 q``.
     """
 
     coding = "lwe"
@@ -61,6 +70,19 @@ class LweTarget:
 
     @classmethod
     def from_design(cls, fp: FixedPointDesign, modulus_bits: int) -> LweTarget:
+        """The target of a fixed-point design.
+
+        Parameters
+        ----------
+        fp:
+            The design (its integer matrix and sizes).
+        modulus_bits:
+            ``log2 q``.
+
+        Returns
+        -------
+        LweTarget
+        """
         return cls(
             matrix=fp.matrix,
             n_input=fp.n_input,
@@ -79,7 +101,17 @@ class LweTarget:
 
     @classmethod
     def from_public_arrays(cls, arrays: dict[str, np.ndarray]) -> LweTarget:
-        """Inverse of :meth:`public_arrays` (what ``immersion serve`` builds)."""
+        """Inverse of :meth:`public_arrays` (what ``immersion serve`` builds).
+
+        Parameters
+        ----------
+        arrays:
+            ``{"matrix": uint64 words, "sizes": [n_input, n_output, window, modulus_bits]}``.
+
+        Returns
+        -------
+        LweTarget
+        """
         try:
             n_input, n_output, window, bits = (int(v) for v in arrays["sizes"])
             ring = Ring(bits)
@@ -102,7 +134,17 @@ class LweTarget:
 
     # ------------------------------------------------------------ the target algorithm
     def words(self, name: str, value: Any, size: int) -> np.ndarray:
-        """``value`` as a uint64 array of ``size`` words, or an error naming ``name``."""
+        """``value`` as a uint64 array of ``size`` words, or an error naming ``name``.
+
+        Parameters
+        ----------
+        name, value, size:
+            The argument's name, its value and the expected number of words.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         if type(value) is np.ndarray and value.dtype == np.uint64 and value.shape == (size,):
             return value
         arr = np.asarray(value)
@@ -126,15 +168,47 @@ class LweTarget:
         return xt, yt
 
     def combine(self, fresh: list[int], window: list[int]) -> list[int]:
-        """``M [fresh, window] mod q`` (the user applies the same map to the masks)."""
+        """``M [fresh, window] mod q`` (the user applies the same map to the masks).
+
+        Parameters
+        ----------
+        fresh, window:
+            Ring elements ``[y_k, u_(k-1)]`` and the window.
+
+        Returns
+        -------
+        list[int]
+        """
         return self.ring.combine(self.matrix, fresh + window)
 
     def shift(self, window: Any, fresh: Any, width: int = 1) -> Any:
-        """The state update: a 0/1 shift of the window (``width`` words per element)."""
+        """The state update: a 0/1 shift of the window (``width`` words per element).
+
+        Parameters
+        ----------
+        window, fresh:
+            The window and ``[y_k, u_(k-1)]`` (words or ring elements).
+        width:
+            Entries per element (the limbs of a wide ring element).
+
+        Returns
+        -------
+        The shifted window, of the type of ``window``.
+        """
         return shift_window(window, fresh, self.n_input, self.n_output, self.window, width)
 
     def output(self, encoded_state: Any, encoded_input: Any) -> np.ndarray:
-        """``u~``: the header of ``y~`` and the ``b`` words of ``M [y~, u~_prev, window]``."""
+        """``u~``: the header of ``y~`` and the ``b`` words of ``M [y~, u~_prev, window]``.
+
+        Parameters
+        ----------
+        encoded_state, encoded_input:
+            ``x~`` and ``y~`` (uint64 words) of the same sample.
+
+        Returns
+        -------
+        numpy.ndarray (``advance``: a pair)
+        """
         xt, yt = self._checked(encoded_state, encoded_input)
         return self._output(xt.tolist(), yt.tolist())
 
@@ -144,7 +218,17 @@ class LweTarget:
         return np.array(yt[:HEADER] + ring.limb_list(body), dtype=np.uint64)
 
     def step(self, encoded_state: Any, encoded_input: Any) -> np.ndarray:
-        """``x~+``: the window shifted by one sample (header: the next sample)."""
+        """``x~+``: the window shifted by one sample (header: the next sample).
+
+        Parameters
+        ----------
+        encoded_state, encoded_input:
+            ``x~`` and ``y~`` (uint64 words) of the same sample.
+
+        Returns
+        -------
+        numpy.ndarray (``advance``: a pair)
+        """
         xt, yt = self._checked(encoded_state, encoded_input)
         return self._step(xt.tolist(), yt.tolist())
 
@@ -154,7 +238,17 @@ class LweTarget:
         return np.array(header + window, dtype=np.uint64)
 
     def advance(self, encoded_state: Any, encoded_input: Any) -> tuple[np.ndarray, np.ndarray]:
-        """``(output, step)`` of one sample, checking the arguments once."""
+        """``(output, step)`` of one sample, checking the arguments once.
+
+        Parameters
+        ----------
+        encoded_state, encoded_input:
+            ``x~`` and ``y~`` (uint64 words) of the same sample.
+
+        Returns
+        -------
+        numpy.ndarray (``advance``: a pair)
+        """
         xt, yt = self._checked(encoded_state, encoded_input)
         xs, ys = xt.tolist(), yt.tolist()
         return self._output(xs, ys), self._step(xs, ys)
