@@ -1,4 +1,4 @@
-"""Built-in plugin: the numpy and torch backends, and the audit's attacks on ``immerse`` and ``lwe``.
+"""Built-in plugin: the numpy and torch backends, the audit's attacks on ``immerse`` and ``lwe``.
 
 Registered through the ``immersion`` entry-point group like any third-party plugin.
 """
