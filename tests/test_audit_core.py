@@ -193,8 +193,9 @@ def test_public_target_bytes_counts_the_five_matrices():
 # ---------------------------------------------------------------- audit rows and CLI
 def test_both_attacks_are_registered_for_immerse():
     specs = registry().attacks()
-    assert specs["subspace"].schemes == ("immerse", "immerse-modular")
-    assert specs["known-plaintext"].schemes == ("immerse", "immerse-modular")
+    # lwe: tests/test_lwe_attacks.py
+    assert specs["subspace"].schemes == ("immerse", "immerse-modular", "lwe")
+    assert specs["known-plaintext"].schemes == ("immerse", "immerse-modular", "lwe")
 
 
 def test_known_plaintext_rows_before_and_after_rotation():

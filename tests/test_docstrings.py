@@ -28,6 +28,7 @@ PACKAGES = [
     "immersion_secagg",
     "immersion_reactor",
     "immersion_examples",
+    "immersion.lwe",
 ]
 
 #: Objects in files other branches are rewriting (keys/, keygen.py, coding.py, target.py) whose

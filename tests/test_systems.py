@@ -377,8 +377,8 @@ def test_python_control_objects_that_are_not_supported(ct):
 @pytest.mark.parametrize(
     ("options", "argument", "match"),
     [
-        ({"coding": "lwe"}, "coding", "'immersion'"),
-        ({"coding": None}, "coding", "'immersion'"),
+        ({"coding": "lwe"}, "input_range", "required"),  # tests/test_lwe.py runs coding="lwe"
+        ({"coding": None}, "coding", "'immersion', 'lwe'"),
         ({"time": "varying"}, "time", "'invariant', 'public'"),
         ({"params": [1.0]}, "params", "dict"),
         ({"params": {"a": 1}}, "params", "takes no params"),

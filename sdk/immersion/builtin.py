@@ -1,4 +1,4 @@
-"""Built-in plugin: the numpy and torch backends, and the audit's attacks on ``immerse``.
+"""Built-in plugin: the numpy and torch backends, the audit's attacks on ``immerse`` and ``lwe``.
 
 Registered through the ``immersion`` entry-point group like any third-party plugin.
 """
@@ -43,5 +43,6 @@ def immersion_register_backends() -> list[BackendSpec]:
 @hookimpl
 def immersion_register_attacks() -> list[AttackSpec]:
     from .attacks.eavesdropper import attack_specs
+    from .lwe.attacks import extend_specs
 
-    return attack_specs()
+    return extend_specs(attack_specs())  # subspace and known-plaintext also run against "lwe"

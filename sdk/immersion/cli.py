@@ -144,6 +144,103 @@ def bench_remote_cmd(
         click.echo(f"{key:42s} {value}")
 
 
+@bench.command("control")
+@click.option("--steps", type=click.IntRange(10), default=2000, show_default=True)
+@click.option("--repeats", type=click.IntRange(1), default=3, show_default=True)
+@click.option("--n-state", type=click.IntRange(1, 8), default=2, show_default=True)
+@click.option(
+    "--wide-bits",
+    type=click.IntRange(65, 128),
+    default=104,
+    show_default=True,
+    help="log2 q of the wide-modulus LWE row (104: still n = 4096 at 128 bits).",
+)
+@click.option(
+    "--eclib-dims",
+    default="10,64,128",
+    show_default=True,
+    help="LWE dimensions for ECLib and ours side by side (comma-separated; '' for none).",
+)
+@click.option(
+    "--eclib-budget",
+    type=FiniteFloatRange(0.1, 600),
+    default=10.0,
+    show_default=True,
+    help="Seconds of ECLib samples per dimension (at least 2 samples).",
+)
+@click.option(
+    "--hidden-samples",
+    type=click.IntRange(0),
+    default=20,
+    show_default=True,
+    help="Samples of the hidden-gains (BFV) loop; 0 skips it.",
+)
+@click.option("--quick", is_flag=True, help="200 steps, 1 repeat, ECLib at n = 10, 3 BFV samples.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_control_cmd(
+    steps: int,
+    repeats: int,
+    n_state: int,
+    wide_bits: int,
+    eclib_dims: str,
+    eclib_budget: float,
+    hidden_samples: int,
+    quick: bool,
+    as_json: bool,
+) -> None:
+    """One LQG controller per sample: plain, float immersion, LWE (q = 2^64 and wide), ECLib."""
+    from .errors import InvalidArgumentError
+    from .lwe.benchmark import bench_control
+
+    try:
+        dims = tuple(int(d) for d in eclib_dims.split(",") if d.strip())
+    except ValueError:
+        raise InvalidArgumentError(
+            "--eclib-dims", f"expected comma-separated integers, got {eclib_dims!r}"
+        ) from None
+    if any(d < 2 for d in dims):
+        raise InvalidArgumentError("--eclib-dims", f"dimensions must be >= 2, got {dims}")
+    if quick:
+        steps, repeats, dims, hidden_samples = 200, 1, dims[:1], min(hidden_samples, 3)
+    result = bench_control(
+        n_state=n_state,
+        steps=steps,
+        repeats=repeats,
+        wide_modulus_bits=wide_bits,
+        eclib_dimensions=dims,
+        eclib_budget_s=eclib_budget,
+        hidden_samples=hidden_samples,
+        progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
+    )
+    if as_json:
+        click.echo(json.dumps(json_safe(result)))
+        return
+    click.echo(f"{result['controller']}, {steps} samples, best of {repeats} (wall / CPU)")
+    for name, row in result["rows"].items():
+        if "skipped" in row:
+            click.echo(f"{name:>9} skipped: {row['skipped']}")
+            continue
+        extra = ""
+        if "dimension" in row:
+            extra = (
+                f"  n={row['dimension']} q=2^{row['modulus_bits']} "
+                f"(plant {row['plant_s'] * 1e6:.1f} + cloud {row['cloud_s'] * 1e6:.1f} us wall), "
+                f"rel. error {row['max_rel_u_error_vs_float']:.1e}"
+            )
+        click.echo(
+            f"{name:>9} {row['per_sample_s'] * 1e6:>9.1f} / {row['per_sample_cpu_s'] * 1e6:.1f} us"
+            f"{extra}"
+        )
+    for c in result["eclib"]:
+        click.echo(
+            f"n={c['dimension']:>4}: ECLib {c['eclib']['per_sample_cpu_s'] * 1e3:.2f} ms CPU, "
+            f"ours {c['lwe_same_dimension']['per_sample_cpu_s'] * 1e6:.1f} us: "
+            f"x{c['cpu_ratio_eclib_over_lwe']:.0f}"
+        )
+    if result["note"]:
+        click.echo(result["note"])
+
+
 @main.command("serve")
 @click.option(
     "--bind",

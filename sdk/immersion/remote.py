@@ -15,7 +15,11 @@ With ``server_key`` and ``client_key`` the connection uses CurveZMQ: the client 
 server's public key, the server accepts only listed client keys, and everything (the set-up
 matrices included) travels encrypted. Without keys only loopback addresses are accepted.
 
-The server never receives ``N1``, ``Pi3_left``, the noise or any decoded value.
+LWE targets (``coding="lwe"``, :mod:`immersion.lwe`): ``setup`` carries ``{"coding": "lwe"}`` and
+an ``.npz`` of the public integer matrix and sizes (:meth:`~immersion.lwe.LweTarget.public_arrays`);
+``advance`` carries uint64 words (header and ciphertext ``b`` words) instead of float64.
+
+The server never receives ``N1``, ``Pi3_left``, the noise, an LWE key or any decoded value.
 """
 
 from __future__ import annotations

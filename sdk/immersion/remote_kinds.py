@@ -15,7 +15,7 @@ keys and limits stay the same.
 Examples
 --------
 >>> sorted(TARGET_KINDS)
-['immersion']
+['immersion', 'lwe']
 >>> TARGET_KINDS["immersion"].wire_dtype
 <class 'numpy.float64'>
 """
@@ -109,11 +109,24 @@ def _immersion_target(header: dict[str, Any], matrices: dict[str, np.ndarray]) -
     return TargetAlgorithm.from_matrices(f=f, g=g, backend=be, **arrays)
 
 
+def _lwe_arrays(imm: Any) -> dict[str, np.ndarray]:
+    """The public integer matrix and sizes of an LWE handle's target (never its secret key)."""
+    return imm.target.public_arrays()
+
+
+def _lwe_target(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> CloudTarget:
+    """An LWE target (:mod:`immersion.lwe`) from its public arrays: integer matrix times words."""
+    from .lwe import LweTarget
+
+    return LweTarget.from_public_arrays(arrays)
+
+
 #: The kinds this installation serves, by ``coding``.
 TARGET_KINDS: dict[str, TargetKind] = {
     "immersion": TargetKind(
         "immersion", np.float64, _immersion_arrays, _immersion_target, needs_algorithm=True
     ),
+    "lwe": TargetKind("lwe", np.uint64, _lwe_arrays, _lwe_target),
 }
 
 

@@ -233,15 +233,12 @@ def keystream(seed: bytes, n_words: int) -> np.ndarray:
     >>> words.dtype, len(words), bool((words == keystream(bytes(32), 4)).all())
     (dtype('uint64'), 4, True)
     """
-    try:
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-    except ImportError:
-        raise OptionalDependencyError("cryptography", "fl", "secure summation") from None
+    from .prg import aes_ctr
 
     if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
         raise InvalidArgumentError("seed", f"expected {SEED_BYTES} bytes, got {seed!r:.40}")
-    encryptor = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
-    return np.frombuffer(encryptor.update(bytes(8 * n_words)), dtype=np.uint64)
+    stream = aes_ctr(seed, 8 * n_words, extra="fl", purpose="secure summation")
+    return np.frombuffer(stream, dtype=np.uint64)
 
 
 def keystream_uniform(seed: bytes, n: int, low: float, high: float) -> np.ndarray:

@@ -22,7 +22,7 @@ import numbers
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal, Union
 
 import numpy as np
 
@@ -30,6 +30,12 @@ from . import _validation as v
 from .backends import make_backend
 from .coding import Immersion, immerse
 from .errors import InvalidArgumentError, OptionalDependencyError
+
+if TYPE_CHECKING:
+    from .lwe import HiddenGainsImmersion, LweImmersion
+
+#: What :func:`immerse_system` returns, by coding: the float immersion's handle, or an LWE one.
+CodedController = Union[Immersion, "LweImmersion", "HiddenGainsImmersion"]
 
 #: Options that :func:`immerse_system` sets itself from ``sys`` (the user may not pass them).
 _DERIVED_OPTIONS = ("n_state", "n_input", "n_output", "n_public")
@@ -295,8 +301,42 @@ def _immersion_coding(
     )
 
 
+def _lwe_coding(
+    controller: DiscreteController,
+    time: str,
+    params: dict[str, Any] | None,
+    options: dict[str, Any],
+) -> CodedController:
+    """LWE encryption of a linear controller (:func:`immersion.lwe.encrypt_controller`; with
+    ``hide_gains=True``, :func:`immersion.lwe.encrypt_controller_and_gains`)."""
+    from .lwe import encrypt_controller, encrypt_controller_and_gains
+
+    if controller.matrices is None:
+        raise InvalidArgumentError(
+            "sys",
+            "coding='lwe' runs linear time-invariant controllers only (the cloud multiplies "
+            "ciphertexts by integer matrices): give a StateSpace or (A, B, C, D); a "
+            "NonlinearIOSystem needs coding='immersion'",
+        )
+    if time != "invariant":
+        raise InvalidArgumentError("time", "a linear system (A, B, C, D) is time-invariant")
+    if params is not None:
+        raise InvalidArgumentError("params", "a linear system (A, B, C, D) takes no params")
+    options = dict(options)
+    hide = options.pop("hide_gains", False)
+    if not isinstance(hide, bool):
+        raise InvalidArgumentError("hide_gains", f"expected True or False, got {hide!r}")
+    builder: Callable[..., CodedController] = (
+        encrypt_controller_and_gains if hide else encrypt_controller
+    )
+    return builder(controller.matrices, **_checked_options(options, builder, "lwe"))
+
+
 #: Codings by name: each takes the controller, ``time``, ``params`` and the remaining options.
-_CODINGS: dict[str, Callable[..., Immersion]] = {"immersion": _immersion_coding}
+_CODINGS: dict[str, Callable[..., CodedController]] = {
+    "immersion": _immersion_coding,
+    "lwe": _lwe_coding,
+}
 
 
 def immerse_system(
@@ -306,7 +346,7 @@ def immerse_system(
     time: Literal["invariant", "public"] = "invariant",
     params: dict[str, Any] | None = None,
     **immerse_options: Any,
-) -> Immersion:
+) -> CodedController:
     """Immerse a discrete-time python-control controller (seed 002, Proposition 1, eqs. 16-18).
 
     The controller's input is the plant's measurement ``y``, its output the plant's input ``u``,
@@ -323,7 +363,9 @@ def immerse_system(
         ``dt > 0``; continuous-time and ``dt=None`` are refused), or a tuple ``(A, B, C, D)`` of
         matrices read as a discrete-time state-space controller (no python-control needed).
     coding:
-        How values are hidden; ``"immersion"`` (seed 002's affine coding) is the one available.
+        How values are hidden: ``"immersion"`` (seed 002's affine coding, any controller; the
+        cloud decodes what it computes on) or ``"lwe"`` (LWE encryption of a linear controller:
+        the cloud learns nothing about the signals, README "When the cloud must learn nothing").
     time:
         What ``t`` a ``NonlinearIOSystem`` sees. ``"invariant"`` (default): ``t = 0`` on every
         step, for time-invariant systems; a system whose ``updfcn``/``outfcn`` visibly changes
@@ -337,13 +379,17 @@ def immerse_system(
     **immerse_options:
         The keyword options of :func:`~immersion.immerse` (``extra_state``, ``epsilon_input``,
         ``rng``, ``keys``, ``backend``, ...); the dimensions come from ``sys``. A
-        ``NonlinearIOSystem`` runs with ``backend="numpy"`` only.
+        ``NonlinearIOSystem`` runs with ``backend="numpy"`` only. With ``coding="lwe"``: those
+        of :func:`immersion.lwe.encrypt_controller` (``input_range`` and ``output_range``
+        required; ``security_bits``, ``modulus_bits``, ``rng``, ``secure``, ...), and
+        ``hide_gains=True`` for :func:`immersion.lwe.encrypt_controller_and_gains`.
 
     Returns
     -------
-    Immersion
-        User-side handle; ``.target`` goes to the cloud. For a ``NonlinearIOSystem`` the target
-        holds ``sys`` (it pickles if ``sys``'s functions do); for a linear one only the matrices.
+    Immersion, LweImmersion or HiddenGainsImmersion
+        User-side handle (by ``coding``); ``.target`` goes to the cloud. For a
+        ``NonlinearIOSystem`` the target holds ``sys`` (it pickles if ``sys``'s functions do);
+        for a linear one only the matrices (``"lwe"``: an integer matrix, or encrypted rows).
 
     Examples
     --------
@@ -358,6 +404,12 @@ def immerse_system(
     True
     >>> bool(np.allclose(imm.decode_state(xt), A @ x + B @ y, atol=1e-9))
     True
+    >>> lwe = immerse_system((A, B, C, D), coding="lwe", input_range=1, output_range=5, rng=0)
+    >>> xt = lwe.encode_state()                   # x0 = 0: the first u is D y
+    >>> yt = lwe.encode_input(y)
+    >>> u = lwe.decode_output(lwe.target.output(xt, yt), yt)
+    >>> bool(abs(u[0] - 0.06) < 1e-4), lwe.report().parameters.dimension
+    (True, 4096)
     """
     build = _CODINGS[v.one_of("coding", coding, tuple(_CODINGS))]
     time_mode = v.one_of("time", time, ("invariant", "public"))
