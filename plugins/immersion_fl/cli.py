@@ -359,8 +359,17 @@ def fl_run(
     show_default=True,
     help="40 epochs of digits' ~144 samples per client ~ one epoch of MNIST's 6000 per client.",
 )
+@click.option(
+    "--arithmetic",
+    type=click.Choice(["float", "modular"]),
+    default="float",
+    show_default=True,
+    help="The scheme's coding: float64 (seed 000) or integers mod 2^64.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_sifl(rounds: int, scheme: str, dataset: str, local_epochs: int, as_json: bool) -> None:
+def bench_sifl(
+    rounds: int, scheme: str, dataset: str, local_epochs: int, arithmetic: str, as_json: bool
+) -> None:
     """The paper's 199,210-parameter MLP with 10 clients, scheme beside plain FedAvg in one run."""
     from .engine import RunConfig, progress_bar, run_federated
 
@@ -374,12 +383,14 @@ def bench_sifl(rounds: int, scheme: str, dataset: str, local_epochs: int, as_jso
             "dataset": dataset,
             "keys": "block",
             "local_epochs": local_epochs,
+            "arithmetic": arithmetic,
         }
     )
     result = run_federated(cfg, progress=progress_bar(cfg.rounds))
     out = result.summary()
     keep = (
         "scheme",
+        "arithmetic",
         "n_params",
         "n_encoded",
         "round_time_ratio",

@@ -34,7 +34,6 @@ from .federation import (
     uses_user_code,
 )
 from .scheme import Scheme
-from .schemes import client_upload
 
 if TYPE_CHECKING:
     import torch
@@ -351,7 +350,7 @@ def codec_seconds_per_round(cfg: RunConfig, *, repeats: int = 5) -> float:
     for _ in range(repeats):
         start = time.perf_counter()
         received = scheme.broadcast(0)
-        uploads = [client_upload(scheme.kit, NoTraining(), received, 0) for _ in range(cfg.clients)]
+        uploads = [scheme.client_upload(NoTraining(), received, 0) for _ in range(cfg.clients)]
         scheme.server_update(scheme.aggregate(uploads, [1] * cfg.clients))
         best = min(best, time.perf_counter() - start)
     return best
