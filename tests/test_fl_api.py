@@ -14,7 +14,14 @@ import immersion_fl  # noqa: E402
 from immersion import InvalidArgumentError  # noqa: E402
 from torch import nn  # noqa: E402
 
-torch.set_default_dtype(torch.float64)
+
+@pytest.fixture(autouse=True)
+def _float64_modules():
+    """Modules built in these tests are float64; the default is restored for other test files."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
 
 
 class TinyConv(nn.Module):

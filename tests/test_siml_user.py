@@ -307,7 +307,7 @@ def test_bad_input_is_refused_naming_the_argument():
 
     bn = torch.nn.Sequential(torch.nn.Linear(13, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 3))
     assert "buffers" in refused("model", model=bn.double())
-    assert "float64" in refused("model", model=OddMlp(13, 3))  # float32
+    assert "float64" in refused("model", model=OddMlp(13, 3).float())  # float32
     drop = torch.nn.Sequential(torch.nn.Linear(13, 8), torch.nn.Dropout(0.2), torch.nn.Linear(8, 3))
     assert "dropout" in refused("model", model=drop.double())
     refused("model", model="not a module")
