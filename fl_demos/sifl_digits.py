@@ -38,8 +38,10 @@ def main() -> None:
         curves[scheme] = result.accuracy
         curves["fedavg"] = result.accuracy_plain
         print(
-            f"{scheme:8s} accuracy {result.accuracy[-1]:.4f}  fedavg {result.accuracy_plain[-1]:.4f}  "
-            f"max |w - w_fedavg| {max(result.diff_vs_plain):.1e}  epsilon_local {result.privacy['epsilon_local']}"
+            f"{scheme:8s} accuracy {result.accuracy[-1]:.4f}  "
+            f"fedavg {result.accuracy_plain[-1]:.4f}  "
+            f"max |w - w_fedavg| {max(result.diff_vs_plain):.1e}  "
+            f"epsilon_local {result.privacy['epsilon_local']}"
         )
     if args.plot:
         import matplotlib

@@ -1,9 +1,11 @@
 """The SIML training service as two parties (seed 002 section VI-A), using the public API only.
 
-    .venv/bin/python fl_demos/siml_service.py [--model nn-x2] [--optimizer adam] [--epochs 5] [--workdir DIR] [--json]
+    .venv/bin/python fl_demos/siml_service.py [--model nn-x2] [--optimizer adam] [--epochs 5]
+        [--workdir DIR] [--json]
 
 1. User: draw keys, encode the digits training set and the initial model, write a job file.
-2. Service (a separate process, as on another machine): ``immersion siml serve job.siml --out model.enc``.
+2. Service (a separate process, as on another machine):
+   ``immersion siml serve job.siml --out model.enc``.
 3. User: decode the returned model with the keys and evaluate it on the held-out digits.
 
 Then the same training runs plainly on the user's machine, and the two models are compared.

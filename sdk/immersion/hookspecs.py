@@ -114,7 +114,7 @@ class OptimizerSpec:
 
 @dataclass(frozen=True)
 class CommandSpec:
-    """A CLI command group contributed by a plugin (a ``click.Command``), mounted under ``parent``."""
+    """A CLI command group a plugin contributes (a ``click.Command``), mounted under ``parent``."""
 
     name: str
     command: Any
@@ -144,12 +144,12 @@ def immersion_register_algorithms() -> list[AlgorithmSpec]:
 
 @hookspec
 def immersion_register_fl_schemes() -> list[SchemeSpec]:
-    """Return the federated schemes this plugin provides (``immersion fl run --scheme``). Called once."""
+    """The federated schemes this plugin provides (``immersion fl run --scheme``). Called once."""
 
 
 @hookspec
 def immersion_register_optimizers() -> list[OptimizerSpec]:
-    """Return the optimizers this plugin provides (``immersion fl run --optimizer``). Called once."""
+    """The optimizers this plugin provides (``immersion fl run --optimizer``). Called once."""
 
 
 @hookspec

@@ -1,4 +1,5 @@
-"""digitsexample: the model, the data and the train/test loops (Flower's quickstart-pytorch, on digits).
+"""digitsexample: the model, the data and the train/test loops (Flower's quickstart-pytorch on
+digits).
 
 Differences from Flower's example, each needed here: sklearn's bundled digits instead of CIFAR-10
 (no downloads), 1x8x8 inputs, float64 (SIFL decodes exactly in float64), and a batch order seeded
