@@ -63,7 +63,6 @@ KNOWN_GAPS: dict[str, set[str]] = {
         "immersion_siml.SimlTraining",
         "immersion_siml.TrainingPlan",
         "immersion_siml.TrainingPlan.batches",
-        "immersion_siml.decode_model",
         "immersion_siml.load_job",
         "immersion_siml.save_job",
     },
