@@ -54,6 +54,22 @@ class SimlTraining:
         ``compare_plain``, ``max_abs_diff_vs_plain``.
     plan:
         The public training plan the service ran (optimizer, lr, epochs, batches and their order).
+    n_params, n_params_encoded:
+        Number of model parameters, and of entries of the encoded model ``w~*``.
+    n_sample, n_sample_encoded:
+        Entries of one sample row (flattened features and target row), and of its encoding.
+    train_seconds, encode_seconds, decode_seconds:
+        Service time of training (the user's per-epoch evaluation excluded), the user's encoding
+        and decoding time.
+    max_abs_diff_vs_plain:
+        With ``compare_plain``: the largest difference between the decoded weights and plain
+        training (float arithmetic), or the fixed-point twin (modular arithmetic: exactly 0.0,
+        bit-identical); NaN otherwise.
+    max_abs_diff_vs_float_plain:
+        With ``compare_plain``: the largest difference to float plain training (modular: the
+        quantisation carried through training; float: equal to ``max_abs_diff_vs_plain``).
+    weights:
+        The decoded flat parameter vector ``w*`` (a CPU tensor).
     """
 
     model: "torch.nn.Module"

@@ -88,6 +88,37 @@ class PrivacyDesign:
 
     Defaults: the paper's sensitivities (``Delta^D = 1``, ``Delta^w = C = 1000``) and epsilons
     that float64 can decode to well below 1e-9 (the paper's 1e-12 cannot, notes section 5).
+
+    Parameters
+    ----------
+    epsilon_data, epsilon_model:
+        Per-element epsilon of each encoded sample ``y~_i`` (eq. 42) and of the encoded model
+        ``w~*`` (Theorem 1, against parties without the target). Float arithmetic only.
+    sensitivity_data, sensitivity_model:
+        L1 sensitivities ``Delta^D`` of one sample and ``Delta^w`` of the model. Float only.
+    extra_data, extra_state, extra_model:
+        Extra dimensions of the immersion (noise directions) for the samples, the optimizer
+        state and the model.
+    keys:
+        ``"dense"``, ``"block"`` (block-structured, memory ``O(n b)``) or ``"auto"`` (dense
+        while small).
+    block_size:
+        Block size ``b`` of block keys.
+    tolerance:
+        Refuse float designs whose predicted decoding error exceeds it (None: no check). Float
+        only.
+    arithmetic:
+        ``"float"`` (seed 002's float64 coding: a smaller epsilon costs precision) or
+        ``"modular"`` (fixed-point integers modulo ``2^64``, noise uniform modulo ``2^64``:
+        per-element epsilon 0 and the decoded model bit-identical to fixed-point training).
+    fraction_bits:
+        ``f`` of ``q(v) = round(v 2^f)`` under ``"modular"`` (None: 32); every value must stay
+        below ``2^(63 - f)`` in magnitude (the optimizer state below ``2^(62 - f)``).
+
+    Examples
+    --------
+    >>> PrivacyDesign(arithmetic="modular").modular_bits, PrivacyDesign().modular_bits is None
+    (32, True)
     """
 
     epsilon_data: float = 1.0
@@ -121,7 +152,7 @@ class PrivacyDesign:
 
     @property
     def modular_bits(self) -> int | None:
-        """``f`` of the fixed-point values under ``arithmetic="modular"`` (default 32), else None."""
+        """``f`` of the fixed-point values under ``arithmetic="modular"`` (default 32), or None."""
         if self.arithmetic != "modular":
             return None
         return DEFAULT_FRACTION_BITS if self.fraction_bits is None else self.fraction_bits
@@ -129,6 +160,14 @@ class PrivacyDesign:
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "PrivacyDesign":
         """A design from keyword options (``train(..., **design)``), refusing unknown names.
+
+        With ``arithmetic="modular"`` the float arithmetic's options (:data:`FLOAT_ONLY`) are
+        refused too: they would have no effect.
+
+        Parameters
+        ----------
+        options:
+            Field names of :class:`PrivacyDesign` and their values.
 
         Examples
         --------
@@ -482,7 +521,22 @@ def job_meta(job: SimlJob) -> dict[str, Any]:
 
 
 def save_job(job: SimlJob, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-    """Write the job file for the service (atomic, mode 0600)."""
+    """Write the job file for the service (atomic, mode 0600).
+
+    Parameters
+    ----------
+    job:
+        :func:`prepare_job`'s :class:`SimlJob` (public target, encoded dataset and state, plan).
+    path:
+        Where to write it; nothing is left there if writing fails.
+    overwrite:
+        Replace an existing file (otherwise it is refused).
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+    """
     if not isinstance(job, SimlJob):
         raise InvalidArgumentError("job", f"expected a SimlJob, got {type(job).__name__}")
     target = _checked_path(path, overwrite)
@@ -498,7 +552,23 @@ def save_job(job: SimlJob, path: str | os.PathLike[str], *, overwrite: bool = Fa
 
 def load_job(path: str | os.PathLike[str]) -> SimlJob:
     """Read a job file written by :func:`save_job` (version 2, or version 1 of the first SIML
-    releases); refuse foreign, truncated or modified files. Imports nothing."""
+    releases); refuse foreign, truncated or modified files. Imports nothing.
+
+    Parameters
+    ----------
+    path:
+        The job file.
+
+    Returns
+    -------
+    SimlJob
+        Its contents (integer keys and ``uint64`` arrays for a modular job).
+
+    Raises
+    ------
+    SimlFileError
+        The file is missing, foreign, truncated, modified or malformed.
+    """
     source = as_path(path)
     try:
         with open(source, "rb") as fh:
