@@ -57,16 +57,6 @@ KNOWN_GAPS: dict[str, set[str]] = {
         "immersion.load_keys",
         "immersion.save_keys",
     },
-    "immersion_siml": {
-        "immersion_siml.PrivacyDesign",
-        "immersion_siml.PrivacyDesign.from_options",
-        "immersion_siml.SimlTraining",
-        "immersion_siml.TrainingPlan",
-        "immersion_siml.TrainingPlan.batches",
-        "immersion_siml.decode_model",
-        "immersion_siml.load_job",
-        "immersion_siml.save_job",
-    },
 }
 
 _SECTION = re.compile(r"^(?P<title>[A-Z][A-Za-z ]+)\n-{3,}$", re.M)

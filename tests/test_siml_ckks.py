@@ -1,4 +1,5 @@
-"""The CKKS (TenSEAL) baseline for the nn-x2 network: correctness of the encrypted step, timing fields, errors."""
+"""The CKKS (TenSEAL) baseline for the nn-x2 network: correctness of the encrypted step, timing
+fields, errors."""
 
 from __future__ import annotations
 

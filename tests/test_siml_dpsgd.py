@@ -1,4 +1,5 @@
-"""DP-SGD baseline (Opacus) of the SIML training service: budget, learning, repeatability, errors."""
+"""DP-SGD baseline (Opacus) of the SIML training service: budget, learning, repeatability,
+errors."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def _fake_dataset(n_train: int = 10, n_test: int = 20, seed: int = 0) -> Dataset
 def needs_opacus():
     pytest.importorskip("opacus", reason="the DP-SGD baseline needs opacus (extra 'baselines')")
     torch = pytest.importorskip("torch")
-    # Tiny models: one thread is as fast, and two threads on a busy 2-core machine can stall for seconds.
+    # Tiny models: one thread is as fast, and two threads on a busy 2-core machine can stall for
+    # seconds.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

@@ -20,10 +20,11 @@ from immersion import InvalidArgumentError
 from immersion.backends import make_backend
 from immersion.keygen import resolve_rng
 
-from .dynamics import TrainingPlan, run_plan
+from .dynamics import TrainingPlan
 from .inputs import check_module, check_outputs, require_torch, sample_tensors
-from .job import PrivacyDesign, decode_model, encode_training
+from .job import PrivacyDesign, decode_model, decode_state, encode_training
 from .models import LOSSES, SimlModel
+from .references import plain_training
 from .run import privacy_figures
 
 if TYPE_CHECKING:
@@ -53,6 +54,22 @@ class SimlTraining:
         ``compare_plain``, ``max_abs_diff_vs_plain``.
     plan:
         The public training plan the service ran (optimizer, lr, epochs, batches and their order).
+    n_params, n_params_encoded:
+        Number of model parameters, and of entries of the encoded model ``w~*``.
+    n_sample, n_sample_encoded:
+        Entries of one sample row (flattened features and target row), and of its encoding.
+    train_seconds, encode_seconds, decode_seconds:
+        Service time of training (the user's per-epoch evaluation excluded), the user's encoding
+        and decoding time.
+    max_abs_diff_vs_plain:
+        With ``compare_plain``: the largest difference between the decoded weights and plain
+        training (float arithmetic), or the fixed-point twin (modular arithmetic: exactly 0.0,
+        bit-identical); NaN otherwise.
+    max_abs_diff_vs_float_plain:
+        With ``compare_plain``: the largest difference to float plain training (modular: the
+        quantisation carried through training; float: equal to ``max_abs_diff_vs_plain``).
+    weights:
+        The decoded flat parameter vector ``w*`` (a CPU tensor).
     """
 
     model: "torch.nn.Module"
@@ -70,6 +87,7 @@ class SimlTraining:
     encode_seconds: float
     decode_seconds: float
     max_abs_diff_vs_plain: float = float("nan")
+    max_abs_diff_vs_float_plain: float = float("nan")
     weights: Any = field(default=None, repr=False)
 
     def summary(self) -> dict[str, Any]:
@@ -225,21 +243,29 @@ def train(
     w = decode_model(user, encoded_model, encoded_dataset[0])
     decode_seconds = time.perf_counter() - start
 
-    max_diff = float("nan")
+    max_diff = max_diff_float = float("nan")
     if compare_plain:
-        dynamics = target.dynamics
-        plain: list[Any] = []
-        run_plan(
-            dynamics,
-            x0,
-            features,
-            targets,
-            dataclasses.replace(plan, sync="epoch"),  # the plain loop (no encoding)
-            on_epoch=lambda _e, x: plain.append(dynamics.params(x).clone()),
-        )
-        for row, w_epoch, w_plain in zip(recorder.history, recorder.weights, plain, strict=True):
-            row["max_abs_diff_vs_plain"] = float((w_epoch - w_plain).abs().max())
-        max_diff = float((w - plain[-1]).abs().max())
+        references = {}
+        for name, bits in (("float", None), ("twin", target.fraction_bits)):
+            if name == "twin" and bits is None:
+                continue
+            epochs: list[Any] = []
+            final = plain_training(
+                target.dynamics,
+                x0,
+                features,
+                targets,
+                plan,
+                layout=target.layout,
+                fraction_bits=bits,
+                on_epoch=lambda _e, params, into=epochs: into.append(params),
+            )
+            references[name] = (epochs, final)
+        plain, w_plain = references["twin" if target.modular else "float"]
+        for row, w_epoch, w_ref in zip(recorder.history, recorder.weights, plain, strict=True):
+            row["max_abs_diff_vs_plain"] = float((w_epoch - w_ref).abs().max())
+        max_diff = float((w - w_plain).abs().max())
+        max_diff_float = float((w - references["float"][1]).abs().max())
 
     decoded = copy.deepcopy(model)
     torch.nn.utils.vector_to_parameters(
@@ -263,6 +289,7 @@ def train(
         encode_seconds=encode_seconds,
         decode_seconds=decode_seconds,
         max_abs_diff_vs_plain=max_diff,
+        max_abs_diff_vs_float_plain=max_diff_float,
         weights=w.detach().cpu(),
     )
 
@@ -293,7 +320,7 @@ class _History:
 
     def __call__(self, epoch: int, encoded_state: Any) -> None:
         start = time.perf_counter()
-        w = self.user.target.dynamics.params(self.user.decode_state(encoded_state)).clone()
+        w = self.user.target.dynamics.params(decode_state(self.user, encoded_state)).clone()
         loss = self.model.mean_loss(w, self.features, self.targets)
         if self.keep_weights:
             self.weights.append(w)

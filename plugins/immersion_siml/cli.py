@@ -107,6 +107,22 @@ def _plan_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
             help="Keys, noise, initial weights and batch order.",
         ),
+        click.option(
+            "--arithmetic",
+            type=click.Choice(["float", "modular"]),
+            default="float",
+            show_default=True,
+            help="float: seed 002's float64 coding (epsilon traded for precision); modular: "
+            "fixed-point integers modulo 2^64, noise uniform (per-element epsilon 0), the "
+            "decoded model bit-identical to fixed-point plain training.",
+        ),
+        click.option(
+            "--fraction-bits",
+            type=click.IntRange(0, 62),
+            default=None,
+            help="Fixed-point fraction bits f under --arithmetic modular (q(v) = round(v 2^f); "
+            "magnitudes below 2^(63-f)) [default: 32].",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -125,9 +141,31 @@ def _plan_and_design(
     sensitivity_data: float,
     sensitivity_model: float,
     key_kind: str,
+    arithmetic: str = "float",
+    fraction_bits: int | None = None,
 ) -> tuple[Any, Any]:
     from .dynamics import TrainingPlan
-    from .job import PrivacyDesign
+    from .job import FLOAT_ONLY, PrivacyDesign
+
+    floats = {
+        "epsilon_data": epsilon_data,
+        "epsilon_model": epsilon_model,
+        "sensitivity_data": sensitivity_data,
+        "sensitivity_model": sensitivity_model,
+    }
+    if arithmetic == "modular":
+        ctx = click.get_current_context()
+        for name in FLOAT_ONLY:
+            if name in floats and ctx.get_parameter_source(name) not in (
+                click.core.ParameterSource.DEFAULT,
+                None,
+            ):
+                option = "--" + name.replace("_", "-")
+                raise click.UsageError(
+                    f"{option} applies to --arithmetic float only: modular coding draws noise "
+                    "uniform modulo 2^64 (per-element epsilon 0)"
+                )
+        floats = {}
 
     plan = TrainingPlan(
         optimizer=optimizer,
@@ -138,11 +176,7 @@ def _plan_and_design(
         order_seed=seed,
     )
     design = PrivacyDesign(
-        epsilon_data=epsilon_data,
-        epsilon_model=epsilon_model,
-        sensitivity_data=sensitivity_data,
-        sensitivity_model=sensitivity_model,
-        keys=key_kind,
+        **floats, keys=key_kind, arithmetic=arithmetic, fraction_bits=fraction_bits
     )
     return plan, design
 
@@ -186,6 +220,8 @@ def run_cmd(
     sensitivity_model: float,
     key_kind: str,
     seed: int,
+    arithmetic: str,
+    fraction_bits: int | None,
     compare_plain: bool,
     plot_dir: Path | None,
     as_json: bool,
@@ -207,6 +243,8 @@ def run_cmd(
         sensitivity_data,
         sensitivity_model,
         key_kind,
+        arithmetic,
+        fraction_bits,
     )
     result = run_siml(
         model,
@@ -276,6 +314,8 @@ def encode_cmd(
     sensitivity_model: float,
     key_kind: str,
     seed: int,
+    arithmetic: str,
+    fraction_bits: int | None,
     keys_out: Path,
     job_out: Path,
     secure: bool,
@@ -300,6 +340,8 @@ def encode_cmd(
         sensitivity_data,
         sensitivity_model,
         key_kind,
+        arithmetic,
+        fraction_bits,
     )
     for option, path in (("--keys-out", keys_out), ("--job-out", job_out)):
         if path.exists() and not force:
@@ -373,9 +415,10 @@ def serve_cmd(
     be = target.backend
     epochs = job.plan.epochs
     start = time.perf_counter()
+    as_input = (lambda a: a) if target.modular else be.asarray
     encoded_model, _ = target.train(
-        be.asarray(job.encoded_state),
-        be.asarray(job.encoded_dataset),
+        as_input(job.encoded_state),
+        as_input(job.encoded_dataset),
         job.plan,
         on_epoch=lambda e, _x: _progress(f"epoch {e + 1}/{epochs}"),
     )
@@ -387,7 +430,10 @@ def serve_cmd(
         "optimizer": job.plan.optimizer,
     }
     save_encoded_model(
-        torch.as_tensor(encoded_model).cpu().numpy(), out_file, info=info, overwrite=force
+        encoded_model if target.modular else torch.as_tensor(encoded_model).cpu().numpy(),
+        out_file,
+        info=info,
+        overwrite=force,
     )
     click.echo(f"wrote {out_file} after {seconds:.1f} s of training", err=True)
 
@@ -445,7 +491,8 @@ def decode_cmd(
     encoded_model, info = load_encoded_model(model_in)
     user = key_holder(keys, job)
     target = user.target
-    w = decode_model(user, torch.as_tensor(encoded_model), torch.as_tensor(job.encoded_dataset[0]))
+    as_input = (lambda a: a) if job.fraction_bits is not None else torch.as_tensor
+    w = decode_model(user, as_input(encoded_model), as_input(job.encoded_dataset[0]))
     out: dict[str, Any] = {"model": job.model, "n_params": int(w.shape[0]), **info}
     if out_file is not None:
         np.save(out_file, w.numpy())

@@ -37,6 +37,24 @@ class TrainingPlan:
     ``shuffle=True``: a fresh permutation of the samples every epoch, drawn from
     ``order_seed``; ``shuffle=False``: the samples in their order every epoch. Either way the
     last batch of an epoch may be shorter than ``batch_size``.
+
+    Parameters
+    ----------
+    optimizer:
+        One of :data:`OPTIMIZERS`: ``"sgd"`` (eq. 40), ``"momentum"`` or ``"adam"`` (eq. 41).
+    lr:
+        The learning rate, finite and > 0.
+    epochs:
+        Passes over the data (the paper's ``T`` with ``sync="epoch"``).
+    batch_size:
+        Samples per mini-batch.
+    sync:
+        ``"epoch"``: one target step per epoch (eq. 39's ``t``); ``"batch"``: one per
+        mini-batch (eqs. 40-41).
+    order_seed:
+        Seed of the batch order (integer >= 0).
+    shuffle:
+        A fresh permutation per epoch (True) or the samples in order (False).
     """
 
     optimizer: str = "adam"
@@ -74,6 +92,11 @@ class TrainingPlan:
     def batches(self, n_samples: int) -> list[list[np.ndarray]]:
         """Index arrays of every mini-batch, epoch by epoch (a fresh shuffle per epoch, or the
         samples in order; the last batch may be short).
+
+        Parameters
+        ----------
+        n_samples:
+            Size of the training set.
 
         Examples
         --------

@@ -26,13 +26,21 @@ from pathlib import Path
 from typing import Any, Collection
 
 import numpy as np
-from immersion import ImmersionError, InvalidArgumentError, Keys
+from immersion import ImmersionError, InvalidArgumentError
 from immersion import _validation as v
 from immersion._files import as_path, read_signed, writable_path, write_signed
 from immersion.backends import make_backend
 from immersion.coding import Immersion
+from immersion.integer import check_fraction_bits, encode_fixed
 from immersion.keygen import draw_geometry, split_rng, validated_design
-from immersion.keys.store import key_arrays, keys_from_arrays, keys_meta
+from immersion.keys.store import (
+    key_arrays,
+    keys_from_arrays,
+    keys_meta,
+    modular_keys_from_arrays,
+    modular_meta,
+)
+from immersion.modular import DEFAULT_FRACTION_BITS, ModularImmersion
 from immersion.privacy.precision import refuse_infeasible_precision
 
 from .dynamics import OptimizerDynamics, TrainingPlan
@@ -58,6 +66,18 @@ MODEL_MAGIC = b"IMMERSION-SIML-MODEL-1\n"
 DENSE_KEY_BUDGET = 2 * 2**30
 
 
+#: The arithmetics of SIML (``PrivacyDesign.arithmetic``).
+ARITHMETICS = ("float", "modular")
+#: Design options of the float arithmetic's noise and precision, refused with ``"modular"``.
+FLOAT_ONLY = (
+    "epsilon_data",
+    "epsilon_model",
+    "sensitivity_data",
+    "sensitivity_model",
+    "tolerance",
+)
+
+
 class SimlFileError(ImmersionError):
     """A SIML job or encoded-model file is missing, foreign, truncated or modified."""
 
@@ -68,6 +88,37 @@ class PrivacyDesign:
 
     Defaults: the paper's sensitivities (``Delta^D = 1``, ``Delta^w = C = 1000``) and epsilons
     that float64 can decode to well below 1e-9 (the paper's 1e-12 cannot, notes section 5).
+
+    Parameters
+    ----------
+    epsilon_data, epsilon_model:
+        Per-element epsilon of each encoded sample ``y~_i`` (eq. 42) and of the encoded model
+        ``w~*`` (Theorem 1, against parties without the target). Float arithmetic only.
+    sensitivity_data, sensitivity_model:
+        L1 sensitivities ``Delta^D`` of one sample and ``Delta^w`` of the model. Float only.
+    extra_data, extra_state, extra_model:
+        Extra dimensions of the immersion (noise directions) for the samples, the optimizer
+        state and the model.
+    keys:
+        ``"dense"``, ``"block"`` (block-structured, memory ``O(n b)``) or ``"auto"`` (dense
+        while small).
+    block_size:
+        Block size ``b`` of block keys.
+    tolerance:
+        Refuse float designs whose predicted decoding error exceeds it (None: no check). Float
+        only.
+    arithmetic:
+        ``"float"`` (seed 002's float64 coding: a smaller epsilon costs precision) or
+        ``"modular"`` (fixed-point integers modulo ``2^64``, noise uniform modulo ``2^64``:
+        per-element epsilon 0 and the decoded model bit-identical to fixed-point training).
+    fraction_bits:
+        ``f`` of ``q(v) = round(v 2^f)`` under ``"modular"`` (None: 32); every value must stay
+        below ``2^(63 - f)`` in magnitude (the optimizer state below ``2^(62 - f)``).
+
+    Examples
+    --------
+    >>> PrivacyDesign(arithmetic="modular").modular_bits, PrivacyDesign().modular_bits is None
+    (32, True)
     """
 
     epsilon_data: float = 1.0
@@ -80,6 +131,8 @@ class PrivacyDesign:
     keys: str = "auto"
     block_size: int = 32
     tolerance: float | None = 1e-6
+    arithmetic: str = "float"
+    fraction_bits: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("epsilon_data", "epsilon_model", "sensitivity_data", "sensitivity_model"):
@@ -89,10 +142,32 @@ class PrivacyDesign:
         v.one_of("keys", self.keys, ("auto", "dense", "block"))
         if self.tolerance is not None:
             v.positive_float("tolerance", self.tolerance)
+        v.one_of("arithmetic", self.arithmetic, ARITHMETICS)
+        if self.fraction_bits is not None:
+            if self.arithmetic != "modular":
+                raise InvalidArgumentError(
+                    "fraction_bits", "applies to arithmetic='modular' only (fixed-point integers)"
+                )
+            check_fraction_bits(self.fraction_bits)
+
+    @property
+    def modular_bits(self) -> int | None:
+        """``f`` of the fixed-point values under ``arithmetic="modular"`` (default 32), or None."""
+        if self.arithmetic != "modular":
+            return None
+        return DEFAULT_FRACTION_BITS if self.fraction_bits is None else self.fraction_bits
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "PrivacyDesign":
         """A design from keyword options (``train(..., **design)``), refusing unknown names.
+
+        With ``arithmetic="modular"`` the float arithmetic's options (:data:`FLOAT_ONLY`) are
+        refused too: they would have no effect.
+
+        Parameters
+        ----------
+        options:
+            Field names of :class:`PrivacyDesign` and their values.
 
         Examples
         --------
@@ -110,6 +185,12 @@ class PrivacyDesign:
                     name,
                     f"is not an option of SIML's privacy design; its options: {', '.join(known)}",
                 )
+            if name in FLOAT_ONLY and options.get("arithmetic") == "modular":
+                raise InvalidArgumentError(
+                    name,
+                    "applies to arithmetic='float' only: modular coding draws noise uniform "
+                    "modulo 2^64 (per-element epsilon 0) and decodes exactly",
+                )
         return cls(**options)
 
 
@@ -119,18 +200,20 @@ class SimlJob:
 
     ``model`` is a name of :data:`~immersion_siml.models.MODEL_NAMES` or the import path of the
     user's builder; ``parameters`` the names and shapes of its parameters (``None`` in version-1
-    files), which the service checks against the module it rebuilds.
+    files), which the service checks against the module it rebuilds; ``fraction_bits`` is None
+    for float keys and ``f`` for integer keys (encoded arrays ``uint64``, modulo ``2^64``).
     """
 
     model: str
     feature_shape: tuple[int, ...]
     n_targets: int
     plan: TrainingPlan
-    public_keys: Keys
+    public_keys: Any  # Keys (float) or ModularKeys
     encoded_dataset: np.ndarray
     encoded_state: np.ndarray
     loss: str = "cross_entropy"
     parameters: tuple[tuple[str, tuple[int, ...]], ...] | None = None
+    fraction_bits: int | None = None
 
     def target(
         self,
@@ -166,6 +249,7 @@ class SimlJob:
             dynamics=plan_dynamics(SimlModel(module, loss=self.loss), self.plan),
             layout=SampleLayout(self.feature_shape, self.n_targets),
             backend=be,
+            fraction_bits=self.fraction_bits,
         )
 
 
@@ -190,9 +274,11 @@ def draw_siml_keys(
     backend: Any,
     rng: Any = None,
     secure: bool = False,
-) -> tuple[Keys, np.random.Generator]:
+) -> tuple[Any, np.random.Generator]:
     """Keys for SIML and the noise generator; refuses dense keys beyond :data:`DENSE_KEY_BUDGET`
-    (naming ``keys``) and designs float64 cannot decode to ``design.tolerance``."""
+    (naming ``keys``) and designs float64 cannot decode to ``design.tolerance``. With
+    ``design.arithmetic == "modular"``: integer keys (:class:`~immersion.keys.ModularKeys`, noise
+    uniform modulo ``2^64``, exact decoding: no precision check)."""
     dims, targets = validated_design(
         n_state=n_state,
         n_input=n_sample,
@@ -220,6 +306,11 @@ def draw_siml_keys(
                 f"{DENSE_KEY_BUDGET / 2**30:.0f} GiB): use keys='block' (memory O(n b)) or 'auto'",
             )
     key_rng, noise_rng = split_rng(rng, secure)
+    if design.arithmetic == "modular":
+        geometry = draw_geometry(
+            design.keys, dims, design.block_size, key_rng, arithmetic="modular"
+        )
+        return geometry, noise_rng
     keys = targets.apply(draw_geometry(design.keys, dims, design.block_size, key_rng))
     if design.tolerance is not None:
         refuse_infeasible_precision(keys, backend, design.tolerance, targets, 1.0)
@@ -256,11 +347,26 @@ def encode_training(
         rng=rng,
         secure=secure,
     )
-    target = TargetOptimizer(keys=keys, dynamics=dynamics, layout=layout, backend=backend)
-    user = Immersion(keys=keys, target=target, backend=backend, noise_rng=noise_rng)  # type: ignore[arg-type]
+    bits = design.modular_bits
+    target = TargetOptimizer(
+        keys=keys, dynamics=dynamics, layout=layout, backend=backend, fraction_bits=bits
+    )
     x0 = dynamics.initial_state(backend.asarray(w0))
     rows = layout.rows(backend.asarray(features), backend.asarray(targets))
-    return user, user.encode_input(rows), user.encode_state(x0), x0
+    if bits is None:
+        user = Immersion(keys=keys, target=target, backend=backend, noise_rng=noise_rng)  # type: ignore[arg-type]
+        return user, user.encode_input(rows), user.encode_state(x0), x0
+    modular = ModularImmersion(
+        keys=keys,
+        target=target,  # type: ignore[arg-type]
+        noise_rng=noise_rng,
+        fraction_bits=bits,
+    )
+    # range refusals name the signal the user knows (the handle's own would say y and state)
+    for name, value in (("X", features), ("Y", targets), ("model", w0)):
+        encode_fixed(backend.asarray(value).detach().cpu().numpy(), bits, name=name)
+    encoded_rows = modular.encode_input(rows.detach().cpu().numpy())
+    return modular, encoded_rows, modular.encode_state(x0.detach().cpu().numpy()), x0
 
 
 def prepare_job(
@@ -314,24 +420,39 @@ def prepare_job(
     user, encoded_dataset, encoded_state, x0 = encode_training(
         flat, x, y, plan, w0, design=design, backend=backend, rng=rng, secure=secure
     )
+    bits = design.modular_bits
     job = SimlJob(
         model,
         feature_shape,
         int(y.shape[1]),
         plan,
-        dataclasses.replace(user.keys, noise=None),  # type: ignore[arg-type]
-        encoded_dataset.numpy(),
-        encoded_state.numpy(),
+        user.keys if bits is not None else dataclasses.replace(user.keys, noise=None),
+        np.asarray(encoded_dataset),
+        np.asarray(encoded_state),
         loss,
         parameter_manifest(module),
+        bits,
     )
     return user, job, x0
 
 
-def key_holder(keys: Keys, job: SimlJob) -> Immersion:
+def key_holder(keys: Any, job: SimlJob) -> Immersion:
     """The user's handle rebuilt from saved keys and the job they encoded (to decode the service's
     answer); the user's own model code is trusted here."""
+    if (job.fraction_bits is None) != (getattr(keys, "arithmetic", "float") == "float"):
+        raise InvalidArgumentError(
+            "keys",
+            f"are {getattr(keys, 'arithmetic', 'float')} keys, but the job was encoded in "
+            f"{'float' if job.fraction_bits is None else 'modular'} arithmetic",
+        )
     target = job.target(allowed_models=(job.model,))
+    if job.fraction_bits is not None:
+        return ModularImmersion(
+            keys=keys,
+            target=target,  # type: ignore[arg-type]
+            noise_rng=np.random.default_rng(),
+            fraction_bits=job.fraction_bits,
+        )
     return Immersion(
         keys=keys,
         target=target,
@@ -340,9 +461,38 @@ def key_holder(keys: Keys, job: SimlJob) -> Immersion:
     )
 
 
+def decoded_tensor(user: Immersion, values: Any) -> Any:
+    """A value the user decoded, as a float64 tensor of the target's backend (integer keys decode
+    to numpy)."""
+    return user.target.backend.asarray(values) if isinstance(values, np.ndarray) else values
+
+
 def decode_model(user: Immersion, encoded_model: Any, encoded_first_sample: Any) -> Any:
-    """``w* = Pi3_left (w~* - Pi4 y~_0)`` (eq. 45)."""
-    return user.decode_output(encoded_model, encoded_first_sample)
+    """``w* = Pi3_left (w~* - Pi4 y~_0)`` (eq. 45), as a float64 tensor.
+
+    With integer keys (``arithmetic="modular"``) the decoding is exact modulo ``2^64``: ``w*`` is
+    ``2^-f q(w_T)``, bit for bit the fixed-point twin's model.
+
+    Parameters
+    ----------
+    user:
+        The key holder's handle (:func:`prepare_job`'s first output, or rebuilt from saved keys).
+    encoded_model:
+        The service's answer ``w~*``.
+    encoded_first_sample:
+        ``y~_0``, the first row of the encoded dataset (its noise masks the model).
+
+    Returns
+    -------
+    torch.Tensor
+        The flat parameter vector ``w*``.
+    """
+    return decoded_tensor(user, user.decode_output(encoded_model, encoded_first_sample))
+
+
+def decode_state(user: Immersion, encoded_state: Any) -> Any:
+    """``x_t = Pi2_left x~_t``, as a float64 tensor (the user's view of an iterate)."""
+    return decoded_tensor(user, user.decode_state(encoded_state))
 
 
 def _checked_path(path: str | os.PathLike[str], overwrite: bool) -> Path:
@@ -362,18 +512,37 @@ def job_meta(job: SimlJob) -> dict[str, Any]:
         if job.parameters is None
         else [[name, list(shape)] for name, shape in job.parameters],
         "plan": dataclasses.asdict(job.plan),
-        "keys": keys_meta(job.public_keys),
+        "keys": keys_meta(job.public_keys)
+        if job.fraction_bits is None
+        else modular_meta(job.public_keys),
+        "arithmetic": "float" if job.fraction_bits is None else "modular",
+        "fraction_bits": job.fraction_bits,
     }
 
 
 def save_job(job: SimlJob, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-    """Write the job file for the service (atomic, mode 0600)."""
+    """Write the job file for the service (atomic, mode 0600).
+
+    Parameters
+    ----------
+    job:
+        :func:`prepare_job`'s :class:`SimlJob` (public target, encoded dataset and state, plan).
+    path:
+        Where to write it; nothing is left there if writing fails.
+    overwrite:
+        Replace an existing file (otherwise it is refused).
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+    """
     if not isinstance(job, SimlJob):
         raise InvalidArgumentError("job", f"expected a SimlJob, got {type(job).__name__}")
     target = _checked_path(path, overwrite)
     meta = job_meta(job)
     arrays = {
-        **key_arrays(job.public_keys),
+        **(key_arrays(job.public_keys) if job.fraction_bits is None else job.public_keys.arrays()),
         "encoded_dataset": job.encoded_dataset,
         "encoded_state": job.encoded_state,
     }
@@ -383,7 +552,23 @@ def save_job(job: SimlJob, path: str | os.PathLike[str], *, overwrite: bool = Fa
 
 def load_job(path: str | os.PathLike[str]) -> SimlJob:
     """Read a job file written by :func:`save_job` (version 2, or version 1 of the first SIML
-    releases); refuse foreign, truncated or modified files. Imports nothing."""
+    releases); refuse foreign, truncated or modified files. Imports nothing.
+
+    Parameters
+    ----------
+    path:
+        The job file.
+
+    Returns
+    -------
+    SimlJob
+        Its contents (integer keys and ``uint64`` arrays for a modular job).
+
+    Raises
+    ------
+    SimlFileError
+        The file is missing, foreign, truncated, modified or malformed.
+    """
     source = as_path(path)
     try:
         with open(source, "rb") as fh:
@@ -402,7 +587,15 @@ def load_job(path: str | os.PathLike[str]) -> SimlJob:
         if not isinstance(meta, dict):
             raise ValueError("its metadata is not a JSON object")
         plan = TrainingPlan(**meta["plan"])
-        keys = keys_from_arrays(meta["keys"], arrays, source=source)
+        arithmetic = meta.get("arithmetic", "float")
+        if arithmetic not in ARITHMETICS:
+            raise ValueError(f"arithmetic {arithmetic!r} is not one of {ARITHMETICS}")
+        bits = None if arithmetic == "float" else check_fraction_bits(meta["fraction_bits"])
+        keys: Any = (
+            keys_from_arrays(meta["keys"], arrays, source=source)
+            if bits is None
+            else modular_keys_from_arrays(meta["keys"], arrays, source=source)
+        )
         model = meta["model"]
         if not isinstance(model, str):
             raise ValueError(f"model {model!r} is not a name or an import path")
@@ -422,13 +615,21 @@ def load_job(path: str | os.PathLike[str]) -> SimlJob:
                 f"samples of shape {feature_shape} with {n_targets} targets do not fit the keys"
             )
         dataset = _finite(
-            arrays["encoded_dataset"], "encoded_dataset", (None, keys.input_code.n_total)
+            arrays["encoded_dataset"],
+            "encoded_dataset",
+            (None, keys.input_code.n_total),
+            modular=bits is not None,
         )
-        state = _finite(arrays["encoded_state"], "encoded_state", (keys.state_code.n_total,))
+        state = _finite(
+            arrays["encoded_state"],
+            "encoded_state",
+            (keys.state_code.n_total,),
+            modular=bits is not None,
+        )
         return SimlJob(
-            model, feature_shape, n_targets, plan, keys, dataset, state, loss, parameters
+            model, feature_shape, n_targets, plan, keys, dataset, state, loss, parameters, bits
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, InvalidArgumentError) as exc:
         raise SimlFileError(f"path: {source} is malformed ({exc})") from None
 
 
@@ -455,8 +656,13 @@ def _manifest(value: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
     return tuple(out)
 
 
-def _finite(arr: np.ndarray, name: str, shape: tuple[int | None, ...]) -> np.ndarray:
-    """``arr`` as float64 if it is a finite real array of ``shape`` (``None``: any length >= 1)."""
+def _finite(
+    arr: np.ndarray, name: str, shape: tuple[int | None, ...], *, modular: bool = False
+) -> np.ndarray:
+    """``arr`` as float64 if it is a finite real array of ``shape`` (``None``: any length >= 1);
+    with ``modular``, a ``uint64`` array of ``shape`` (integers modulo ``2^64``), unchanged."""
+    if modular and arr.dtype != np.uint64:
+        raise ValueError(f"{name} is not a uint64 array (integers modulo 2^64): {arr.dtype}")
     if (
         arr.dtype.kind not in "fiu"
         or arr.ndim != len(shape)
@@ -464,6 +670,8 @@ def _finite(arr: np.ndarray, name: str, shape: tuple[int | None, ...]) -> np.nda
         or any(want is not None and got != want for got, want in zip(arr.shape, shape, strict=True))
     ):
         raise ValueError(f"{name} is not a real array of shape {shape}: {arr.dtype}, {arr.shape}")
+    if modular:
+        return arr
     if not np.isfinite(arr).all():
         raise ValueError(f"{name} contains NaN or inf")
     return arr.astype(np.float64)
@@ -497,6 +705,8 @@ def load_encoded_model(path: str | os.PathLike[str]) -> tuple[np.ndarray, dict[s
     try:
         if not isinstance(info, dict):
             raise ValueError("its info is not a JSON object")
-        return _finite(arrays["encoded_model"], "encoded_model", (None,)), info
+        encoded = arrays["encoded_model"]
+        modular = encoded.dtype == np.uint64
+        return _finite(encoded, "encoded_model", (None,), modular=modular), info
     except (KeyError, ValueError) as exc:
         raise SimlFileError(f"path: {source} is malformed ({exc})") from None

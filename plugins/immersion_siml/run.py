@@ -8,15 +8,15 @@ epoch (the decoded iterate ``Pi2_left x~_e`` against the plain ``x_e``).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
-from .dynamics import TrainingPlan, run_plan
-from .job import PrivacyDesign, decode_model, prepare_job
+from .dynamics import TrainingPlan
+from .job import PrivacyDesign, decode_model, decode_state, prepare_job
+from .references import plain_training
 
 
 @dataclass
@@ -44,6 +44,8 @@ class SimlResult:
     privacy: dict[str, Any]
     sample_original: np.ndarray = field(repr=False)
     sample_encoded: np.ndarray = field(repr=False)
+    max_abs_diff_vs_float_plain: float = float("nan")
+    accuracy_float_plain: float = float("nan")
 
     @property
     def time_ratio_vs_plain(self) -> float:
@@ -75,6 +77,14 @@ class SimlResult:
             "encode_seconds": self.encode_seconds,
             "decode_seconds": self.decode_seconds,
             **self.privacy,
+            **(
+                {
+                    "max_abs_diff_vs_float_plain": self.max_abs_diff_vs_float_plain,
+                    "accuracy_float_plain": self.accuracy_float_plain,
+                }
+                if self.privacy.get("arithmetic") == "modular"
+                else {}
+            ),
         }
 
 
@@ -100,7 +110,23 @@ def privacy_figures(user: Any) -> dict[str, Any]:
     """Seed 002 Theorem 1 per element for the encoded data and the encoded model, from the drawn
     keys."""
     report = user.report()
+    if getattr(report, "arithmetic", "float") == "modular":
+        return {
+            "arithmetic": "modular",
+            "fraction_bits": report.fraction_bits,
+            "quantisation_step": report.quantisation_step,
+            "largest_magnitude": report.largest_magnitude,
+            "epsilon_data": report.epsilon_input,
+            "epsilon_model": report.epsilon_output,
+            "epsilon_data_proven": report.epsilon_input_proven,
+            "epsilon_model_proven": report.epsilon_output_proven,
+            "decode_error_estimate": report.decode_error_estimate,
+            "guarantee": "every entry of one encoded sample and of the encoded model is uniform "
+            "modulo 2^64 (per-element epsilon 0), against parties without the target; the "
+            "service decodes both (THREAT_MODEL.md)",
+        }
     return {
+        "arithmetic": "float",
         "epsilon_data": report.epsilon_input,
         "epsilon_model": report.epsilon_output,
         "epsilon_data_proven": report.epsilon_input_proven,
@@ -168,9 +194,10 @@ def run_siml(
     dynamics = target.dynamics
     model = dynamics.model
 
-    service_epochs = _EpochRecorder(user.decode_state, progress, "SIML")
-    encoded_state = torch.as_tensor(job.encoded_state)
-    encoded_dataset = torch.as_tensor(job.encoded_dataset)
+    service_epochs = _EpochRecorder(lambda x: decode_state(user, x), progress, "SIML")
+    as_input = (lambda a: a) if target.modular else torch.as_tensor
+    encoded_state = as_input(job.encoded_state)
+    encoded_dataset = as_input(job.encoded_dataset)
     start = time.perf_counter()
     encoded_model, _ = target.train(encoded_state, encoded_dataset, plan, on_epoch=service_epochs)
     train_seconds = time.perf_counter() - start - service_epochs.seconds
@@ -182,23 +209,31 @@ def run_siml(
 
     plain_params: list[Any] = []
     w_plain: Any = None
+    w_float: Any = None
     train_seconds_plain = float("nan")
     if compare_plain:
         layout = target.layout
         images, targets = layout.split(layout.rows(x_train, y_train))
-        plain_epochs = _EpochRecorder(dynamics.params, progress, "plain")
+        plain_epochs = _EpochRecorder(lambda w: w, progress, "plain")
         start = time.perf_counter()
-        x_plain = run_plan(
-            dynamics,
-            x0,
-            images,
-            targets,
-            dataclasses.replace(plan, sync="epoch"),  # the plain loop (no encoding)
-            on_epoch=plain_epochs,
+        w_float = plain_training(
+            dynamics, x0, images, targets, plan, layout=layout, on_epoch=plain_epochs
         )
         train_seconds_plain = time.perf_counter() - start - plain_epochs.seconds
-        plain_params = plain_epochs.params
-        w_plain = dynamics.params(x_plain)
+        plain_params, w_plain = plain_epochs.params, w_float
+        if target.modular:  # the reference of exactness: the fixed-point twin
+            twin_epochs = _EpochRecorder(lambda w: w, progress, "fixed-point twin")
+            w_plain = plain_training(
+                dynamics,
+                x0,
+                images,
+                targets,
+                plan,
+                layout=layout,
+                fraction_bits=target.fraction_bits,
+                on_epoch=twin_epochs,
+            )
+            plain_params = twin_epochs.params
 
     def accuracy(w: Any) -> float:
         return model.accuracy(w, x_test, y_test) if has_test else float("nan")
@@ -233,4 +268,8 @@ def run_siml(
         privacy=privacy_figures(user),
         sample_original=sample,
         sample_encoded=job.encoded_dataset[0][: len(sample)].copy(),
+        max_abs_diff_vs_float_plain=float((w_decoded - w_float).abs().max())
+        if compare_plain
+        else float("nan"),
+        accuracy_float_plain=accuracy(w_float) if compare_plain else float("nan"),
     )

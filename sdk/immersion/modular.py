@@ -39,6 +39,7 @@ from .integer import (
 from .keys.modular import ModularKeys
 from .privacy import PrivacyReport
 from .target import CheckedFunction, TargetAlgorithm
+from .target_codes import TargetCodes
 
 #: ``fraction_bits`` when none is given: a grid step of 2^-32 (2.3e-10) and values up to 2^31.
 DEFAULT_FRACTION_BITS = 32
@@ -84,14 +85,7 @@ class ModularTarget(TargetAlgorithm):
     ) -> None:
         self._f, self._g, self.backend = f, g, NumpyBackend()
         self.fraction_bits = fraction_bits
-        self.n_state_encoded = keys.state_code.n_total
-        self.n_input_encoded = keys.input_code.n_total
-        self.n_output_encoded = keys.output_code.n_total
-        self._state_in = FixedPointDecoder(keys.state_code.decoder(), fraction_bits)
-        self._state_out = FixedPointEncoder(keys.state_code.encoder(), fraction_bits, "f")
-        self._input_in = FixedPointDecoder(keys.input_code.decoder(), fraction_bits)
-        self._output_out = FixedPointEncoder(keys.output_code.encoder(), fraction_bits, "g")
-        self._mask = keys.mask.operator(keys.input_code)
+        self._use_codes(TargetCodes.fixed_point(keys, fraction_bits))
 
     @classmethod
     def from_matrices(cls, **_: Any) -> "TargetAlgorithm":  # type: ignore[override]

@@ -10,7 +10,7 @@ from . import _validation as v
 from .backends import ArrayBackend
 from .errors import InvalidArgumentError, NonFiniteError
 from .keys import Keys
-from .keys.codes import DenseDecoder, DenseEncoder, DenseMaskOp
+from .target_codes import TargetCodes
 
 
 class CheckedFunction:
@@ -91,14 +91,17 @@ class TargetAlgorithm:
         self, *, f: CheckedFunction, g: CheckedFunction, keys: Keys, backend: ArrayBackend
     ) -> None:
         self._f, self._g, self.backend = f, g, backend
-        self.n_state_encoded = keys.state_code.n_total
-        self.n_input_encoded = keys.input_code.n_total
-        self.n_output_encoded = keys.output_code.n_total
-        self._state_in = keys.state_code.decoder(backend)
-        self._state_out = keys.state_code.encoder(backend)
-        self._input_in = keys.input_code.decoder(backend)
-        self._output_out = keys.output_code.encoder(backend)
-        self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
+        self._use_codes(TargetCodes.from_keys(keys, backend))
+
+    def _use_codes(self, codes: TargetCodes) -> None:
+        """Take the encoded sizes and the five codes of eq. 17 from one shared object."""
+        self.codes = codes
+        self.n_state_encoded = codes.n_state_encoded
+        self.n_input_encoded = codes.n_input_encoded
+        self.n_output_encoded = codes.n_output_encoded
+        self._state_in, self._state_out = codes.state_in, codes.state_out
+        self._input_in, self._output_out = codes.input_in, codes.output_out
+        self._mask = codes.mask
 
     @classmethod
     def from_matrices(
@@ -133,20 +136,11 @@ class TargetAlgorithm:
                 raise InvalidArgumentError(name, f"expected shape {shapes[name]}, got {arr.shape}")
         self = cls.__new__(cls)
         self._f, self._g, self.backend = f, g, backend
-        self.n_state_encoded, self.n_input_encoded, self.n_output_encoded = (
-            Pi2.shape[0],
-            Pi4.shape[1],
-            Pi4.shape[0],
+        self._use_codes(
+            TargetCodes.from_matrices(
+                backend, Pi1_left=Pi1_left, Pi2=Pi2, Pi2_left=Pi2_left, Pi3=Pi3, Pi4=Pi4
+            )
         )
-        self._state_in, self._state_out = (
-            DenseDecoder(Pi2_left, backend),
-            DenseEncoder(Pi2, backend),
-        )
-        self._input_in, self._output_out = (
-            DenseDecoder(Pi1_left, backend),
-            DenseEncoder(Pi3, backend),
-        )
-        self._mask = DenseMaskOp(Pi4, backend)
         return self
 
     @property
