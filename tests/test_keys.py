@@ -198,3 +198,117 @@ def test_draw_keys_gives_the_keys_immerse_draws_and_they_survive_a_round_trip(tm
     np.testing.assert_allclose(
         again.decode_state(again.target.step(again.encode_state(np.zeros(2)), yt)), y, atol=1e-9
     )
+
+
+# ---------------------------------------------------------------- vectorised drawing
+def test_block_key_file_written_before_vectorised_drawing_loads_and_decodes_identically(tmp_path):
+    """tests/data/legacy/block-keys-v1.*: block keys (300 states, blocks of 8) saved by the code
+    that drew groups one by one, with encodings and decodings that code computed."""
+    import shutil
+    from pathlib import Path
+
+    from immersion.backends import NumpyBackend
+
+    legacy = Path(__file__).parent / "data" / "legacy"
+    path = tmp_path / "old.keys"
+    shutil.copyfile(legacy / "block-keys-v1.keyfile", path)
+    path.chmod(0o600)
+    keys = load_keys(path)
+    expected = np.load(legacy / "block-keys-v1.expected.npz")
+    assert keys.kind == "block" and keys.fingerprint == str(expected["fingerprint"])
+    be = NumpyBackend()
+    mask = keys.mask.operator(keys.input_code, keys.output_code, be)
+    xt, yt, ut = (expected[k] for k in ("encoded_state", "encoded_input", "encoded_output"))
+    for got, want in (
+        (keys.state_code.decoder(be)(xt), expected["decoded_state"]),
+        (keys.input_code.decoder(be)(yt), expected["decoded_input"]),
+        (keys.output_code.decoder(be)(ut - mask(yt)), expected["decoded_output"]),
+    ):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
+
+
+def _greedy_noise_counts(sizes: list[int], n_noise: int) -> list[int]:
+    """Oracle in plain Python: one noise entry per group, floor of a share of the rest in
+    proportion to each group's free room, then what is left one group at a time, most room first."""
+    rest = n_noise - len(sizes)
+    total_room = max(sum(sizes) - len(sizes), 1)
+    counts = [1 + min(size - 1, max(rest, 0) * (size - 1) // total_room) for size in sizes]
+    left = n_noise - sum(counts)
+    for g in sorted(range(len(sizes)), key=lambda g: counts[g] - sizes[g]):  # stable: ties in order
+        extra = min(left, sizes[g] - counts[g])
+        counts[g] += extra
+        left -= extra
+    return counts
+
+
+@settings(max_examples=60)
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30),
+    fill=st.floats(0.0, 1.0),
+)
+def test_noise_counts_match_the_greedy_rule(sizes, fill):
+    from immersion.keys.structured import _noise_counts
+
+    group_sizes = np.array(sizes, dtype=np.int64)
+    n_noise = len(sizes) + int(fill * (group_sizes.sum() - len(sizes)))
+    counts = _noise_counts(group_sizes, n_noise)
+    assert counts.tolist() == _greedy_noise_counts(sizes, n_noise)
+    assert counts.sum() == n_noise and np.all((1 <= counts) & (counts <= group_sizes))
+
+
+def test_rows_chosen_in_groups_are_distinct_inside_their_group_and_uniform():
+    from immersion.keys.structured import _choose_in_groups
+
+    group_starts = np.array([0, 4, 7, 12])
+    group_ids = np.repeat(np.arange(3), np.diff(group_starts))
+    counts = np.array([2, 1, 5])
+    rng = np.random.default_rng(0)
+    draws = 6000
+    firsts = np.zeros((draws, 3), dtype=np.int64)
+    pairs = np.zeros((4, 4), dtype=np.int64)
+    for i in range(draws):
+        chosen = _choose_in_groups(rng, group_ids, group_starts, counts)
+        parts = np.split(chosen, np.cumsum(counts)[:-1])
+        for g, part in enumerate(parts):
+            assert np.all(group_ids[part] == g) and np.unique(part).size == counts[g]
+            firsts[i, g] = part[0]
+        pairs[parts[0][0], parts[0][1]] += 1
+    assert np.array_equal(np.sort(parts[2]), np.arange(7, 12))  # a full group: every row
+    # ordered pairs of group 0 (12 outcomes) and the first row of group 2 (5): chi-square, p ~ 1e-4
+    observed = pairs[~np.eye(4, dtype=bool)]
+    assert np.sum((observed - draws / 12) ** 2 / (draws / 12)) < 35.0  # 11 degrees of freedom
+    first2 = np.bincount(firsts[:, 2] - 7, minlength=5)
+    assert np.sum((first2 - draws / 5) ** 2 / (draws / 5)) < 23.0  # 4 degrees of freedom
+
+
+def test_user_handle_and_target_share_one_transform_and_the_key_blocks():
+    from immersion import immerse
+
+    imm = immerse(
+        lambda x, y: np.tanh(x) + y.sum(),
+        lambda x, y: x[:3] - y,
+        n_state=300,
+        n_input=3,
+        n_output=3,
+        keys="block",
+        block_size=8,
+        rng=0,
+    )
+    state_in = imm.target._state_in._transform
+    assert state_in is imm._state_dec._transform is imm.target._state_out._transform
+    assert imm.target._input_in._transform is imm._input_enc._transform
+    assert imm.target._output_out._transform is imm._output_dec._transform
+    # one copy of the blocks in memory: the transform (and its transpose) are views of the keys
+    blocks = imm.keys.state_code.mix.blocks
+    assert np.shares_memory(state_in._blocks, blocks)
+    assert np.shares_memory(state_in._blocks_t, blocks)
+    # a fresh backend object gets its own transform; the keys pickle without the shared one
+    import pickle
+
+    from immersion.backends import NumpyBackend
+
+    assert imm.keys.state_code.transform(NumpyBackend()) is not state_in
+    again = pickle.loads(pickle.dumps(imm.keys))
+    assert again.fingerprint == imm.keys.fingerprint
+    x = np.linspace(-1.0, 1.0, 300)
+    np.testing.assert_allclose(imm.decode_state(imm.encode_state(x)), x, atol=1e-12)
