@@ -312,3 +312,21 @@ def test_user_handle_and_target_share_one_transform_and_the_key_blocks():
     assert again.fingerprint == imm.keys.fingerprint
     x = np.linspace(-1.0, 1.0, 300)
     np.testing.assert_allclose(imm.decode_state(imm.encode_state(x)), x, atol=1e-12)
+
+
+def test_large_groups_keep_q_orthogonal_to_working_precision():
+    """Two groups of 60,001 rows: each reflection vector has unit norm to a few roundoffs, so a
+    noise of 1e8 cancels on decoding to about 1e8 times the roundoff (not 1e8 * n * roundoff)."""
+    import math
+
+    from immersion.backends import NumpyBackend
+    from immersion.keys import draw_code
+
+    code = draw_code(120_000, 2, kind="block", rng=3)
+    h, gid = code.mix.householder, code.mix.group_ids
+    for g in range(code.mix.n_groups):
+        assert abs(math.fsum(h[gid == g] ** 2) - 1.0) < 1e-14
+    be = NumpyBackend()
+    y = np.random.default_rng(4).standard_normal(120_000)
+    encoded = code.noisy_encoder(be)(y, np.array([1e8, -1e8]))
+    assert np.abs(code.decoder(be)(encoded) - y).max() < 1e-6

@@ -124,6 +124,8 @@ class OrthogonalTransform:
         self._n_groups = params.n_groups
         self._perm = backend.asarray(params.row_perm)
         self._inv_perm = backend.asarray(np.argsort(params.row_perm))
+        #: Bytes of key arrays one application reads (blocks, tail, reflections, one permutation).
+        self.key_nbytes = params.nbytes
 
     def _reflect(self, w: Any) -> Any:
         be = self._backend
@@ -185,27 +187,42 @@ def _flat_householder(
     rng: np.random.Generator,
     blocks: np.ndarray,
     tail: np.ndarray,
-    group_ids: np.ndarray,
     group_starts: np.ndarray,
+    group_ids: np.ndarray,
     flat_pos: np.ndarray,
 ) -> np.ndarray:
     """Unit vectors ``h`` (one per group) with ``(I - 2 h h^T) B e_flat`` flat ``±1/sqrt(size)``.
 
     ``h = (x - flat) / ||x - flat||`` with ``x = B e_flat`` (dense inside one block); a group whose
-    ``x`` is already that flat vector gets ``h = 0`` (``H = I``).
+    ``x`` is already that flat vector gets ``h = 0`` (``H = I``). Each norm is computed to a few
+    units of roundoff however large the group (``H`` must stay orthogonal to working precision):
+    the ``b`` entries inside the flat column's block are summed directly, the others all equal
+    ``1/size``.
     """
     size = group_ids.shape[0]
     group_size = np.diff(group_starts)
-    diff = rng.choice([-1.0, 1.0], size=size) / -np.sqrt(group_size)[group_ids]  # -flat
+    root = np.sqrt(group_size)
+    diff = -(rng.choice([-1.0, 1.0], size=size) / root[group_ids])  # -flat
     n_full, b = blocks.shape[0], blocks.shape[-1]
     in_full = flat_pos < n_full * b
     k, col = np.divmod(flat_pos[in_full], b)
-    diff[(k * b)[:, None] + np.arange(b)] += blocks[k, :, col]  # x: column ``col`` of block ``k``
+    rows = [((k * b)[:, None] + np.arange(b), blocks[k, :, col], np.flatnonzero(in_full))]
     if not in_full.all():  # the tail block holds one group's flat column
         full = n_full * b
-        diff[full:] += tail[:, int(flat_pos[~in_full][0]) - full]
-    norm = np.sqrt(np.bincount(group_ids, weights=diff * diff))[group_ids]
-    return np.divide(diff, norm, out=np.zeros(size), where=norm > 1e-12)
+        x_tail = tail[:, int(flat_pos[~in_full][0]) - full]
+        rows.append((np.arange(full, size)[None, :], x_tail[None, :], np.flatnonzero(~in_full)))
+    if group_size.shape[0] == 1:  # one group (dense codes): as earlier versions computed it
+        for r, x, _ in rows:
+            diff[r] += x
+        norm = np.full(1, np.linalg.norm(diff))
+    else:
+        norm_sq = np.empty(group_size.shape[0])
+        for r, x, groups in rows:
+            diff[r] += x
+            outside = group_size[groups] - r.shape[1]
+            norm_sq[groups] = (diff[r] ** 2).sum(axis=1) + outside * (1.0 / root[groups]) ** 2
+        norm = np.sqrt(norm_sq)
+    return np.divide(diff, norm[group_ids], out=np.zeros(size), where=norm[group_ids] > 1e-12)
 
 
 def draw_structured_layout(
@@ -234,7 +251,7 @@ def draw_structured_layout(
     params = MixParams(
         blocks=blocks,
         tail=tail,
-        householder=_flat_householder(rng, blocks, tail, group_ids, group_starts, flat_pos),
+        householder=_flat_householder(rng, blocks, tail, group_starts, group_ids, flat_pos),
         group_ids=group_ids,
         row_perm=rng.permutation(size).astype(np.int64),
     )
