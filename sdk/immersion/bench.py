@@ -108,16 +108,20 @@ def _untimed(transforms: list[Any]) -> None:
             t.__dict__.pop(name, None)
 
 
-def _copy_seconds(nbytes: int, repeats: int) -> float:
-    """Best-of-``repeats`` time of a numpy copy of ``nbytes`` (read once, written once)."""
+def _stream_seconds(nbytes: int, repeats: int) -> tuple[float, float]:
+    """Best-of-``repeats`` times to copy ``nbytes`` (read once, write once) and to read them once
+    (a BLAS dot of the array with itself): two memory-bandwidth floors for the same bytes."""
     src = np.ones(max(1, nbytes // 8))
     dst = np.empty_like(src)
-    best = np.inf
+    copy = read = np.inf
     for _ in range(repeats):
         start = time.perf_counter()
         np.copyto(dst, src)
-        best = min(best, time.perf_counter() - start)
-    return float(best)
+        copy = min(copy, time.perf_counter() - start)
+        start = time.perf_counter()
+        src @ src
+        read = min(read, time.perf_counter() - start)
+    return float(copy), float(read)
 
 
 def transform_profile(
@@ -126,10 +130,11 @@ def transform_profile(
     """The structured transforms' share of one immersed step, beside a memory-bandwidth floor.
 
     ``step`` runs one immersed sample; its block-key transforms (``Q v`` and ``Q^T x``) are timed
-    call by call for ``steps`` samples (best of ``repeats``). The floor is the time a numpy copy
-    takes to move the bytes those transforms must read per step (their key arrays plus one vector
-    in and one out): ``transform_over_copy`` says how far the transforms are from streaming their
-    keys once at copy speed. None for dense keys (no structured transform).
+    call by call for ``steps`` samples (best of ``repeats``). The floors are the times numpy takes
+    to copy, and to read once (a dot product), the bytes those transforms must read per step
+    (their key arrays plus one vector in and one out): ``transform_over_copy`` and
+    ``transform_over_read`` say how far the transforms are from streaming their keys once from
+    memory. None for dense keys (no structured transform).
     """
     transforms, totals = _timed_transforms(imm)
     if not transforms:
@@ -148,7 +153,7 @@ def transform_profile(
         _untimed(transforms)
     assert best is not None
     per_step_bytes = int(best["bytes"] / steps)
-    copy_s = _copy_seconds(per_step_bytes, 5)
+    copy_s, read_s = _stream_seconds(per_step_bytes, 5)
     transform_s = best["seconds"] / steps
     return {
         "transforms_per_step": best["calls"] / steps,
@@ -156,8 +161,10 @@ def transform_profile(
         "transform_s_per_step": transform_s,
         "transform_share": best["seconds"] / best["elapsed"],
         "copy_s_same_bytes": copy_s,
-        "copy_gb_per_s": 2 * per_step_bytes / copy_s / 1e9,
+        "read_s_same_bytes": read_s,
+        "read_gb_per_s": per_step_bytes / read_s / 1e9,
         "transform_over_copy": transform_s / copy_s,
+        "transform_over_read": transform_s / read_s,
     }
 
 
