@@ -162,25 +162,24 @@ def _group_layout(
     return block_starts, group_starts, group_ids, _noise_counts(np.diff(group_starts), n_noise)
 
 
-def _choose_in_groups(
-    rng: np.random.Generator, group_ids: np.ndarray, group_starts: np.ndarray, counts: np.ndarray
-) -> np.ndarray:
-    """For every group ``g``, ``counts[g]`` distinct rows drawn uniformly in random order
-    (as ``rng.choice(..., replace=False)`` per group), concatenated group after group.
+#: The two signs of a flat vector (an array, so drawing from it skips a list conversion).
+_SIGNS = np.array([-1.0, 1.0])
 
-    Every row gets a random 32-bit key behind its group id; one stable sort puts each group's
-    rows in uniformly random order (ties, probability ``< 2^-32`` per pair, keep row order) and
-    the first ``counts[g]`` rows of each group are kept. A single group (every dense code) is
-    drawn by ``rng.choice`` itself, so dense keys drawn from a seed are those earlier versions drew.
+
+def _per_group(rng: np.random.Generator, group_starts: np.ndarray, counts: np.ndarray) -> tuple:
+    """``(noise_pos, flat_pos)``: ``counts[g]`` distinct rows drawn in random order inside every
+    group ``g`` (concatenated), and the first of each group.
+
+    One ``rng.choice`` per group, in the order earlier versions drew them, so that keys drawn from
+    a seed stay byte-identical (federated checkpoints re-draw their keys from the seed and compare
+    bytes on resume); each call is O(counts[g]) and allocates nothing of the code's size.
     """
-    if counts.shape[0] == 1:
-        return rng.choice(group_ids.shape[0], size=int(counts[0]), replace=False)
-    keys = (group_ids.astype(np.uint64) << np.uint64(32)) | rng.integers(
-        0, 1 << 32, size=group_ids.shape[0], dtype=np.uint64
-    )
-    order = np.argsort(keys, kind="stable")
-    rank = np.arange(group_ids.shape[0]) - group_starts[group_ids]  # group_ids[order] == group_ids
-    return order[rank < counts[group_ids]]
+    sizes = np.diff(group_starts)
+    chosen = [
+        lo + rng.choice(size, size=k, replace=False)
+        for lo, size, k in zip(group_starts[:-1], sizes, counts, strict=True)
+    ]
+    return np.concatenate(chosen).astype(np.int64), np.array([c[0] for c in chosen], np.int64)
 
 
 def _flat_householder(
@@ -194,35 +193,29 @@ def _flat_householder(
     """Unit vectors ``h`` (one per group) with ``(I - 2 h h^T) B e_flat`` flat ``±1/sqrt(size)``.
 
     ``h = (x - flat) / ||x - flat||`` with ``x = B e_flat`` (dense inside one block); a group whose
-    ``x`` is already that flat vector gets ``h = 0`` (``H = I``). Each norm is computed to a few
-    units of roundoff however large the group (``H`` must stay orthogonal to working precision):
-    the ``b`` entries inside the flat column's block are summed directly, the others all equal
-    ``1/size``.
+    ``x`` is already that flat vector gets ``h = 0`` (``H = I``). The signs are drawn group by
+    group and each norm is taken over its group's slice with a BLAS dot, as earlier versions did
+    (a plain sequential sum over a 100,000-row group lost 1e-12 of orthogonality).
     """
     size = group_ids.shape[0]
-    group_size = np.diff(group_starts)
-    root = np.sqrt(group_size)
-    diff = -(rng.choice([-1.0, 1.0], size=size) / root[group_ids])  # -flat
+    sizes = np.diff(group_starts)
+    signs = np.concatenate([rng.choice(_SIGNS, size=n) for n in sizes])
+    diff = -(signs / np.sqrt(sizes)[group_ids])  # -flat
     n_full, b = blocks.shape[0], blocks.shape[-1]
     in_full = flat_pos < n_full * b
     k, col = np.divmod(flat_pos[in_full], b)
-    rows = [((k * b)[:, None] + np.arange(b), blocks[k, :, col], np.flatnonzero(in_full))]
+    diff[(k * b)[:, None] + np.arange(b)] += blocks[k, :, col]  # x: column ``col`` of block ``k``
     if not in_full.all():  # the tail block holds one group's flat column
         full = n_full * b
-        x_tail = tail[:, int(flat_pos[~in_full][0]) - full]
-        rows.append((np.arange(full, size)[None, :], x_tail[None, :], np.flatnonzero(~in_full)))
-    if group_size.shape[0] == 1:  # one group (dense codes): as earlier versions computed it
-        for r, x, _ in rows:
-            diff[r] += x
-        norm = np.full(1, np.linalg.norm(diff))
-    else:
-        norm_sq = np.empty(group_size.shape[0])
-        for r, x, groups in rows:
-            diff[r] += x
-            outside = group_size[groups] - r.shape[1]
-            norm_sq[groups] = (diff[r] ** 2).sum(axis=1) + outside * (1.0 / root[groups]) ** 2
-        norm = np.sqrt(norm_sq)
-    return np.divide(diff, norm[group_ids], out=np.zeros(size), where=norm[group_ids] > 1e-12)
+        diff[full:] += tail[:, int(flat_pos[~in_full][0]) - full]
+    norm = np.array(
+        [
+            np.linalg.norm(diff[a:b])
+            for a, b in zip(group_starts[:-1], group_starts[1:], strict=True)
+        ]
+    )
+    norm = norm[group_ids]
+    return np.divide(diff, norm, out=np.zeros(size), where=norm > 1e-12)
 
 
 def draw_structured_layout(
@@ -231,9 +224,9 @@ def draw_structured_layout(
     """Draw one block-structured code.
 
     Returns ``(params, signal_pos, noise_pos, flat_pos)``: internal positions of the signal
-    coordinates, of the noise coordinates, and of each group's flat noise column. Every step is
-    vectorised over blocks and groups (all full blocks drawn as one stacked QR), so drawing costs
-    about as much as writing the blocks once.
+    coordinates, of the noise coordinates, and of each group's flat noise column. The blocks are
+    drawn as stacked QRs and the reflections computed for all groups at once; only the random
+    draws of each group stay one call per group (same values as earlier versions).
     """
     size = n_signal + n_noise
     b = min(block_size, size)
@@ -243,8 +236,7 @@ def draw_structured_layout(
     tail = _haar_orthogonal(rng, 1, tail_size)[0] if tail_size else np.zeros((0, 0))
 
     _, group_starts, group_ids, noise_per_group = _group_layout(size, b, n_noise)
-    noise_pos = _choose_in_groups(rng, group_ids, group_starts, noise_per_group)
-    flat_pos = noise_pos[np.concatenate([[0], np.cumsum(noise_per_group)[:-1]])]
+    noise_pos, flat_pos = _per_group(rng, group_starts, noise_per_group)
     is_noise = np.zeros(size, dtype=bool)
     is_noise[noise_pos] = True
     signal_pos = rng.permutation(np.flatnonzero(~is_noise)).astype(np.int64)
@@ -295,7 +287,14 @@ def structured_row_stats(
     size, b = params.size, params.blocks.shape[-1] if params.blocks.size else params.tail.shape[0]
     h = params.householder
     z = np.empty(size)
-    block_matvec(params.blocks.swapaxes(-1, -2), params.tail.T, h, z)
+    n_full, bb = params.blocks.shape[0], params.blocks.shape[-1]
+    step = max(1, _CHUNK_ENTRIES // max(bb * bb, 1))  # contiguous transposes, chunk by chunk
+    for lo in range(0, n_full, step):
+        hi = min(n_full, lo + step)
+        blocks_t = np.ascontiguousarray(params.blocks[lo:hi].transpose(0, 2, 1))
+        z[lo * bb : hi * bb] = (blocks_t @ h[lo * bb : hi * bb].reshape(-1, bb, 1)).ravel()
+    if params.tail.shape[0]:
+        z[n_full * bb :] = h[n_full * bb :] @ params.tail
     is_noise = np.zeros(size, dtype=bool)
     is_noise[noise_pos] = True
     is_flat = np.zeros(size, dtype=bool)
