@@ -198,3 +198,130 @@ def test_draw_keys_gives_the_keys_immerse_draws_and_they_survive_a_round_trip(tm
     np.testing.assert_allclose(
         again.decode_state(again.target.step(again.encode_state(np.zeros(2)), yt)), y, atol=1e-9
     )
+
+
+# ---------------------------------------------------------------- vectorised drawing
+def test_block_key_file_written_before_vectorised_drawing_loads_and_decodes_identically(tmp_path):
+    """tests/data/legacy/block-keys-v1.*: block keys (300 states, blocks of 8) saved by the code
+    that drew groups one by one, with encodings and decodings that code computed."""
+    import shutil
+    from pathlib import Path
+
+    from immersion import draw_keys
+    from immersion.backends import NumpyBackend
+
+    legacy = Path(__file__).parent / "data" / "legacy"
+    path = tmp_path / "old.keys"
+    shutil.copyfile(legacy / "block-keys-v1.keyfile", path)
+    path.chmod(0o600)
+    keys = load_keys(path)
+    expected = np.load(legacy / "block-keys-v1.expected.npz")
+    assert keys.kind == "block" and keys.fingerprint == str(expected["fingerprint"])
+    # the same seed still draws these keys byte for byte (federated checkpoints rely on it)
+    redrawn = draw_keys(300, 7, 5, extra_state=9, keys="block", block_size=8, rng=11)
+    assert redrawn.fingerprint == keys.fingerprint
+    be = NumpyBackend()
+    mask = keys.mask.operator(keys.input_code, keys.output_code, be)
+    xt, yt, ut = (expected[k] for k in ("encoded_state", "encoded_input", "encoded_output"))
+    for got, want in (
+        (keys.state_code.decoder(be)(xt), expected["decoded_state"]),
+        (keys.input_code.decoder(be)(yt), expected["decoded_input"]),
+        (keys.output_code.decoder(be)(ut - mask(yt)), expected["decoded_output"]),
+    ):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
+
+
+def _greedy_noise_counts(sizes: list[int], n_noise: int) -> list[int]:
+    """Oracle in plain Python: one noise entry per group, floor of a share of the rest in
+    proportion to each group's free room, then what is left one group at a time, most room first."""
+    rest = n_noise - len(sizes)
+    total_room = max(sum(sizes) - len(sizes), 1)
+    counts = [1 + min(size - 1, max(rest, 0) * (size - 1) // total_room) for size in sizes]
+    left = n_noise - sum(counts)
+    for g in sorted(range(len(sizes)), key=lambda g: counts[g] - sizes[g]):  # stable: ties in order
+        extra = min(left, sizes[g] - counts[g])
+        counts[g] += extra
+        left -= extra
+    return counts
+
+
+@settings(max_examples=60)
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30),
+    fill=st.floats(0.0, 1.0),
+)
+def test_noise_counts_match_the_greedy_rule(sizes, fill):
+    from immersion.keys.structured import _noise_counts
+
+    group_sizes = np.array(sizes, dtype=np.int64)
+    n_noise = len(sizes) + int(fill * (group_sizes.sum() - len(sizes)))
+    counts = _noise_counts(group_sizes, n_noise)
+    assert counts.tolist() == _greedy_noise_counts(sizes, n_noise)
+    assert counts.sum() == n_noise and np.all((1 <= counts) & (counts <= group_sizes))
+
+
+def test_rows_chosen_in_groups_are_distinct_and_inside_their_group():
+    from immersion.keys.structured import _per_group
+
+    group_starts = np.array([0, 4, 7, 12])
+    counts = np.array([2, 1, 5])
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        noise_pos, flat_pos = _per_group(rng, group_starts, counts)
+        parts = np.split(noise_pos, np.cumsum(counts)[:-1])
+        for g, part in enumerate(parts):
+            lo, hi = group_starts[g], group_starts[g + 1]
+            assert np.all((lo <= part) & (part < hi)) and np.unique(part).size == counts[g]
+            assert flat_pos[g] == part[0]
+        assert np.array_equal(np.sort(parts[2]), np.arange(7, 12))  # a full group: every row
+
+
+def test_user_handle_and_target_share_one_transform_and_the_key_blocks():
+    from immersion import immerse
+
+    imm = immerse(
+        lambda x, y: np.tanh(x) + y.sum(),
+        lambda x, y: x[:3] - y,
+        n_state=300,
+        n_input=3,
+        n_output=3,
+        keys="block",
+        block_size=8,
+        rng=0,
+    )
+    state_in = imm.target._state_in._transform
+    assert state_in is imm._state_dec._transform is imm.target._state_out._transform
+    assert imm.target._input_in._transform is imm._input_enc._transform
+    assert imm.target._output_out._transform is imm._output_dec._transform
+    # one copy of the blocks in memory: the transform (and its transpose) are views of the keys
+    blocks = imm.keys.state_code.mix.blocks
+    assert np.shares_memory(state_in._blocks, blocks)
+    assert np.shares_memory(state_in._blocks_t, blocks)
+    # a fresh backend object gets its own transform; the keys pickle without the shared one
+    import pickle
+
+    from immersion.backends import NumpyBackend
+
+    assert imm.keys.state_code.transform(NumpyBackend()) is not state_in
+    again = pickle.loads(pickle.dumps(imm.keys))
+    assert again.fingerprint == imm.keys.fingerprint
+    x = np.linspace(-1.0, 1.0, 300)
+    np.testing.assert_allclose(imm.decode_state(imm.encode_state(x)), x, atol=1e-12)
+
+
+def test_large_groups_keep_q_orthogonal_to_working_precision():
+    """Two groups of 60,001 rows: each reflection vector has unit norm to about 1e-13, so a noise
+    of 1e8 cancels on decoding to far below 1e-6 (a sequential norm sum left 6e-5)."""
+    import math
+
+    from immersion.backends import NumpyBackend
+    from immersion.keys import draw_code
+
+    code = draw_code(120_000, 2, kind="block", rng=3)
+    h, gid = code.mix.householder, code.mix.group_ids
+    for g in range(code.mix.n_groups):
+        assert abs(math.fsum(h[gid == g] ** 2) - 1.0) < 1e-13  # a sequential sum: 6e-13
+    be = NumpyBackend()
+    y = np.random.default_rng(4).standard_normal(120_000)
+    encoded = code.noisy_encoder(be)(y, np.array([1e8, -1e8]))
+    assert np.abs(code.decoder(be)(encoded) - y).max() < 1e-6

@@ -52,8 +52,9 @@ def _time_pair(
     y: np.ndarray,
     steps: int,
     repeats: int,
-) -> tuple[float, float, np.ndarray, Any]:
-    """Best-of-``repeats`` per-step times of the plain and the immersed loop, alternating."""
+) -> tuple[float, float, np.ndarray, Any, dict[str, float] | None]:
+    """Best-of-``repeats`` per-step times of the plain and the immersed loop, alternating, then
+    the block-key transforms' profile of the immersed loop (:func:`transform_profile`)."""
     state = {"x": x, "xt": imm.encode_state(x)}
 
     def plain() -> None:
@@ -69,7 +70,102 @@ def _time_pair(
     for _ in range(repeats):
         t_plain = min(t_plain, _time_loop(plain, steps))
         t_imm = min(t_imm, _time_loop(immersed, steps))
-    return t_plain, t_imm, state["x"], state["xt"]
+    x_end, xt_end = state["x"], state["xt"]  # both loops ran the same number of steps
+    profile = transform_profile(imm, immersed, steps, repeats)
+    return t_plain, t_imm, x_end, xt_end, profile
+
+
+def _timed_transforms(imm: Immersion) -> tuple[list[Any], dict[str, float]]:
+    """The block-key transforms ``imm`` and its target apply, each wrapped to count its calls,
+    its seconds and the bytes it must move at least (its key arrays, one vector in, one out).
+
+    Returns the transforms (call :func:`_untimed` on them afterwards) and the running totals.
+    """
+    from .keys import StructuredCode
+
+    totals = {"calls": 0.0, "seconds": 0.0, "bytes": 0.0}
+    codes = (imm.keys.input_code, imm.keys.state_code, imm.keys.output_code)
+    transforms = [c.transform(imm.backend) for c in codes if isinstance(c, StructuredCode)]
+    for t in {id(t): t for t in transforms}.values():
+        for name in ("forward", "adjoint"):
+            method = getattr(t, name)
+
+            def timed(v: Any, method: Any = method, t: Any = t) -> Any:
+                start = time.perf_counter()
+                out = method(v)
+                totals["seconds"] += time.perf_counter() - start
+                totals["calls"] += 1
+                totals["bytes"] += t.key_nbytes + 2 * v.nbytes
+                return out
+
+            setattr(t, name, timed)
+    return transforms, totals
+
+
+def _untimed(transforms: list[Any]) -> None:
+    for t in transforms:
+        for name in ("forward", "adjoint"):
+            t.__dict__.pop(name, None)
+
+
+def _stream_seconds(nbytes: int, repeats: int) -> tuple[float, float]:
+    """Best-of-``repeats`` times to copy ``nbytes`` (read once, write once) and to read them once
+    (a BLAS dot of the array with itself): two memory-bandwidth floors for the same bytes."""
+    src = np.ones(max(1, nbytes // 8))
+    dst = np.empty_like(src)
+    copy = read = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        copy = min(copy, time.perf_counter() - start)
+        start = time.perf_counter()
+        src @ src
+        read = min(read, time.perf_counter() - start)
+    return float(copy), float(read)
+
+
+def transform_profile(
+    imm: Immersion, step: Callable[[], None], steps: int, repeats: int
+) -> dict[str, float] | None:
+    """The structured transforms' share of one immersed step, beside a memory-bandwidth floor.
+
+    ``step`` runs one immersed sample; its block-key transforms (``Q v`` and ``Q^T x``) are timed
+    call by call for ``steps`` samples (best of ``repeats``). The floors are the times numpy takes
+    to copy, and to read once (a dot product), the bytes those transforms must read per step
+    (their key arrays plus one vector in and one out): ``transform_over_copy`` and
+    ``transform_over_read`` say how far the transforms are from streaming their keys once from
+    memory. None for dense keys (no structured transform).
+    """
+    transforms, totals = _timed_transforms(imm)
+    if not transforms:
+        return None
+    best: dict[str, float] | None = None
+    try:
+        for _ in range(repeats):
+            totals.update(calls=0.0, seconds=0.0, bytes=0.0)
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            elapsed = time.perf_counter() - start
+            if best is None or totals["seconds"] < best["seconds"]:
+                best = dict(totals, elapsed=elapsed)
+    finally:
+        _untimed(transforms)
+    assert best is not None
+    per_step_bytes = int(best["bytes"] / steps)
+    copy_s, read_s = _stream_seconds(per_step_bytes, 5)
+    transform_s = best["seconds"] / steps
+    return {
+        "transforms_per_step": best["calls"] / steps,
+        "transform_bytes_per_step": per_step_bytes,
+        "transform_s_per_step": transform_s,
+        "transform_share": best["seconds"] / best["elapsed"],
+        "copy_s_same_bytes": copy_s,
+        "read_s_same_bytes": read_s,
+        "read_gb_per_s": per_step_bytes / read_s / 1e9,
+        "transform_over_copy": transform_s / copy_s,
+        "transform_over_read": transform_s / read_s,
+    }
 
 
 def bench_core(
@@ -97,7 +193,9 @@ def bench_core(
             x = rng.standard_normal(n) * 0.1
             y = rng.standard_normal(n) * 0.1
             loop_steps = max(5, steps if n <= 1000 else steps // 10)
-            t_plain, t_imm, x_end, xt_end = _time_pair(imm, f, g, x, y, loop_steps, repeats)
+            t_plain, t_imm, x_end, xt_end, profile = _time_pair(
+                imm, f, g, x, y, loop_steps, repeats
+            )
             err = float(np.abs(imm.decode_state(xt_end) - x_end).max())
             rows.append(
                 {
@@ -111,6 +209,7 @@ def bench_core(
                     "key_bytes": imm.keys.nbytes,
                     "max_abs_state_error": err,
                     "decode_error_estimate": imm.report().decode_error_estimate,
+                    "transforms": profile,
                 }
             )
     return {"benchmark": "core", "steps": steps, "repeats": repeats, "results": rows}

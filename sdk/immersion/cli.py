@@ -55,7 +55,12 @@ def bench() -> None:
 @click.option("--quick", is_flag=True, help="Only n_state 3 and 100 (a smoke run).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_core_cmd(steps: int, repeats: int, quick: bool, as_json: bool) -> None:
-    """encode + target + decode per step versus plain f, g (n_state 3, 100, 1000, 100000 block)."""
+    """encode + target + decode per step versus plain f, g (n_state 3, 100, 1000, 100000 block).
+
+    For block keys it also times the structured transforms (``Q v``, ``Q^T x``) inside the step:
+    their share of it, and their time over a numpy copy of the bytes they read (1 = streaming the
+    keys at copy speed).
+    """
     from .bench import DEFAULT_SIZES, bench_core
 
     sizes = DEFAULT_SIZES[:2] if quick else DEFAULT_SIZES
@@ -68,13 +73,20 @@ def bench_core_cmd(steps: int, repeats: int, quick: bool, as_json: bool) -> None
     if as_json:
         click.echo(json.dumps(result))
         return
-    header = ("n_state", "keys", "workload", "plain us", "immersed us", "ratio", "key MB")
-    click.echo(" ".join(f"{h:>{w}}" for h, w in zip(header, (8, 6, 13, 10, 12, 8, 8), strict=True)))
+    header = "n_state keys workload plain_us immersed_us ratio key_MB Q_share Q/copy".split()
+    widths = (8, 6, 13, 10, 12, 8, 8, 8, 9)
+    click.echo(" ".join(f"{h:>{w}}" for h, w in zip(header, widths, strict=True)))
     for r in result["results"]:
+        q = r["transforms"]  # block keys: the transforms' share and their time over a copy's
         click.echo(
             f"{r['n_state']:>8} {r['keys']:>6} {r['workload']:>13} "
             f"{r['plain_step_s'] * 1e6:>10.1f} {r['immersed_step_s'] * 1e6:>12.1f} "
-            f"{r['step_time_ratio']:>8.2f} {r['key_bytes'] / 1e6:>8.2f}"
+            f"{r['step_time_ratio']:>8.2f} {r['key_bytes'] / 1e6:>8.2f} "
+            + (
+                f"{q['transform_share']:>8.0%} {q['transform_over_copy']:>9.2f}"
+                if q
+                else f"{'-':>8} {'-':>9}"
+            )
         )
 
 

@@ -11,6 +11,7 @@ carry exactly the matrices one direction needs, on one backend, and nothing else
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -223,7 +224,28 @@ class StructuredCode(PositionedShape):
         return self._stats[1]
 
     def transform(self, backend: Any) -> OrthogonalTransform:
-        return OrthogonalTransform(self.mix, backend)
+        """``Q`` on ``backend``: one object shared by every encoder and decoder of this code.
+
+        While one transform built for this ``backend`` object is alive, later calls return it, so
+        the user handle and a target in the same process hold one copy of the factors (a target
+        pickled for another process carries its own). The code keeps only weak references.
+        """
+        shared = self.__dict__.get("_shared_transform")
+        if shared is not None and shared[0]() is backend:
+            transform: OrthogonalTransform | None = shared[1]()
+            if transform is not None:
+                return transform
+        transform = OrthogonalTransform(self.mix, backend)
+        try:
+            refs = (weakref.ref(backend), weakref.ref(transform))
+        except TypeError:  # a backend that takes no weak references: nothing is shared
+            return transform
+        object.__setattr__(self, "_shared_transform", refs)
+        return transform
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the code without the (unpicklable, per-process) shared transform."""
+        return {k: v for k, v in self.__dict__.items() if k != "_shared_transform"}
 
     def encoder(
         self, backend: Any, transform: OrthogonalTransform | None = None

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..integer import random_unimodular_stack, uniform_noise
-from .structured import _noise_counts, _split_sizes, block_matvec
+from .structured import _group_layout, block_matvec
 from .views import ExplicitShape, KeyViews, PositionedShape
 
 #: Default block size of modular block keys (each block is stored with its inverse).
@@ -378,20 +378,14 @@ def draw_modular_mix(
     """Draw ``K = P^T G B`` and the signal and noise positions (see the module docstring)."""
     size = n_signal + n_noise
     b = min(block_size, size)
-    n_blocks = -(-size // b)
     n_full = size // b
     tail_size = size - n_full * b
     blocks, blocks_inv = random_unimodular_stack(rng, n_full, b)
     tails, tails_inv = random_unimodular_stack(rng, 1 if tail_size else 0, tail_size)
     tail = tails[0] if tail_size else np.zeros((0, 0), dtype=np.uint64)
     tail_inv = tails_inv[0] if tail_size else np.zeros((0, 0), dtype=np.uint64)
-    block_starts = np.minimum(np.arange(n_blocks + 1) * b, size)
-
-    n_groups = min(n_noise, n_blocks)
-    group_block_starts = np.concatenate([[0], np.cumsum(_split_sizes(n_blocks, n_groups))])
-    group_starts = block_starts[group_block_starts]
-    group_ids = np.repeat(np.arange(n_groups), np.diff(group_starts)).astype(np.int64)
-    noise_per_group = _noise_counts(np.diff(group_starts), n_noise)
+    block_starts, group_starts, group_ids, noise_per_group = _group_layout(size, b, n_noise)
+    n_groups = group_starts.shape[0] - 1
 
     shear = uniform_noise(rng, size)
     pivot_rows = np.empty(n_groups, dtype=np.int64)

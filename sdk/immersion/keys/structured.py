@@ -65,7 +65,7 @@ def _haar_orthogonal(rng: np.random.Generator, count: int, size: int) -> np.ndar
         q, r = np.linalg.qr(rng.standard_normal((hi - lo, size, size)))
         signs = np.sign(np.diagonal(r, axis1=1, axis2=2))
         signs[signs == 0] = 1.0
-        out[lo:hi] = q * signs[:, None, :]
+        np.multiply(q, signs[:, None, :], out=out[lo:hi])
     return out
 
 
@@ -76,7 +76,10 @@ def _split_sizes(total: int, parts: int) -> np.ndarray:
 
 
 def _noise_counts(group_sizes: np.ndarray, n_noise: int) -> np.ndarray:
-    """Noise coordinates per group: at least one each, the rest in proportion to free room."""
+    """Noise coordinates per group: at least one each, the rest in proportion to free room.
+
+    What proportional shares leave over goes to the groups with the most room left, in turn.
+    """
     counts = np.ones_like(group_sizes)
     room = group_sizes - 1
     left = n_noise - counts.sum()
@@ -84,12 +87,10 @@ def _noise_counts(group_sizes: np.ndarray, n_noise: int) -> np.ndarray:
         share = np.minimum(room, (left * room) // max(room.sum(), 1))
         counts += share
         left -= int(share.sum())
-        for g in np.argsort(-(room - share), kind="stable"):
-            if left == 0:
-                break
-            take = min(left, int(room[g] - share[g]))
-            counts[g] += take
-            left -= take
+        order = np.argsort(-(room - share), kind="stable")
+        free = (room - share)[order]
+        before = np.cumsum(free) - free  # taken by the groups ahead in turn
+        counts[order] += np.clip(left - before, 0, free)
     return counts
 
 
@@ -115,14 +116,16 @@ class OrthogonalTransform:
         self._backend = backend
         self.size = params.size
         self._blocks = backend.asarray(params.blocks)
-        self._blocks_t = backend.asarray(np.ascontiguousarray(params.blocks.transpose(0, 2, 1)))
+        self._blocks_t = self._blocks.swapaxes(-1, -2)  # a view: no second copy of the blocks
         self._tail = backend.asarray(params.tail)
-        self._tail_t = backend.asarray(np.ascontiguousarray(params.tail.T))
+        self._tail_t = self._tail.swapaxes(-1, -2)
         self._h = backend.asarray(params.householder)
         self._gid = backend.asarray(params.group_ids)
         self._n_groups = params.n_groups
         self._perm = backend.asarray(params.row_perm)
         self._inv_perm = backend.asarray(np.argsort(params.row_perm))
+        #: Bytes of key arrays one application reads (blocks, tail, reflections, one permutation).
+        self.key_nbytes = params.nbytes
 
     def _reflect(self, w: Any) -> Any:
         be = self._backend
@@ -142,61 +145,105 @@ class OrthogonalTransform:
         )
 
 
+def _group_layout(
+    size: int, block_size: int, n_noise: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(block_starts, group_starts, group_ids, noise_per_group)`` of one code's layout.
+
+    Blocks of ``block_size`` rows (the last may be smaller); ``min(n_noise, blocks)`` groups of
+    contiguous blocks; the group of every row; noise entries per group (:func:`_noise_counts`).
+    """
+    n_blocks = -(-size // block_size)
+    block_starts = np.minimum(np.arange(n_blocks + 1, dtype=np.int64) * block_size, size)
+    n_groups = min(n_noise, n_blocks)
+    group_block_starts = np.concatenate([[0], np.cumsum(_split_sizes(n_blocks, n_groups))])
+    group_starts = block_starts[group_block_starts]
+    group_ids = np.repeat(np.arange(n_groups, dtype=np.int64), np.diff(group_starts))
+    return block_starts, group_starts, group_ids, _noise_counts(np.diff(group_starts), n_noise)
+
+
+#: The two signs of a flat vector (an array, so drawing from it skips a list conversion).
+_SIGNS = np.array([-1.0, 1.0])
+
+
+def _per_group(rng: np.random.Generator, group_starts: np.ndarray, counts: np.ndarray) -> tuple:
+    """``(noise_pos, flat_pos)``: ``counts[g]`` distinct rows drawn in random order inside every
+    group ``g`` (concatenated), and the first of each group.
+
+    One ``rng.choice`` per group, in the order earlier versions drew them, so that keys drawn from
+    a seed stay byte-identical (federated checkpoints re-draw their keys from the seed and compare
+    bytes on resume); each call is O(counts[g]) and allocates nothing of the code's size.
+    """
+    sizes = np.diff(group_starts)
+    chosen = [
+        lo + rng.choice(size, size=k, replace=False)
+        for lo, size, k in zip(group_starts[:-1], sizes, counts, strict=True)
+    ]
+    return np.concatenate(chosen).astype(np.int64), np.array([c[0] for c in chosen], np.int64)
+
+
+def _flat_householder(
+    rng: np.random.Generator,
+    blocks: np.ndarray,
+    tail: np.ndarray,
+    group_starts: np.ndarray,
+    group_ids: np.ndarray,
+    flat_pos: np.ndarray,
+) -> np.ndarray:
+    """Unit vectors ``h`` (one per group) with ``(I - 2 h h^T) B e_flat`` flat ``±1/sqrt(size)``.
+
+    ``h = (x - flat) / ||x - flat||`` with ``x = B e_flat`` (dense inside one block); a group whose
+    ``x`` is already that flat vector gets ``h = 0`` (``H = I``). The signs are drawn group by
+    group and each norm is taken over its group's slice with a BLAS dot, as earlier versions did
+    (a plain sequential sum over a 100,000-row group lost 1e-12 of orthogonality).
+    """
+    size = group_ids.shape[0]
+    sizes = np.diff(group_starts)
+    signs = np.concatenate([rng.choice(_SIGNS, size=n) for n in sizes])
+    diff = -(signs / np.sqrt(sizes)[group_ids])  # -flat
+    n_full, b = blocks.shape[0], blocks.shape[-1]
+    in_full = flat_pos < n_full * b
+    k, col = np.divmod(flat_pos[in_full], b)
+    diff[(k * b)[:, None] + np.arange(b)] += blocks[k, :, col]  # x: column ``col`` of block ``k``
+    if not in_full.all():  # the tail block holds one group's flat column
+        full = n_full * b
+        diff[full:] += tail[:, int(flat_pos[~in_full][0]) - full]
+    norm = np.array(
+        [
+            np.linalg.norm(diff[a:b])
+            for a, b in zip(group_starts[:-1], group_starts[1:], strict=True)
+        ]
+    )
+    norm = norm[group_ids]
+    return np.divide(diff, norm, out=np.zeros(size), where=norm > 1e-12)
+
+
 def draw_structured_layout(
     rng: np.random.Generator, n_signal: int, n_noise: int, block_size: int
 ) -> tuple[MixParams, np.ndarray, np.ndarray, np.ndarray]:
     """Draw one block-structured code.
 
     Returns ``(params, signal_pos, noise_pos, flat_pos)``: internal positions of the signal
-    coordinates, of the noise coordinates, and of each group's flat noise column.
+    coordinates, of the noise coordinates, and of each group's flat noise column. The blocks are
+    drawn as stacked QRs and the reflections computed for all groups at once; only the random
+    draws of each group stay one call per group (same values as earlier versions).
     """
     size = n_signal + n_noise
     b = min(block_size, size)
-    n_blocks = -(-size // b)
-    block_sizes = np.full(n_blocks, b, dtype=np.int64)
-    block_sizes[-1] = size - b * (n_blocks - 1)
-    n_full = n_blocks if block_sizes[-1] == b else n_blocks - 1
+    n_full = size // b
     blocks = _haar_orthogonal(rng, n_full, b)
     tail_size = int(size - n_full * b)
     tail = _haar_orthogonal(rng, 1, tail_size)[0] if tail_size else np.zeros((0, 0))
-    block_starts = np.concatenate([[0], np.cumsum(block_sizes)])
 
-    n_groups = min(n_noise, n_blocks)
-    blocks_per_group = _split_sizes(n_blocks, n_groups)
-    group_block_starts = np.concatenate([[0], np.cumsum(blocks_per_group)])
-    group_starts = block_starts[group_block_starts]
-    group_ids = np.repeat(np.arange(n_groups), np.diff(group_starts))
-    noise_per_group = _noise_counts(np.diff(group_starts), n_noise)
-
-    noise_pos_list, flat_pos = [], np.empty(n_groups, dtype=np.int64)
-    for g in range(n_groups):
-        lo, hi = group_starts[g], group_starts[g + 1]
-        chosen = lo + rng.choice(hi - lo, size=noise_per_group[g], replace=False)
-        flat_pos[g] = chosen[0]
-        noise_pos_list.append(chosen)
-    noise_pos = np.concatenate(noise_pos_list).astype(np.int64)
+    _, group_starts, group_ids, noise_per_group = _group_layout(size, b, n_noise)
+    noise_pos, flat_pos = _per_group(rng, group_starts, noise_per_group)
     is_noise = np.zeros(size, dtype=bool)
     is_noise[noise_pos] = True
     signal_pos = rng.permutation(np.flatnonzero(~is_noise)).astype(np.int64)
-
-    # Householder vectors: map B e_flat (a dense unit vector inside one block) to a flat vector.
-    householder = np.zeros(size)
-    for g in range(n_groups):
-        lo, hi = group_starts[g], group_starts[g + 1]
-        col = np.zeros(size)
-        col[flat_pos[g]] = 1.0
-        x = np.zeros(hi - lo)
-        k = int(np.searchsorted(block_starts, flat_pos[g], side="right") - 1)
-        blk = blocks[k] if k < n_full else tail
-        x[block_starts[k] - lo : block_starts[k + 1] - lo] = blk[:, flat_pos[g] - block_starts[k]]
-        flat = rng.choice([-1.0, 1.0], size=hi - lo) / np.sqrt(hi - lo)
-        diff = x - flat
-        norm = np.linalg.norm(diff)
-        householder[lo:hi] = diff / norm if norm > 1e-12 else 0.0  # x is already flat: H = I
     params = MixParams(
         blocks=blocks,
         tail=tail,
-        householder=householder,
+        householder=_flat_householder(rng, blocks, tail, group_starts, group_ids, flat_pos),
         group_ids=group_ids,
         row_perm=rng.permutation(size).astype(np.int64),
     )
@@ -240,7 +287,14 @@ def structured_row_stats(
     size, b = params.size, params.blocks.shape[-1] if params.blocks.size else params.tail.shape[0]
     h = params.householder
     z = np.empty(size)
-    block_matvec(np.ascontiguousarray(params.blocks.transpose(0, 2, 1)), params.tail.T, h, z)
+    n_full, bb = params.blocks.shape[0], params.blocks.shape[-1]
+    step = max(1, _CHUNK_ENTRIES // max(bb * bb, 1))  # contiguous transposes, chunk by chunk
+    for lo in range(0, n_full, step):
+        hi = min(n_full, lo + step)
+        blocks_t = np.ascontiguousarray(params.blocks[lo:hi].transpose(0, 2, 1))
+        z[lo * bb : hi * bb] = (blocks_t @ h[lo * bb : hi * bb].reshape(-1, bb, 1)).ravel()
+    if params.tail.shape[0]:
+        z[n_full * bb :] = h[n_full * bb :] @ params.tail
     is_noise = np.zeros(size, dtype=bool)
     is_noise[noise_pos] = True
     is_flat = np.zeros(size, dtype=bool)
