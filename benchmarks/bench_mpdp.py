@@ -26,7 +26,7 @@ from immersion_mpdp.engine import TrainingDivergedError
 
 
 def run(**options: object) -> dict:
-    cfg = RunConfig(scheme="mpdp", batch_size=32, **options)  # type: ignore[arg-type]
+    cfg = RunConfig.from_flat({"scheme": "mpdp", "batch_size": 32, **options})
     print(f"[bench] {options}", file=sys.stderr, flush=True)
     try:
         return run_federated(cfg).summary()
