@@ -416,3 +416,17 @@ def test_an_aborted_round_counts_twice_in_epsilon_total():
         and out["releases"] == 3
         and out["epsilon_total"] == pytest.approx(3 * out["epsilon"])
     )
+
+
+def test_round_outside_the_one_word_range_is_retried_with_two_words(monkeypatch):
+    """With a one-word range made tiny, every round falls back to two words (recorded, logged)
+    and MP-DP still equals plain FedSGD; the default one word equals it as well."""
+    from immersion import securesum
+
+    one = run_federated(_cfg(rounds=2))
+    assert max(one.diff_vs_plain) < 1e-9 and not one.aborted
+    monkeypatch.setattr(securesum, "ONE_LIMB_BITS", 61)  # range 2 / K
+    res = run_federated(_cfg(rounds=2))
+    assert max(res.diff_vs_plain) < 1e-9
+    assert [a["round"] for a in res.aborted] == [0, 1]
+    assert all("two words" in a["reason"] for a in res.aborted)
