@@ -10,7 +10,13 @@ Prints one JSON object (and each accuracy row on stderr as it finishes).
   model over half the rounds. ``sensitivity_observed_max`` is the measured per-record
   sensitivity that the DP theorems assume to be at most 1.
 
+* ``--before DIR`` (with ``--only timing``): the same timing settings for the code in ``DIR``
+  (a checkout of an earlier commit, e.g. ``git worktree add /tmp/before main``) and for this
+  checkout, in subprocesses taking turns, so both see the same machine load; prints the ratios
+  side by side, and the floor the ``n_L``-fold size of Psi sets (:func:`psi_floor`).
+
     python benchmarks/bench_mpdp.py [--rounds 100] [--quick] [--only timing|accuracy] [--plot DIR]
+    python benchmarks/bench_mpdp.py --only timing --before /tmp/before [--repeats 3]
     python benchmarks/bench_mpdp.py --from-json SAVED.json --plot DIR
 """
 
@@ -18,7 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from immersion_fl.engine import RunConfig, run_federated
@@ -26,7 +35,7 @@ from immersion_mpdp.engine import TrainingDivergedError
 
 
 def run(**options: object) -> dict:
-    cfg = RunConfig(scheme="mpdp", batch_size=32, **options)  # type: ignore[arg-type]
+    cfg = RunConfig.from_flat({"scheme": "mpdp", "batch_size": 32, **options})
     print(f"[bench] {options}", file=sys.stderr, flush=True)
     try:
         return run_federated(cfg).summary()
@@ -34,7 +43,118 @@ def run(**options: object) -> dict:
         return {"diverged": str(exc)}
 
 
+#: The timing settings of the issue's figures: (clients, hidden, masked corrections).
+TIMING = [
+    (10, (200, 200), True),
+    (10, (200, 200), False),
+    (6, (20, 12), True),
+    (6, (20, 12), False),
+]
+
+
+def timing_worker(spec: str) -> None:
+    """One timing setting in this process (one torch thread), its summary as JSON on stdout."""
+    import torch
+
+    torch.set_num_threads(1)
+    clients, hidden, masked, rounds = json.loads(spec)
+    out = run(
+        noise="on",
+        clients=clients,
+        hidden=tuple(hidden),
+        rounds=rounds,
+        mask_corrections=masked,
+        lr=0.01,
+    )
+    keep = ("round_time_ratio", "round_s_median", "upload_bytes_ratio", "phase_s_median")
+    print(json.dumps({k: out[k] for k in keep}))
+
+
+def before_after(before: Path, repeats: int, rounds: int) -> dict:
+    """Every TIMING setting for the code in ``before`` and in this checkout, taking turns."""
+    here = Path(__file__).resolve().parents[1]
+    codes = {"before": before.resolve(), "after": here}
+    rows: dict[str, dict[str, list[dict]]] = {}
+    for _ in range(repeats):
+        for clients, hidden, masked in TIMING:
+            kind = "masked" if masked else "clear"
+            name = f"{clients} clients, {'-'.join(map(str, hidden))}, {kind}"
+            for code, root in codes.items():
+                env = dict(os.environ, PYTHONPATH=f"{root / 'sdk'}{os.pathsep}{root / 'plugins'}")
+                spec = json.dumps([clients, list(hidden), masked, rounds])
+                done = subprocess.run(
+                    [sys.executable, __file__, "--timing-worker", spec],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                rows.setdefault(name, {}).setdefault(code, []).append(json.loads(done.stdout))
+    out = {}
+    for name, by_code in rows.items():
+        ratios = {c: sorted(r["round_time_ratio"] for r in v) for c, v in by_code.items()}
+        out[name] = {
+            "round_time_ratio_before": ratios["before"][len(ratios["before"]) // 2],
+            "round_time_ratio_after": ratios["after"][len(ratios["after"]) // 2],
+            "all_ratios": ratios,
+            "phase_s_median_after": by_code["after"][-1]["phase_s_median"],
+            "upload_bytes_ratio": {c: v[-1]["upload_bytes_ratio"] for c, v in by_code.items()},
+        }
+    return out
+
+
+def psi_floor(sizes: tuple[int, ...] = (64, 200, 200, 10), batch: int = 32) -> dict:
+    """What the ``n_L``-fold size of Psi costs by itself, against the plain gradient.
+
+    Medians over repeats, one torch thread: the plain FedSGD gradient (forward + backward), the
+    whole LMT, the batched outer products that form Psi and Phi alone, and one copy of a
+    float64 array of Psi's size (the memory traffic of writing it once).
+    """
+    import numpy as np
+    import torch
+    from immersion_mpdp.ddp import Layout
+    from immersion_mpdp.lmt import local_model_training
+    from immersion_mpdp.mlp import init_weights, mse_gradient, one_hot
+    from immersion_mpdp.perturbation import perturb
+
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(0)
+    w = init_weights(sizes, seed=0)
+    model, _ = perturb(w, np.random.default_rng(0))
+    x = torch.rand(batch, sizes[0], generator=gen, dtype=torch.float64)
+    t = one_hot(torch.randint(0, sizes[-1], (batch,), generator=gen), sizes[-1])
+    n_out = sizes[-1]
+    sens = [torch.rand(n_out + 2, batch, n, dtype=torch.float64) for n in sizes[1:-1]]
+    inputs = [torch.rand(batch, n, dtype=torch.float64) for n in sizes[:-2]]
+    layout = Layout(sizes)
+    block = np.ones(layout.correction_size)
+
+    def median_ms(fn, n: int = 50) -> float:
+        fn()
+        times = []
+        for _ in range(n):
+            tick = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - tick)
+        return float(np.median(times) * 1e3)
+
+    return {
+        "sizes": list(sizes),
+        "batch": batch,
+        "plain_gradient_ms": median_ms(lambda: mse_gradient(w, x, t)),
+        "lmt_ms": median_ms(lambda: local_model_training(model, x, t)),
+        "psi_phi_outer_products_ms": median_ms(
+            lambda: [s.transpose(1, 2) @ h for s, h in zip(sens, inputs, strict=True)]
+        ),
+        "copy_psi_sized_array_ms": median_ms(lambda: block.copy()),
+        "corrections_over_gradient_size": layout.correction_size / layout.gradient_size,
+    }
+
+
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--timing-worker":
+        timing_worker(sys.argv[2])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--quick", action="store_true", help="few rounds, for a smoke test")
@@ -45,7 +165,22 @@ def main() -> None:
     parser.add_argument(
         "--from-json", type=Path, default=None, help="plot a saved result instead of running"
     )
+    parser.add_argument(
+        "--before", type=Path, default=None, help="a checkout of earlier code to time beside this"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="turns per setting with --before")
     args = parser.parse_args()
+    if args.before is not None:
+        if args.only != "timing":
+            parser.error("--before needs --only timing")
+        result = {
+            "before": str(args.before),
+            "torch_threads": 1,
+            "timing": before_after(args.before, args.repeats, 2 if args.quick else 5),
+            "psi_floor": psi_floor(),
+        }
+        print(json.dumps(result, indent=1))
+        return
     if args.from_json is not None:
         if args.plot is None:
             parser.error("--from-json needs --plot")

@@ -137,3 +137,41 @@ def test_sum_words_refuses_mismatched_vectors():
         sum_words([])
     with pytest.raises(InvalidArgumentError, match="masked"):
         sum_words([np.zeros(4, np.uint64), np.zeros(6, np.uint64)])
+
+
+def test_one_word_fixed_point_range_precision_and_masks():
+    """One 64-bit word per value: within 2^-39 per value, the proven range 2^24 / K (refused
+    beyond with FixedPointRangeError), and pairwise masks that cancel exactly in the sum of words,
+    at the edge of the range included."""
+    limit = securesum.fixed_point_limit(3, words=1)
+    assert limit == 2.0**24 / 3
+    rng = np.random.default_rng(0)
+    values = [rng.uniform(-1, 1, 1000) * 50 for _ in range(3)]
+    values[0][:2] = [np.nextafter(limit, 0), -np.nextafter(limit, 0)]
+    values[1][:2] = values[2][:2] = values[0][:2]
+    words = [to_fixed(v, 3, words=1) for v in values]
+    assert words[0].size == 1000
+    for v, w in zip(values, words, strict=True):
+        assert np.abs(from_fixed(w, words=1) - v).max() <= 2.0**-39
+    seeds = {(0, 1): bytes([7]) * 32, (0, 2): bytes([8]) * 32, (1, 2): bytes([9]) * 32}
+    masked = []
+    for me, w in enumerate(words):
+        peers = {v: seeds[min(me, v), max(me, v)] for v in range(3) if v != me}
+        masked.append(securesum.mask(w.copy(), me, peers))
+    assert np.abs(from_fixed(masked[0], words=1) - values[0]).max() > 1e6  # hidden
+    total = from_fixed(sum_words(masked), words=1)
+    assert np.array_equal(total, from_fixed(sum_words(words), words=1))
+    assert np.abs(total - sum(values)).max() <= 3 * 2.0**-39 + 1e-16 * 3 * limit
+    with pytest.raises(securesum.FixedPointRangeError, match="one 64-bit word"):
+        to_fixed(np.array([limit]), 3, words=1, argument="corrections")
+    with pytest.raises(InvalidArgumentError, match="words"):
+        to_fixed(np.ones(2), 3, words=3)
+
+
+def test_chunked_mask_equals_the_keystream_across_chunk_edges(monkeypatch):
+    """mask() adds the same words as keystream() for every peer, whatever the chunk size."""
+    seeds = {1: bytes([3]) * 32, 4: bytes([5]) * 32}
+    want = np.zeros(1001, dtype=np.uint64) - keystream(seeds[1], 1001) + keystream(seeds[4], 1001)
+    for chunk_bytes in (8, 1000, 1 << 18):
+        monkeypatch.setattr(securesum, "CHUNK_BYTES", chunk_bytes)
+        assert np.array_equal(securesum.mask(np.zeros(1001, dtype=np.uint64), 2, seeds), want)

@@ -12,9 +12,11 @@ A client's upload has two parts:
   With ``mask_corrections`` (the default) they are fixed-point numbers masked with pairwise
   uniform 64-bit masks, so the server learns only their sum over the round's clients, as in
   secure aggregation. The sum is still noise-free: when the round's clients hold few samples in
-  all (10 in the demo), the same attack recovers every one of them from the sum. Two 64-bit limbs
-  per number (2^-60 resolution, range ``2^42 / K``) keep the recovered sum within about 1e-15 of
-  the float sum. Seeds, keystream, fixed point and masks are the core's secure-sum primitive
+  all (10 in the demo), the same attack recovers every one of them from the sum. The engines use
+  one 64-bit word per number (``MpdpOptions.correction_words = 1``: 2^-38 resolution, range
+  ``2^24 / K``, the sum within ``K 2^-39`` of the float sum) and fall back to two (2^-60
+  resolution, range ``2^42 / K``, within about 1e-15) for a round whose corrections do not fit
+  one word. Seeds, keystream, fixed point and masks are the core's secure-sum primitive
   (:mod:`immersion.securesum`).
 
 A client that drops out after the key agreement leaves its neighbours' ``Delta`` and masks
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 from immersion import InvalidArgumentError
-from immersion.securesum import add_pair_mask, from_fixed, keystream_uniform, to_fixed
+from immersion.securesum import from_fixed, keystream_uniform, mask, to_fixed
 
 from .laws import uniform_dn
 from .lmt import LocalResult
@@ -93,11 +95,18 @@ class Layout:
 
 @dataclass(frozen=True)
 class NoiseSettings:
-    """``sigma_eta`` and ``sigma_Delta`` (0 for no noise) and whether the corrections are masked."""
+    """``sigma_eta`` and ``sigma_Delta`` (0 for no noise), whether the corrections are masked, and
+    the 64-bit words per masked number (:func:`immersion.securesum.to_fixed`)."""
 
     sigma_eta: float = 0.0
     sigma_delta: float = 0.0
     mask_corrections: bool = True
+    words: int = 2
+
+    @property
+    def masked_words(self) -> int:
+        """Words per correction in an upload: 0 in the clear (float64), else ``words``."""
+        return self.words if self.mask_corrections else 0
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,7 @@ class Upload:
     """What the server receives from one client."""
 
     gradient: np.ndarray  # float64, noisy
-    corrections: np.ndarray  # float64 in the clear, or uint64 (2 limbs per number) when masked
+    corrections: np.ndarray  # float64 in the clear, or uint64 (1 or 2 words per number) masked
 
     @property
     def nbytes(self) -> int:
@@ -137,12 +146,26 @@ def add_pair_terms(
     """Add, in place, what ``me`` puts into its upload for its pair with ``peer``: ``+Delta`` if
     ``me < peer`` else ``-Delta`` (Eq. 17), and the pair's 64-bit mask with the same sign (mod
     2^64)."""
-    if noise.sigma_delta > 0:
-        grad += _sign(me, peer) * pair_delta(
-            seeds["delta"], noise.sigma_delta, layout.gradient_size
-        )
+    add_all_pair_terms(grad, corrections, me, {peer: seeds}, layout, noise)
+
+
+def add_all_pair_terms(
+    grad: np.ndarray,
+    corrections: np.ndarray,
+    me: int,
+    seeds: dict[int, dict[str, bytes]],
+    layout: Layout,
+    noise: NoiseSettings,
+) -> None:
+    """:func:`add_pair_terms` for every peer in ``seeds``; the masks in one pass of the core's
+    chunked keystream (:func:`immersion.securesum.mask`)."""
+    for peer in sorted(seeds):
+        if noise.sigma_delta > 0:
+            grad += _sign(me, peer) * pair_delta(
+                seeds[peer]["delta"], noise.sigma_delta, layout.gradient_size
+            )
     if noise.mask_corrections:
-        add_pair_mask(corrections, me, peer, seeds["mask"])
+        mask(corrections, me, {peer: seeds[peer]["mask"] for peer in seeds})
 
 
 def ddp_client(
@@ -160,9 +183,8 @@ def ddp_client(
     if noise.sigma_eta > 0:
         grad += uniform_dn(noise.sigma_eta, grad.shape, rng)  # Eq. 16
     if noise.mask_corrections:
-        corrections = to_fixed(corrections, n_clients, argument="corrections")
-    for peer in sorted(seeds):
-        add_pair_terms(grad, corrections, me, peer, seeds[peer], layout, noise)
+        corrections = to_fixed(corrections, n_clients, argument="corrections", words=noise.words)
+    add_all_pair_terms(grad, corrections, me, seeds, layout, noise)
     return Upload(grad, corrections)
 
 
@@ -190,7 +212,7 @@ def dropout_correction(
     that dropped out after the key agreement.
     """
     grad = np.zeros(layout.gradient_size)
-    corrections = np.zeros(2 * layout.correction_size, dtype=np.uint64)
+    corrections = np.zeros(noise.words * layout.correction_size, dtype=np.uint64)
     for survivor, dropped, seeds in revealed:
         add_pair_terms(grad, corrections, survivor, dropped, seeds, layout, noise)
     return grad, corrections
@@ -205,9 +227,14 @@ def subtract(
 
 
 def mean_local_result(
-    total: tuple[np.ndarray, np.ndarray], n_uploads: int, layout: Layout, *, masked: bool
+    total: tuple[np.ndarray, np.ndarray],
+    n_uploads: int,
+    layout: Layout,
+    *,
+    masked: bool,
+    words: int = 2,
 ) -> LocalResult:
     """Eqs. 20-21: the averages ``grad_hat``, ``Psi``, ``Phi`` over the ``n_uploads`` clients."""
     grad, corrections = total
-    corrections_float = from_fixed(corrections) if masked else corrections
+    corrections_float = from_fixed(corrections, words=words) if masked else corrections
     return layout.unflatten(grad / n_uploads, corrections_float / n_uploads)

@@ -7,6 +7,7 @@ without weights (1/K, as the paper) and steps with the learning rate.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 from immersion import InvalidArgumentError
-from immersion.securesum import reveal_requests, revealed_pairs
+from immersion.securesum import FixedPointRangeError, reveal_requests, revealed_pairs
 from immersion_fl.data import load_dataset, split_clients
 from immersion_fl.engine import EveryClientFailedError, FederatedTask, RunConfig, RunResult
 from immersion_fl.faults import FaultPlan
@@ -131,9 +132,14 @@ def options_of(cfg: RunConfig) -> MpdpOptions:
 def noise_settings(cfg: RunConfig) -> tuple[NoiseSettings, Calibration | None]:
     opt = options_of(cfg)
     if opt.noise == "off":
-        return NoiseSettings(mask_corrections=opt.mask_corrections), None
+        return NoiseSettings(
+            mask_corrections=opt.mask_corrections, words=opt.correction_words
+        ), None
     cal = calibrate(opt.epsilon, opt.delta, cfg.clients, opt.graph, sensitivity=opt.sensitivity)
-    return NoiseSettings(cal.sigma_eta, cal.sigma_delta, opt.mask_corrections), cal
+    return (
+        NoiseSettings(cal.sigma_eta, cal.sigma_delta, opt.mask_corrections, opt.correction_words),
+        cal,
+    )
 
 
 @dataclass
@@ -229,13 +235,13 @@ def _labels(y: Any, n_classes: int, where: str) -> Any:
     return y.to(torch.long)
 
 
-def upload_problem(upload: Any, layout: Layout, masked: bool) -> str | None:
+def upload_problem(upload: Any, layout: Layout, masked: bool, words: int = 2) -> str | None:
     """Why an upload cannot be aggregated, or None."""
     if not isinstance(upload, Upload):
         return f"not an upload ({type(upload).__name__})"
     if upload.gradient.shape != (layout.gradient_size,):
         return f"gradient of shape {upload.gradient.shape}, expected ({layout.gradient_size},)"
-    want = (2 * layout.correction_size,) if masked else (layout.correction_size,)
+    want = (words * layout.correction_size,) if masked else (layout.correction_size,)
     if upload.corrections.shape != want or upload.corrections.dtype != (
         np.uint64 if masked else np.float64
     ):
@@ -285,6 +291,17 @@ def abort(
     aborted.append({"round": t, "attempt": attempt + 1, "reason": reason, "silent": sorted(silent)})
 
 
+def fallback(t: int, attempt: int, clients: list[int], aborted: list[dict[str, Any]]) -> None:
+    """Log and record a round retried with two words per correction: ``clients`` found theirs
+    outside the one-word fixed-point range (:func:`immersion.securesum.fixed_point_limit`)."""
+    reason = (
+        f"corrections of client {', '.join(map(str, clients))} exceed the one-word fixed-point "
+        "range; retrying the round with two words per correction"
+    )
+    LOG.warning("round %d (attempt %d): %s", t, attempt + 1, reason)
+    aborted.append({"round": t, "attempt": attempt + 1, "reason": reason, "silent": []})
+
+
 def mpdp_round(
     server: MpdpServer,
     clients: dict[int, MpdpClient],
@@ -300,12 +317,14 @@ def mpdp_round(
 
     Returns the clients whose gradients were aggregated and their uploads.
     """
+    one_word = server.noise
     for attempt in range(MAX_ATTEMPTS):
         tick = time.perf_counter()
         publics = {k: clients[k].advertise(t, attempt) for k in members}
         model, graph = server.begin_round(members)
         phase_s["server_mp"] = phase_s.get("server_mp", 0.0) + time.perf_counter() - tick
         uploads: dict[int, Upload] = {}
+        too_large = []
         for k in members:
             kind = plan.faults.get((k, t))
             try:
@@ -313,7 +332,13 @@ def mpdp_round(
                     clients[k].upload, t, model, publics, graph[k], len(members), server.noise
                 )
                 upload = apply_fault(kind if kind != "no-recovery" else None, work)
-                problem = upload_problem(upload, server.layout, server.noise.mask_corrections)
+                problem = upload_problem(
+                    upload, server.layout, server.noise.mask_corrections, server.noise.words
+                )
+            except FixedPointRangeError as exc:
+                if server.noise.words == 1:
+                    too_large.append(k)
+                problem = f"raised {type(exc).__name__}: {exc}"
             except Exception as exc:  # noqa: BLE001 - a failing client is left out, its noise recovered
                 problem = f"raised {type(exc).__name__}: {exc}"
             if problem:
@@ -323,6 +348,10 @@ def mpdp_round(
                 uploads[k] = upload
             for phase, seconds in clients[k].timings.items():
                 phase_s[phase] = phase_s.get(phase, 0.0) + seconds
+        if too_large:  # one word per correction is too small this round: retry with two
+            fallback(t, attempt, too_large, aborted)
+            server.noise = dataclasses.replace(one_word, words=2)
+            continue
         if not uploads:
             raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
         gone = [k for k in members if k not in uploads]
@@ -338,6 +367,7 @@ def mpdp_round(
         phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
         for k in members:
             clients[k].forget(t)
+        server.noise = one_word
         return sorted(uploads), [uploads[k] for k in sorted(uploads)]
     raise RuntimeError(
         f"round {t}: aborted {MAX_ATTEMPTS} times; see the log for the clients that did not answer"

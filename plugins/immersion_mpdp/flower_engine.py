@@ -225,6 +225,7 @@ def flower_round(
             "sigma_eta": noise.sigma_eta,
             "sigma_delta": noise.sigma_delta,
             "mask_corrections": noise.mask_corrections,
+            "words": noise.words,
         }
         answers = nodes.send(
             {
@@ -243,7 +244,9 @@ def flower_round(
             problem = (
                 upload
                 if isinstance(upload, str)
-                else engine.upload_problem(upload, server.layout, noise.mask_corrections)
+                else engine.upload_problem(
+                    upload, server.layout, noise.mask_corrections, noise.words
+                )
             )
             if isinstance(upload, Upload) and problem is None:
                 uploads[k] = upload
@@ -355,6 +358,7 @@ def client_train(msg: Message, context: Context) -> Message:
                 float(config["sigma_eta"]),
                 float(config["sigma_delta"]),
                 bool(config["mask_corrections"]),
+                int(config.get("words", 2)),
             )
             neighbours = [int(v) for v in msg.content["neighbours"]["v"].numpy()]
             upload = engine.apply_fault(

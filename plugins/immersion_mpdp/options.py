@@ -28,6 +28,10 @@ class MpdpOptions(SchemeOptions):
         The server sees only the sum of Psi and Phi (off: the paper's clear upload).
     sensitivity:
         Assumed per-record sensitivity (the paper's ``S_f = 1``; runs report the observed one).
+    correction_words:
+        64-bit words per masked correction: 1 (half the keystream and upload; range ``2^24 /
+        K``, resolution ``2^-38``; the in-process engine retries a round that does not fit with
+        2) or 2 (range ``2^42 / K``, resolution ``2^-60``). See :mod:`immersion.securesum`.
 
     Examples
     --------
@@ -43,6 +47,7 @@ class MpdpOptions(SchemeOptions):
     graph: str = "complete"
     mask_corrections: bool = True
     sensitivity: float = 1.0
+    correction_words: int = 1
 
     def __post_init__(self) -> None:
         check_switch("noise", self.noise)
@@ -54,6 +59,10 @@ class MpdpOptions(SchemeOptions):
                 "graph", f"expected 'complete' or 'nout:N', got {self.graph!r}"
             )
         parse_graph(self.graph)
+        if isinstance(self.correction_words, bool) or self.correction_words not in (1, 2):
+            raise InvalidArgumentError(
+                "correction_words", f"expected 1 or 2, got {self.correction_words!r}"
+            )
         if not isinstance(self.mask_corrections, bool):
             raise InvalidArgumentError(
                 "mask_corrections", f"expected True or False, got {self.mask_corrections!r}"

@@ -190,7 +190,9 @@ class MpdpServer:
             total = subtract(
                 total, dropout_correction(revealed, self.layout, self.noise), masked=masked
             )
-        mean = mean_local_result(total, len(uploads), self.layout, masked=masked)
+        mean = mean_local_result(
+            total, len(uploads), self.layout, masked=masked, words=self.noise.words
+        )
         gradient = recover(self._keys, mean.grad_hat, mean.psi, mean.psi_last, mean.phi)
         self.weights = [
             w - self.lr * g.to(torch.float64) for w, g in zip(self.weights, gradient, strict=True)

@@ -8,10 +8,13 @@ vectors expanded from a seed, AES-128 as FrodoKEM does). Both need ``cryptograph
 from __future__ import annotations
 
 import functools
+from typing import Iterator
+
+import numpy as np
 
 from .errors import OptionalDependencyError
 
-__all__ = ["aes_ctr"]
+__all__ = ["aes_ctr", "aes_ctr_chunks"]
 
 
 def aes_ctr(key: bytes, n_bytes: int, *, first_block: int = 0, extra: str, purpose: str) -> bytes:
@@ -50,3 +53,46 @@ def _zeros(size: int) -> bytes:
     """A reusable buffer of zero bytes (the plaintext of the keystream; callers often repeat
     a size)."""
     return bytes(size)
+
+
+def aes_ctr_chunks(
+    key: bytes, n_words: int, *, chunk_words: int, extra: str, purpose: str
+) -> Iterator[tuple[int, np.ndarray]]:
+    """The first ``n_words`` 64-bit words of :func:`aes_ctr`'s stream, chunk by chunk, each
+    written into one reused buffer: use a chunk before asking for the next.
+
+    Parameters
+    ----------
+    key:
+        16 or 32 bytes.
+    n_words:
+        Length of the stream in words.
+    chunk_words:
+        Words per chunk.
+    extra, purpose:
+        As in :func:`aes_ctr`.
+
+    Yields
+    ------
+    tuple of (int, np.ndarray)
+        The index of the chunk's first word and the chunk (``uint64``, a view of the buffer).
+
+    Examples
+    --------
+    >>> chunks = aes_ctr_chunks(bytes(16), 5, chunk_words=2, extra="lwe", purpose="a doctest")
+    >>> words = np.concatenate([c.copy() for _, c in chunks])
+    >>> words.tobytes() == aes_ctr(bytes(16), 40, extra="lwe", purpose="a doctest")
+    True
+    """
+    try:
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+    except ImportError:
+        raise OptionalDependencyError("cryptography", extra, purpose) from None
+    encryptor = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+    chunk = max(1, min(int(chunk_words), int(n_words)))
+    out = bytearray(8 * chunk + 15)  # update_into may need block_size - 1 bytes beyond the data
+    view = np.frombuffer(out, dtype=np.uint64, count=chunk)
+    for start in range(0, n_words, chunk):
+        size = min(chunk, n_words - start)
+        encryptor.update_into(_zeros(8 * size), out)
+        yield start, view[:size]

@@ -29,7 +29,11 @@ dropped); an active aggregator that lies about public keys (no authentication of
 Precision: :func:`to_fixed` stores ``x`` as ``(high + low / 2^40) / 2^20`` with ``high = floor(x
 2^20)`` and ``low = round(frac 2^40)``: each value is moved by at most ``2^-61`` and the sum of
 ``K`` values is read back within ``K 2^-61`` plus one float64 rounding of the result; the range
-is ``|x| < 2^42 / K`` (refused beyond, naming the argument).
+is ``|x| < 2^42 / K`` (refused beyond, naming the argument). With ``words=1`` (one uint64 word
+per value: half the keystream, half the upload) ``x`` is stored as ``round(x 2^38)``: each value
+moves by at most ``2^-39`` (about 1.8e-12), the sum of ``K`` values is read back within
+``K 2^-39`` plus one rounding, and the range is ``|x| < 2^24 / K`` (:func:`fixed_point_limit`,
+proof there; refused beyond, so a caller can fall back to two limbs).
 
 Examples
 --------
@@ -61,12 +65,21 @@ SEED_BYTES = 32
 #: Two-limb fixed point: ``x = (high + low / 2^LOW_BITS) / 2^HIGH_BITS``.
 HIGH_BITS = 20
 LOW_BITS = 40
-#: Words (uint64) per value in the fixed-point encoding.
+#: Words (uint64) per value in the two-limb fixed-point encoding (the default).
 WORDS_PER_VALUE = 2
+#: Fraction bits of the one-limb encoding (``words=1``): ``x = word / 2^ONE_LIMB_BITS``.
+ONE_LIMB_BITS = 38
+#: Keystream bytes generated and added per chunk (keeps the chunk in cache while it is added).
+CHUNK_BYTES = 1 << 18
 #: The HKDF label of pair seeds unless a caller names its own.
 DEFAULT_LABEL = "immersion-securesum"
 #: The purpose of the masks' seeds.
 MASK = "mask"
+
+
+class FixedPointRangeError(InvalidArgumentError):
+    """Values too large (or not finite) for the fixed-point range of :func:`to_fixed`."""
+
 
 Revealed = tuple[int, int, bytes]  # (survivor, dropped, the pair's mask seed)
 S = TypeVar("S")
@@ -268,15 +281,24 @@ def keystream_uniform(seed: bytes, n: int, low: float, high: float) -> np.ndarra
     return low + (high - low) * unit
 
 
-def fixed_point_limit(n_summands: int) -> float:
+def fixed_point_limit(n_summands: int, *, words: int = WORDS_PER_VALUE) -> float:
     """The largest ``|x|`` :func:`to_fixed` takes when ``n_summands`` vectors will be summed.
 
-    ``2^(62 - HIGH_BITS) / n_summands``: the high limbs of the sum stay below ``2^62``.
+    Two limbs: ``2^(62 - HIGH_BITS) / n_summands``: the high limbs of the sum stay below ``2^62``.
+    One limb: ``2^(62 - ONE_LIMB_BITS) / n_summands``. Proof that the sum is then exact modulo
+    ``2^64`` and reads back correctly: each word is ``q_k = round(x_k 2^F)`` with ``F =
+    ONE_LIMB_BITS`` and ``|x_k| < 2^(62-F) / K``, so ``|q_k| <= 2^62 / K + 1/2`` and
+    ``|sum_k q_k| <= 2^62 + K/2 < 2^63``: the true integer sum lies in the int64 range, so its
+    residue modulo ``2^64``, read as two's complement, is the sum itself, whatever masks were
+    added and cancelled on the way. Its value ``sum_k q_k / 2^F`` differs from ``sum_k x_k`` by
+    at most ``K 2^-(F+1)``.
 
     Parameters
     ----------
     n_summands : int
         How many vectors the sum has (at least 1).
+    words : {1, 2}
+        Words per value (one or two limbs).
 
     Returns
     -------
@@ -285,17 +307,27 @@ def fixed_point_limit(n_summands: int) -> float:
 
     Examples
     --------
-    >>> fixed_point_limit(1) == 2.0**42
-    True
+    >>> fixed_point_limit(1) == 2.0**42, fixed_point_limit(4, words=1) == 2.0**22
+    (True, True)
     """
-    return 2.0 ** (62 - HIGH_BITS) / max(1, int(n_summands))
+    bits = HIGH_BITS if _words(words) == 2 else ONE_LIMB_BITS
+    return 2.0 ** (62 - bits) / max(1, int(n_summands))
 
 
-def to_fixed(values: np.ndarray, n_summands: int, *, argument: str = "values") -> np.ndarray:
-    """Two-limb fixed point (``WORDS_PER_VALUE`` uint64 words per value), ready to be masked.
+def _words(words: object) -> int:
+    if isinstance(words, bool) or words not in (1, 2):
+        raise InvalidArgumentError("words", f"expected 1 or 2 words per value, got {words!r}")
+    return int(words)  # type: ignore[call-overload]
 
-    ``high = floor(x 2^20)``, ``low = round((x 2^20 - high) 2^40)``: each value moves by at most
-    ``2^-61``.
+
+def to_fixed(
+    values: np.ndarray, n_summands: int, *, argument: str = "values", words: int = WORDS_PER_VALUE
+) -> np.ndarray:
+    """Fixed point (two uint64 words per value by default, or one), ready to be masked.
+
+    Two limbs: ``high = floor(x 2^20)``, ``low = round((x 2^20 - high) 2^40)``: each value moves
+    by at most ``2^-61``. One limb (``words=1``): ``round(x 2^38)``, each value moves by at most
+    ``2^-39``; the range is 2^18 times smaller (:func:`fixed_point_limit`).
 
     Parameters
     ----------
@@ -305,45 +337,59 @@ def to_fixed(values: np.ndarray, n_summands: int, *, argument: str = "values") -
         How many such vectors will be summed: values whose sum could overflow are refused.
     argument : str
         The name used in the error (the caller's argument).
+    words : {1, 2}
+        Words per value.
 
     Returns
     -------
     np.ndarray
-        ``uint64``, shape ``(2 * values.size,)``: ``(high, low)`` per value, two's complement.
+        ``uint64``, shape ``(words * values.size,)``: ``(high, low)`` per value, or one word,
+        two's complement.
 
     Examples
     --------
     >>> from_fixed(to_fixed(np.array([1 / 3, -2.5]), 4)).tolist() == [1 / 3, -2.5]
     True
+    >>> from_fixed(to_fixed(np.array([0.75, -2.5]), 4, words=1), words=1).tolist()
+    [0.75, -2.5]
     """
     values = np.asarray(values, dtype=np.float64).ravel()
-    limit = fixed_point_limit(n_summands)
+    limit = fixed_point_limit(n_summands, words=words)
     worst = float(np.max(np.abs(values))) if values.size else 0.0
     if not np.isfinite(worst) or worst >= limit:
-        raise InvalidArgumentError(
+        raise FixedPointRangeError(
             argument,
             f"max |{argument}| = {worst:.3g} exceeds the fixed-point range "
-            f"{limit:.3g} for {n_summands} summands",
+            f"{limit:.3g} for {n_summands} summands"
+            + (" in one 64-bit word (two words per value allow more)" if words == 1 else ""),
         )
+    if words == 1:
+        one: np.ndarray = np.rint(values * 2.0**ONE_LIMB_BITS).astype(np.int64).view(np.uint64)
+        return one
     scaled = values * 2.0**HIGH_BITS
     high = np.floor(scaled)
     low = np.round((scaled - high) * 2.0**LOW_BITS)
     return np.stack([high.astype(np.int64), low.astype(np.int64)], axis=1).ravel().view(np.uint64)
 
 
-def from_fixed(total: np.ndarray) -> np.ndarray:
-    """The float values of summed (mod 2^64) two-limb words.
+def from_fixed(total: np.ndarray, *, words: int = WORDS_PER_VALUE) -> np.ndarray:
+    """The float values of summed (mod 2^64) fixed-point words.
 
     Parameters
     ----------
     total : np.ndarray
         ``uint64`` words from :func:`to_fixed` or their sum (masks removed).
+    words : {1, 2}
+        Words per value, as given to :func:`to_fixed`.
 
     Returns
     -------
     np.ndarray
-        float64, one value per two words.
+        float64, one value per ``words`` words.
     """
+    if _words(words) == 1:
+        one: np.ndarray = np.ascontiguousarray(total).view(np.int64) * 2.0**-ONE_LIMB_BITS
+        return one
     limbs = np.ascontiguousarray(total).view(np.int64).reshape(-1, 2).astype(np.float64)
     out: np.ndarray = (limbs[:, 0] + limbs[:, 1] / 2.0**LOW_BITS) / 2.0**HIGH_BITS
     return out
@@ -371,6 +417,8 @@ def add_pair_mask(words: np.ndarray, me: int, peer: int, seed: bytes) -> None:
     """Add, in place and modulo 2^64, what ``me`` puts into its words for its pair with ``peer``.
 
     The pair's mask with ``+`` if ``me < peer``, ``-`` otherwise, so the two cancel in a sum.
+    The mask is the pair's keystream, ``words.size`` words long (:func:`pair_mask` for two-limb
+    values), whatever the words encode.
 
     Parameters
     ----------
@@ -381,19 +429,20 @@ def add_pair_mask(words: np.ndarray, me: int, peer: int, seed: bytes) -> None:
     seed : bytes
         The pair's mask seed.
     """
-    if me == peer:
-        raise InvalidArgumentError("peer", f"a client has no pair with itself ({me})")
-    mask_words = pair_mask(seed, words.size // WORDS_PER_VALUE)
-    (np.add if me < peer else np.subtract)(words, mask_words, out=words)
+    mask(words, me, {peer: seed})
 
 
 def mask(words: np.ndarray, me: int, seeds: Mapping[int, bytes]) -> np.ndarray:
     """``words`` plus, modulo 2^64, the signed masks of every pair of ``me`` (in place).
 
+    The keystreams are generated chunk by chunk into one reused buffer and added while the
+    chunk is in cache: the same words as :func:`keystream` (block ``i`` of a pair's stream does
+    not depend on where a chunk starts), without a fresh stream-sized array per peer.
+
     Parameters
     ----------
     words : np.ndarray
-        ``uint64`` fixed-point words (:func:`to_fixed`), changed in place.
+        ``uint64`` fixed-point words (:func:`to_fixed`), contiguous, changed in place.
     me : int
         This client's index.
     seeds : mapping of int to bytes
@@ -403,9 +452,33 @@ def mask(words: np.ndarray, me: int, seeds: Mapping[int, bytes]) -> np.ndarray:
     -------
     np.ndarray
         ``words`` (the same array).
+
+    Examples
+    --------
+    >>> w = mask(np.zeros(3, dtype=np.uint64), 0, {1: bytes(32)})
+    >>> bool((w == keystream(bytes(32), 3)).all())
+    True
     """
+    from .prg import aes_ctr_chunks
+
+    if words.dtype != np.uint64 or not words.flags.c_contiguous:
+        raise InvalidArgumentError("words", "expected contiguous uint64 words")
+    for peer, seed in seeds.items():
+        if peer == me:
+            raise InvalidArgumentError("peer", f"a client has no pair with itself ({me})")
+        if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
+            raise InvalidArgumentError("seed", f"expected {SEED_BYTES} bytes, got {seed!r:.40}")
     for peer in sorted(seeds):
-        add_pair_mask(words, me, peer, seeds[peer])
+        op = np.add if me < peer else np.subtract
+        for start, stream in aes_ctr_chunks(
+            seeds[peer],
+            words.size,
+            chunk_words=CHUNK_BYTES // 8,
+            extra="fl",
+            purpose="secure summation",
+        ):
+            part = words[start : start + stream.size]
+            op(part, stream, out=part)
     return words
 
 
