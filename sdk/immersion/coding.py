@@ -118,9 +118,8 @@ class Immersion:
 
     def decode_output(self, encoded_output: Any, encoded_input: Any) -> Any:
         """``u = Pi3_left (u~ - Pi4 y~)`` (eq. 18), with the ``y~`` the output was computed from."""
-        n_u, n_y = self.target.n_output_encoded, self.target.n_input_encoded
-        ut = self._array("encoded_output", encoded_output, n_u)
-        yt = self._array("encoded_input", encoded_input, n_y)
+        ut = self._array("encoded_output", encoded_output, self.target.n_output_encoded)
+        yt = self._array("encoded_input", encoded_input, self.target.n_input_encoded)
         return v.finite_result(
             self.backend, "encoded_output", self._output_dec(ut - self._mask(yt)), "decoding it"
         )
