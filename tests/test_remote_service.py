@@ -587,3 +587,86 @@ def test_load_eight_plants_each_equal_to_its_own_local_target():
     for part in ("single_plant", "concurrent"):
         assert 0 < result[part]["p50_us"] <= result[part]["p99_us"]
     assert result["server_service_us"]["p50_us"] > 0
+
+
+# ------------------------------------------------------------------------------------ key rotation
+def _rotating_loop(cloud_of: Any, samples: int = 12) -> tuple[np.ndarray, np.ndarray, int]:
+    """A reactor controller with keys rotated every 2 samples; ``cloud_of(rot)`` is the cloud.
+
+    Returns the decoded inputs, the decoded controller states and the last key period.
+    """
+    from immersion.rotation import RotatingImmersion, RotatingTarget
+    from immersion_reactor.model import ReactorController
+
+    ctrl = ReactorController(dt=0.01)
+    rot = RotatingImmersion(
+        ctrl.f,
+        ctrl.g,
+        3,
+        1,
+        1,
+        rotate_keys_every=2,
+        keys="dense",
+        rng=5,
+        probe=(ctrl.initial_state, np.array([0.3])),
+    )
+    cloud = cloud_of(rot)
+    xt = rot.encode_state(ctrl.initial_state)
+    us, xs = [], []
+    for k in range(samples):
+        yt = rot.encode_input(np.array([0.3 * np.cos(0.4 * k)]))
+        ut, xt = cloud.advance(xt, yt)
+        us.append(rot.decode_output(ut, yt))
+        rotation = rot.tick()
+        if rotation is not None:
+            if isinstance(cloud, RotatingTarget):
+                xt = cloud.rekey(rotation, xt)
+            else:
+                xt = cloud.rekey(rot.current, xt)
+        xs.append(rot.decode_state(xt))
+    return np.array(us), np.array(xs), rot.period
+
+
+def test_rekey_rotates_a_remote_session_exactly_and_only_for_its_owner(keyed_service):
+    service, keys, logs = keyed_service
+    clouds: list[RemoteTarget] = []
+
+    def remote(rot: Any) -> RemoteTarget:
+        clouds.append(RemoteTarget(service.address, rot.current, **REACTOR, **keys["clients"][0]))
+        return clouds[0]
+
+    u_remote, x_remote, periods = _rotating_loop(remote)
+    u_local, x_local, _ = _rotating_loop(lambda rot: rot.cloud)
+    assert periods == 6
+    # the same keys and noise in both loops: the remote rotation is the in-process one
+    assert relative_error(u_remote, u_local) <= RTOL and relative_error(x_remote, x_local) <= RTOL
+    cloud = clouds[0]
+    (entry,) = service.stats()["per_session"]
+    assert (entry["rekeys"], entry["samples"], entry["errors"]) == (6, 12, 0)
+
+    # another listed client cannot rotate (or learn of) the session; a bad rekey changes nothing
+    channel = _channel(service.address, _curve_of(keys, 1))
+    state = np.zeros(cloud.n_state_encoded).tobytes()
+    npz = cloud._setup_frames[1]
+    with pytest.raises(UnknownSessionError):
+        channel.request(b"rekey", cloud._session, state, npz)
+    channel.close()
+    owner = _channel(service.address, _curve_of(keys, 0))
+    with pytest.raises(RemoteError) as info:  # wrong sizes: keys of another design
+        from immersion.remote_kinds import public_target_matrices
+
+        other = make_plants(1, 1, **REACTOR)[0].imm.keys
+        bigger = {k: np.pad(m, 1) for k, m in public_target_matrices(other).items()}
+        from immersion._files import npz_bytes
+
+        owner.request(b"rekey", cloud._session, state, npz_bytes(bigger))
+    assert info.value.code == "invalid-argument"
+    with pytest.raises(RemoteError) as info:  # a non-finite state
+        owner.request(
+            b"rekey", cloud._session, np.full(cloud.n_state_encoded, np.nan).tobytes(), npz
+        )
+    assert info.value.code == "invalid-argument"
+    owner.close()
+    (entry,) = service.stats()["per_session"]
+    assert (entry["rekeys"], entry["errors"]) == (6, 2)
+    cloud.close()

@@ -14,6 +14,8 @@ from .errors import InvalidArgumentError, NonFiniteError
 if TYPE_CHECKING:
     from .backends import ArrayBackend
 
+_FLOAT64 = np.dtype(np.float64)
+
 #: Below this many entries a Python loop checks finiteness faster than a numpy call.
 _SMALL = 64
 
@@ -21,7 +23,9 @@ _SMALL = 64
 def all_finite(arr: np.ndarray) -> bool:
     """True if every entry of a float array is finite (fast for a control loop's small vectors)."""
     if arr.size <= _SMALL:
-        return all(map(math.isfinite, arr.ravel().tolist()))
+        entries = (arr if arr.ndim == 1 else arr.ravel()).tolist()
+        # the sum is finite unless an entry is NaN or inf (or the sum overflows: test each entry)
+        return math.isfinite(sum(entries)) or all(map(math.isfinite, entries))
     return bool(np.isfinite(arr).all())
 
 
@@ -101,14 +105,35 @@ def finite_array(
     return arr
 
 
+def native_float64(
+    backend: ArrayBackend, value: Any, last_dim: int, ndim: int | None = None
+) -> bool:
+    """True for a native float64 ndarray with trailing length ``last_dim`` on the numpy float64
+    backend: what a numpy control loop passes on every call (its finiteness is not tested here).
+    """
+    return (
+        type(value) is np.ndarray
+        and value.dtype is _FLOAT64
+        and value.shape[-1:] == (last_dim,)
+        and (ndim is None or value.ndim == ndim)
+        and backend.name == "numpy"
+        and backend.dtype_name == "float64"
+    )
+
+
 def backend_array(
     backend: ArrayBackend, name: str, value: Any, *, last_dim: int, ndim: int | None = None
 ) -> Any:
     """``value`` as an array of ``backend``, with trailing length ``last_dim`` and finite entries.
 
     Tensors of the backend are checked in place (no copy to numpy); anything else goes through
-    :func:`finite_array`.
+    :func:`finite_array`. A float64 ndarray of the right shape on the numpy float64 backend (a
+    control loop's every call) is checked and returned as it is.
     """
+    if native_float64(backend, value, last_dim, ndim):
+        if not all_finite(value):
+            raise NonFiniteError(name, "contains NaN or inf")
+        return value
     if backend.is_array(value) and not isinstance(value, np.ndarray):
         if getattr(value, "is_complex", lambda: False)():
             raise InvalidArgumentError(name, "expected real numbers, got complex values")

@@ -19,6 +19,8 @@ from .keygen import (
     validated_arithmetic_design,
 )
 from .keys import Keys, ModularKeys
+from .keys.codes import DenseNoisyEncoder
+from .noise_blocks import NoiseBlocks, block_rows
 from .privacy import PrivacyReport, privacy_report
 from .privacy.bounds import DecodeBounds, Decoded
 from .privacy.precision import refuse_infeasible_precision
@@ -54,11 +56,19 @@ class Immersion:
             keys.output_code.n_signal,
         )
         self._noise = backend.noise_stream(noise_rng)
+        self._noise_blocks: NoiseBlocks | None = None
         self._input_enc = keys.input_code.noisy_encoder(backend)
         self._state_enc = keys.state_code.encoder(backend)
         self._state_dec = keys.state_code.decoder(backend)
         self._output_dec = keys.output_code.decoder(backend)
         self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
+        # small dense codes: the noise is encoded a block of samples ahead
+        self._signal_enc: Callable[[Any], Any] | None = (
+            self._input_enc.signal
+            if isinstance(self._input_enc, DenseNoisyEncoder)
+            and block_rows(keys.input_code.n_total) > 1
+            else None
+        )
         self._report_args = dict(
             unit_roundoff=backend.unit_roundoff, dtype=backend.dtype_name, input_gain=input_gain
         )
@@ -80,16 +90,31 @@ class Immersion:
     def encode_input(self, y: Any) -> Any:
         """``y~ = Pi1 y + N1 s`` with fresh noise ``s`` on every call (eq. 16); ``y`` may be batched."""
         arr = self._array("y", y, self.n_input)
-        s_shape = tuple(arr.shape[:-1]) + (self.keys.input_code.n_noise,)
+        blocks = self._noise_blocks or self._start_noise_blocks()
+        lead = tuple(arr.shape[:-1])
+        if self._signal_enc is not None:  # small dense code: N1 s came encoded with its block
+            encoded = self._signal_enc(arr) + blocks.take(lead)
+        else:
+            encoded = self._input_enc(arr, blocks.take(lead))
+        return v.finite_result(self.backend, "y", encoded, "encoding it")
+
+    def _start_noise_blocks(self) -> NoiseBlocks:
+        """The noise ``s_k`` drawn a block of samples ahead (``N1 s_k`` for a small dense code)."""
         law = self.keys.noise
         assert law is not None
-        draw = self._noise.laplace if law.kind == "laplace" else self._noise.normal
-        return v.finite_result(
-            self.backend,
-            "y",
-            self._input_enc(arr, draw(s_shape, law.mean, law.scale)),
-            "encoding it",
-        )
+        sample = self._noise.laplace if law.kind == "laplace" else self._noise.normal
+
+        def draw(shape: tuple[int, ...]) -> Any:
+            return sample(shape, law.mean, law.scale)
+
+        code = self.keys.input_code
+        if self._signal_enc is not None:
+            project = self._input_enc.noise  # type: ignore[attr-defined]
+            blocks = NoiseBlocks(draw, code.n_noise, rows=block_rows(code.n_total), project=project)
+        else:
+            blocks = NoiseBlocks(draw, code.n_noise, rows=block_rows(code.n_noise))
+        self._noise_blocks = blocks
+        return blocks
 
     def decode_output(self, encoded_output: Any, encoded_input: Any) -> Any:
         """``u = Pi3_left (u~ - Pi4 y~)`` (eq. 18), with the ``y~`` the output was computed from."""

@@ -345,6 +345,7 @@ class RemoteTarget:
         except (TypeError, ValueError) as exc:
             raise InvalidArgumentError("params", f"expected JSON-ready values ({exc})") from None
         self._setup_frames = [header_bytes, npz_bytes(kind.public_arrays(imm))]
+        self._kind = kind
         self._dtype = np.dtype(kind.wire_dtype)
         self.address, self.kind = address, kind.name
         self.resumed = self.samples = self.bytes_sent = self.bytes_received = 0
@@ -405,6 +406,45 @@ class RemoteTarget:
         return np.frombuffer(reply[0], dtype=self._dtype).copy(), np.frombuffer(
             reply[1], dtype=self._dtype
         ).copy()
+
+    def rekey(self, imm: Any, encoded_state: Any) -> np.ndarray:
+        """Rotate the session's keys: send ``imm``'s public arrays and ``x~``; get ``x~`` moved.
+
+        The server builds the new target as at set-up and returns ``Pi2_new Pi2_old_left x~``
+        (what :meth:`~immersion.rotation.RotatingTarget.rekey` does in process); later
+        ``advance`` calls run under the new keys, and a set-up after a server restart sends
+        the new arrays. Only the session's owner (its CurveZMQ key) can rekey it.
+
+        Parameters
+        ----------
+        imm:
+            The handle of the new key period (``RotatingImmersion.current`` after a rotation).
+        encoded_state:
+            ``x~`` under the old keys.
+
+        Returns
+        -------
+        np.ndarray
+            ``x~`` under the new keys.
+        """
+        if self._channel._sock is None:
+            raise InvalidArgumentError("self", "this RemoteTarget is closed")
+        if kind_of(imm).name != self._kind.name:
+            raise InvalidArgumentError("imm", f"expected a {self._kind.name!r} handle")
+        arrays = npz_bytes(self._kind.public_arrays(imm))
+        xt = self._vector("encoded_state", encoded_state)
+        try:
+            reply = self._channel.request(wire.REKEY, self._session, xt, arrays)
+        except UnknownSessionError:  # a restarted server: set up under the old keys, then rotate
+            self._setup()
+            self.resumed += 1
+            reply = self._channel.request(wire.REKEY, self._session, xt, arrays)
+        if len(reply) != 1 or len(reply[0]) != len(xt):
+            raise RemoteError("remote: the server's reply is malformed", code="malformed")
+        self._setup_frames[1] = arrays
+        self.bytes_sent += len(xt) + len(arrays)
+        self.bytes_received += len(reply[0])
+        return np.frombuffer(reply[0], dtype=self._dtype).copy()
 
     def close(self) -> None:
         """End the session on the server (best effort, one short try) and close the socket."""

@@ -87,7 +87,9 @@ class _Session:
     target: CloudTarget
     created: float
     last_seen: float
+    header: dict[str, Any] = field(default_factory=dict)
     samples: int = 0
+    rekeys: int = 0
     errors: int = 0
     in_flight: int = 0
     logged_samples: int = 0
@@ -100,6 +102,7 @@ class _Session:
             "kind": self.kind.name,
             "algorithm": self.label,
             "samples": self.samples,
+            "rekeys": self.rekeys,
             "errors": self.errors,
             **_percentiles(self.latency_ns),
             "age_s": round(now - self.created, 3),
@@ -118,7 +121,7 @@ class _Job:
     session: _Session | None = None
     reply: list[bytes] = field(default_factory=list)
     refusal: _Refusal | None = None
-    built: tuple[TargetKind, str, CloudTarget] | None = None
+    built: tuple[TargetKind, str, CloudTarget, dict[str, Any]] | None = None
     pending_setup: bool = False
     elapsed_ns: int = 0
 
@@ -509,12 +512,18 @@ class Service:
         job.pending_setup = True
         self._submit(job, self._build)
 
-    def _advance(self, job: _Job) -> None:
+    def _session_work(self, job: _Job, work: Callable[[_Job], None]) -> None:
         session = self._session(job, 3)
         session.last_seen = time.monotonic()
         session.in_flight += 1
         job.session = session
-        self._submit(job, self._compute)
+        self._submit(job, work)
+
+    def _advance(self, job: _Job) -> None:
+        self._session_work(job, self._compute)
+
+    def _rekey(self, job: _Job) -> None:
+        self._session_work(job, self._rebuild)
 
     def _close(self, job: _Job) -> None:
         self._end(self._session(job, 1), "closed")
@@ -534,6 +543,7 @@ class Service:
         wire.HELLO: _hello,
         wire.SETUP: _setup,
         wire.ADVANCE: _advance,
+        wire.REKEY: _rekey,
         wire.CLOSE: _close,
         wire.STATS: _stats,
         wire.STOP: _stop_request,
@@ -583,7 +593,7 @@ class Service:
                 "coding", f"this server runs targets {sorted(self._kinds)}, not {coding!r}"
             )
         target = kind.build(header, _unpack(job.args[1].buffer))
-        job.built = (kind, str(header.get("algorithm") or coding), target)
+        job.built = (kind, str(header.get("algorithm") or coding), target, header)
 
     def _compute(self, job: _Job) -> None:
         assert job.session is not None
@@ -600,6 +610,35 @@ class Service:
             np.ascontiguousarray(ut, dtype=dtype).tobytes(),
             np.ascontiguousarray(xt_next, dtype=dtype).tobytes(),
         ]
+
+    def _rebuild(self, job: _Job) -> None:
+        """``rekey``: the session's target under the new public arrays, and ``x~`` moved to it.
+
+        The new target is built as at set-up (same kind, algorithm and parameters) and must have
+        the old one's sizes; the socket thread swaps it in when the reply is sent.
+        """
+        session = job.session
+        assert session is not None
+        old = session.target
+        if not hasattr(old, "reencode_state"):
+            raise InvalidArgumentError(
+                "rekey", f"a {session.kind.name!r} target has no key rotation"
+            )
+        new = session.kind.build(session.header, _unpack(job.args[2].buffer))
+        for size in ("n_state_encoded", "n_input_encoded", "n_output_encoded"):
+            if getattr(new, size, None) != getattr(old, size, None):
+                raise InvalidArgumentError(
+                    "rekey",
+                    f"the new keys change {size} ({getattr(old, size, None)} -> "
+                    f"{getattr(new, size, None)}): a rotation keeps the session's sizes",
+                )
+        try:
+            xt = np.frombuffer(job.args[1].bytes, dtype=session.kind.wire_dtype)
+        except ValueError:
+            raise _Refusal("malformed", "rekey: the state must be raw float64 bytes") from None
+        moved = old.reencode_state(xt, new)
+        job.reply = [np.ascontiguousarray(moved, dtype=session.kind.wire_dtype).tobytes()]
+        job.built = (session.kind, session.label, new, session.header)
 
     # ------------------------------------------------------------------ replies and bookkeeping
     def _finish(self, job: _Job) -> None:
@@ -623,6 +662,12 @@ class Service:
                 message=job.refusal.message[:300],
             )
             frames = [wire.ERROR, job.refusal.code.encode(), job.refusal.message.encode()]
+        elif job.request == wire.REKEY:
+            assert session is not None and job.built is not None
+            session.target = job.built[2]
+            session.rekeys += 1
+            self._counts["rekeys"] += 1
+            frames = [wire.OK, *job.reply]
         else:
             if session is not None:
                 session.samples += 1
@@ -635,7 +680,7 @@ class Service:
 
     def _open_session(self, job: _Job) -> list[bytes]:
         assert job.built is not None
-        kind, label, target = job.built
+        kind, label, target, header = job.built
         if len(self._sessions) >= self.max_sessions:
             job.refusal = _Refusal(
                 "too-many-sessions", f"this server holds its maximum of {self.max_sessions}"
@@ -643,7 +688,7 @@ class Service:
             return []
         now = time.monotonic()
         session = _Session(
-            secrets.token_bytes(wire.SESSION_BYTES), job.user, kind, label, target, now, now
+            secrets.token_bytes(wire.SESSION_BYTES), job.user, kind, label, target, now, now, header
         )
         self._sessions[session.sid] = session
         self._counts["sessions_created"] += 1

@@ -10,7 +10,10 @@ from . import _validation as v
 from .backends import ArrayBackend
 from .errors import InvalidArgumentError, NonFiniteError
 from .keys import Keys
+from .keys.codes import DenseTargetSample
 from .target_codes import TargetCodes
+
+_FLOAT64 = np.dtype(np.float64)
 
 
 class CheckedFunction:
@@ -34,6 +37,15 @@ class CheckedFunction:
 
     def __call__(self, x: Any, y: Any, w: Any) -> Any:
         out = self.fn(x, y, w) if self.uses_public else self.fn(x, y)
+        if (  # the common case on numpy: a float64 vector of the right length
+            type(out) is np.ndarray
+            and out.dtype is _FLOAT64
+            and out.shape == (self.n_out,)
+            and self._backend.name == "numpy"
+        ):
+            if not v.all_finite(out):
+                raise NonFiniteError(self.name, "returned NaN or inf")
+            return out
         if not self._backend.is_array(out):
             try:
                 out = self._backend.asarray(np.asarray(out, dtype=np.float64))
@@ -86,6 +98,8 @@ class TargetAlgorithm:
     _input_in: Callable[[Any], Any]
     _output_out: Callable[[Any], Any]
     _mask: Callable[[Any], Any]
+    #: ``advance``'s path for small dense keys (None: the general path)
+    _dense: DenseTargetSample | None = None
 
     def __init__(
         self, *, f: CheckedFunction, g: CheckedFunction, keys: Keys, backend: ArrayBackend
@@ -94,7 +108,8 @@ class TargetAlgorithm:
         self._use_codes(TargetCodes.from_keys(keys, backend))
 
     def _use_codes(self, codes: TargetCodes) -> None:
-        """Take the encoded sizes and the five codes of eq. 17 from one shared object."""
+        """Take the encoded sizes and the five codes of eq. 17 from one shared object (and, when
+        all five are dense numpy float64 operators, their transposed matrices for the fast path)."""
         self.codes = codes
         self.n_state_encoded = codes.n_state_encoded
         self.n_input_encoded = codes.n_input_encoded
@@ -102,6 +117,9 @@ class TargetAlgorithm:
         self._state_in, self._state_out = codes.state_in, codes.state_out
         self._input_in, self._output_out = codes.input_in, codes.output_out
         self._mask = codes.mask
+        self._dense = DenseTargetSample.of(
+            self._state_in, self._input_in, self._state_out, self._output_out, self._mask
+        )
 
     @classmethod
     def from_matrices(
@@ -149,6 +167,14 @@ class TargetAlgorithm:
         return self._f.uses_public or self._g.uses_public
 
     def _vector(self, name: str, value: Any, size: int) -> Any:
+        if (  # small dense keys on numpy float64: a control loop's every call
+            self._dense is not None
+            and type(value) is np.ndarray
+            and value.dtype is _FLOAT64
+            and value.shape == (size,)
+            and v.all_finite(value)
+        ):
+            return value
         return v.backend_array(self.backend, name, value, last_dim=size, ndim=1)
 
     def _check_public(self, w: Any) -> None:
@@ -172,13 +198,24 @@ class TargetAlgorithm:
     def advance(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> tuple[Any, Any]:
         """``(output, step)`` of one sample in one call, decoding ``x~`` and ``y~`` once.
 
-        Equal to ``(self.output(x~, y~, w), self.step(x~, y~, w))``; a controller in the cloud
-        calls this once per sample.
+        Equal to ``(self.output(x~, y~, w), self.step(x~, y~, w))``, bit for bit; a controller
+        in the cloud calls this once per sample. Small dense keys on numpy float64 take a short
+        path (one ``gemv`` per product, each vector tested for finiteness once); if an encoded
+        result overflows, the checked path runs again (``f`` and ``g`` are called a second time)
+        to name the culprit.
         """
         self._check_public(w)
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
-        x, y = self._state_in(xt), self._input_in(yt)
+        dense = self._dense
+        if dense is None:
+            x, y = self._state_in(xt), self._input_in(yt)
+        else:
+            x, y = xt.dot(dense.state_left), yt.dot(dense.input_left)
+            ut = self._call(self._g, x, y, w).dot(dense.output) + yt.dot(dense.mask)
+            xt_next = self._call(self._f, x, y, w).dot(dense.state)
+            if v.all_finite(ut) and v.all_finite(xt_next):
+                return ut, xt_next
         return self._encoded_output(self._call(self._g, x, y, w), yt), self._encoded_state(
             self._call(self._f, x, y, w)
         )

@@ -13,6 +13,8 @@ kind       request body                      reply body
 hello      (none)                            JSON: protocol, limits, target kinds
 setup      JSON header, ``.npz`` of arrays   JSON: dimensions, session; the session id (16 bytes)
 advance    session, ``x~``, ``y~``           ``u~``, ``x~+`` (seed 002 eq. 17, one sample)
+rekey      session, ``x~``, ``.npz`` of the   ``x~`` under the new keys, ``Pi2_new Pi2_left x~``
+           new public arrays                 (key rotation; the session then runs the new target)
 close      session                           (none)
 stats      (none); admin keys only           JSON: sessions, counters, latency percentiles
 stop       (none); admin keys only           (none); the server then stops
@@ -36,10 +38,11 @@ from .errors import InvalidArgumentError
 PROTOCOL = 2
 
 #: Request kinds (first frame after the empty delimiter).
-HELLO, SETUP, ADVANCE, CLOSE, STATS, STOP = (
+HELLO, SETUP, ADVANCE, REKEY, CLOSE, STATS, STOP = (
     b"hello",
     b"setup",
     b"advance",
+    b"rekey",
     b"close",
     b"stats",
     b"stop",
@@ -53,7 +56,7 @@ MAX_REQUEST_ID_BYTES = 16
 #: Every error code the server sends, with what it means.
 ERROR_CODES: dict[str, str] = {
     "malformed": "the frames do not form a request of this protocol",
-    "unknown-request": "the request kind is not one of hello/setup/advance/close/stats/stop",
+    "unknown-request": "the request kind is not one of hello/setup/advance/rekey/close/stats/stop",
     "unknown-session": "no session with this id belongs to this client (expired, closed, "
     "lost in a restart, or never created)",
     "too-many-sessions": "the server holds its maximum number of sessions",

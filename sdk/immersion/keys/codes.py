@@ -28,28 +28,66 @@ MAX_DENSE_ENTRIES = 50_000_000
 
 
 class DenseEncoder:
-    """``y -> Pi y`` with an explicit matrix."""
+    """``y -> Pi y`` with an explicit matrix.
+
+    On numpy ``y.dot(Pi^T)`` (one ``gemv`` for a vector, with a third of ``y @ Pi^T``'s call
+    overhead on a control loop's small vectors); ``y @ Pi^T`` on other backends.
+    """
 
     def __init__(self, pi: np.ndarray, backend: Any) -> None:
         self._pi_t = backend.asarray(np.ascontiguousarray(pi.T))
+        self._gemv = isinstance(self._pi_t, np.ndarray)
 
     def __call__(self, y: Any) -> Any:
-        return y @ self._pi_t
+        return y.dot(self._pi_t) if self._gemv else y @ self._pi_t
+
+    @property
+    def matrix_t(self) -> Any:
+        """``Pi^T`` as the backend holds it."""
+        return self._pi_t
 
 
 class DenseNoisyEncoder:
-    """``(y, s) -> Pi y + N s`` with explicit matrices (seed 002 eq. 16)."""
+    """``(y, s) -> Pi y + N s`` with explicit matrices (seed 002 eq. 16).
+
+    ``signal`` (``y -> Pi y``) and ``noise`` (``s -> N s``) are the two halves, for a caller that
+    draws and encodes the noise ahead of time (:mod:`immersion.noise_blocks`).
+    """
 
     def __init__(self, pi: np.ndarray, noise_basis: np.ndarray, backend: Any) -> None:
-        self._pi_t = backend.asarray(np.ascontiguousarray(pi.T))
-        self._n_t = backend.asarray(np.ascontiguousarray(noise_basis.T))
+        self.signal = DenseEncoder(pi, backend)
+        self.noise = DenseEncoder(noise_basis, backend)
 
     def __call__(self, y: Any, s: Any) -> Any:
-        return y @ self._pi_t + s @ self._n_t
+        return self.signal(y) + self.noise(s)
 
 
 class DenseDecoder(DenseEncoder):
     """``x -> Pi^L x`` with an explicit left inverse (same algebra as the encoder)."""
+
+
+class DenseTargetSample:
+    """The five transposed matrices of seed 002 eq. 17, for small dense keys on numpy float64.
+
+    ``state_left`` and ``input_left`` (``Pi2_left^T``, ``Pi1_left^T``) decode ``x~`` and ``y~``;
+    ``state``, ``output`` and ``mask`` (``Pi2^T``, ``Pi3^T``, ``Pi4^T``) encode the results:
+    ``v.dot(matrix)``, as the dense operators compute it. :meth:`of` returns ``None`` where it
+    does not apply (other backends or dtypes, structured codes).
+    """
+
+    def __init__(self, *matrices: np.ndarray) -> None:
+        self.state_left, self.input_left, self.state, self.output, self.mask = matrices
+
+    @classmethod
+    def of(
+        cls, state_in: Any, input_in: Any, state_out: Any, output_out: Any, mask: Any
+    ) -> "DenseTargetSample | None":
+        """The matrices of five dense numpy float64 operators (decoders, encoders, mask)."""
+        parts = (state_in, input_in, state_out, output_out, mask)
+        if not all(isinstance(p, DenseEncoder) and p._gemv for p in parts):
+            return None
+        matrices = [p.matrix_t for p in parts]
+        return cls(*matrices) if all(m.dtype == np.float64 for m in matrices) else None
 
 
 class StructuredEncoder:
@@ -283,14 +321,8 @@ def row_norms(m: np.ndarray) -> np.ndarray:
     return scale * np.linalg.norm(m / safe[:, None], axis=1)
 
 
-class DenseMaskOp:
-    """``y~ -> Pi4 y~`` with an explicit matrix."""
-
-    def __init__(self, pi4: np.ndarray, backend: Any) -> None:
-        self._pi4_t = backend.asarray(np.ascontiguousarray(pi4.T))
-
-    def __call__(self, y_enc: Any) -> Any:
-        return y_enc @ self._pi4_t
+class DenseMaskOp(DenseEncoder):
+    """``y~ -> Pi4 y~`` with an explicit matrix (same algebra as the encoder)."""
 
 
 @dataclass(frozen=True, eq=False)
