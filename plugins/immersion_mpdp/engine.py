@@ -216,7 +216,8 @@ def _setup_from_task(cfg: RunConfig, task: FederatedTask) -> Setup:
 
 
 def _labels(y: Any, n_classes: int, where: str) -> Any:
-    """Class indices from labels or one-hot rows (MP-DP trains the MSE to one-hot targets, seed 004)."""
+    """Class indices from labels or one-hot rows (MP-DP trains the MSE to one-hot targets, seed
+    004)."""
     torch = torch_module()
     if y.ndim == 2:
         if y.shape[1] != n_classes or not bool(
@@ -528,7 +529,8 @@ def record(
         cal = res.calibration
         noise = f"sigma_eta {cal.sigma_eta:.3g} (epsilon {cal.epsilon:g}) " if cal else ""
         raise TrainingDivergedError(
-            f"round {t + 1}: the model diverged (test loss {res.loss[-1] if res.loss else 'n/a'}); the noise "
+            f"round {t + 1}: the model diverged "
+            f"(test loss {res.loss[-1] if res.loss else 'n/a'}); the noise "
             f"{noise}is too large for lr {res.config.lr:g}: lower --lr or raise --epsilon"
         )
     if progress:

@@ -13,7 +13,8 @@ cotangents. Every layer is dense, so the backward pass is written out: each laye
 are one batched outer product of its output sensitivities (``n_L + 2`` of them per sample) and
 its inputs, about 6 times faster than ``torch.func.vmap`` over ``torch.func.vjp``
 (:func:`autograd_lmt`, kept as the reference: both give the same bits). Only the odd layers
-are differentiated (Remark 3); the last layer's ``Psi`` collapses to the vector ``mean_i alpha_i y^hat^(2L-2)_i`` and its ``Phi`` is zero.
+are differentiated (Remark 3); the last layer's ``Psi`` collapses to the vector ``mean_i alpha_i
+y^hat^(2L-2)_i`` and its ``Phi`` is zero.
 Theorem 4 holds only for a gradient taken at the received ``W^hat``: one gradient per round.
 """
 

@@ -88,7 +88,8 @@ class Immersion:
         )
 
     def encode_input(self, y: Any) -> Any:
-        """``y~ = Pi1 y + N1 s`` with fresh noise ``s`` on every call (eq. 16); ``y`` may be batched."""
+        """``y~ = Pi1 y + N1 s`` with fresh noise ``s`` on every call (eq. 16); ``y`` may be
+        batched."""
         arr = self._array("y", y, self.n_input)
         blocks = self._noise_blocks or self._start_noise_blocks()
         lead = tuple(arr.shape[:-1])
@@ -255,7 +256,8 @@ def immerse(
         epsilons. ``None`` disables the check.
         (Modular decoding is exact: every tolerance is met.)
     backend, device, dtype:
-        ``"numpy"`` (float64 reference) or ``"torch"`` (``device="cpu"``/``"cuda"``, float32/float64).
+        ``"numpy"`` (float64 reference) or ``"torch"`` (``device="cpu"``/``"cuda"``,
+        float32/float64).
     n_public, probe:
         Size of ``w`` for the shape probe, or an explicit probe point ``(x, y[, w])``
         (defaults to zeros). ``f`` and ``g`` are called once at that point to check shapes.

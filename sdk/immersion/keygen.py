@@ -1,4 +1,5 @@
-"""Drawing keys with a designed noise law, with or without an algorithm (seed 002, Proposition 1)."""
+"""Drawing keys with a designed noise law, with or without an algorithm (seed 002,
+Proposition 1)."""
 
 from __future__ import annotations
 
@@ -107,7 +108,8 @@ class NoiseTargets:
 
 
 def resolve_rng(rng: Any, secure: bool) -> np.random.Generator:
-    """A numpy Generator from ``rng`` (seed, Generator or None), or from OS entropy if ``secure``."""
+    """A numpy Generator from ``rng`` (seed, Generator or None), or from OS entropy if
+    ``secure``."""
     if not isinstance(secure, (bool, np.bool_)):
         raise InvalidArgumentError("secure", f"expected True or False, got {secure!r}")
     if secure:
@@ -221,7 +223,8 @@ def checked_arithmetic(
 
 
 def validated_dims(**dims: Any) -> dict[str, int]:
-    """Check the six dimensions (all integers >= 1, one encoded vector fits in memory), naming the bad one."""
+    """Check the six dimensions (all integers >= 1, one encoded vector fits in memory), naming the
+    bad one."""
     out = {name: v.positive_int(name, value) for name, value in dims.items()}
     for n_name in ("n_state", "n_input", "n_output"):
         x_name = "extra" + n_name[1:]
@@ -241,7 +244,8 @@ def validated_design(
     extra_output: Any,
     **targets: Any,
 ) -> tuple[dict[str, int], NoiseTargets]:
-    """The dimensions and the noise targets shared by :func:`immerse` and :func:`draw_keys`, checked."""
+    """The dimensions and the noise targets shared by :func:`immerse` and :func:`draw_keys`,
+    checked."""
     dims = validated_dims(
         n_state=n_state,
         n_input=n_input,

@@ -75,7 +75,8 @@ class CheckedFunction:
 
 
 def _finite_public(backend: ArrayBackend, w: Any) -> bool:
-    """False only for a numeric ``w`` with NaN or inf (``w`` may be anything the user's f and g take)."""
+    """False only for a numeric ``w`` with NaN or inf (``w`` may be anything the user's f and g
+    take)."""
     if backend.is_array(w):
         return bool(backend.all_finite(w))
     try:
@@ -188,7 +189,8 @@ class TargetAlgorithm:
             )
 
     def step(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
-        """One step of the target dynamics; call it T times on one ``encoded_input`` for two time scales."""
+        """One step of the target dynamics; call it T times on one ``encoded_input`` for two time
+        scales."""
         self._check_public(w)
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
@@ -221,7 +223,8 @@ class TargetAlgorithm:
         )
 
     def reencode_state(self, encoded_state: Any, new_target: "TargetAlgorithm") -> Any:
-        """``x~_new = Pi2_new Pi2_left x~`` for a key rotation: the same state under ``new_target``'s keys.
+        """``x~_new = Pi2_new Pi2_left x~`` for a key rotation: the same state under
+        ``new_target``'s keys.
 
         The cloud can apply this itself: it learns nothing new, as it decodes the state every step.
         """
@@ -237,8 +240,9 @@ class TargetAlgorithm:
             self._call(self._g, self._state_in(xt), self._input_in(yt), w), yt
         )
 
-    # Huge but finite encoded vectors or results can overflow once multiplied by the keys: name the culprit
-    # (checked only on the way out, or when f/g already failed, so the common path costs one finiteness test).
+    # Huge but finite encoded vectors or results can overflow once multiplied by the keys: name the
+    # culprit (checked only on the way out, or when f/g already failed, so the common path costs
+    # one finiteness test).
     def _call(self, fn: CheckedFunction, x: Any, y: Any, w: Any) -> Any:
         try:
             return fn(x, y, w)

@@ -136,7 +136,8 @@ class StructuredNoisyEncoder:
 
 
 class StructuredDecoder:
-    """``x -> (Q^T x)[positions]``: the left inverse of a structured code (exact: Q is orthogonal)."""
+    """``x -> (Q^T x)[positions]``: the left inverse of a structured code (exact: Q is
+    orthogonal)."""
 
     def __init__(
         self,
@@ -200,7 +201,8 @@ class DenseCode(ExplicitShape):
 
 @dataclass(frozen=True, eq=False)
 class StructuredCode(PositionedShape):
-    """A code ``Pi = a Q[:, signal_pos]``, ``N = Q[:, noise_pos]``, ``Pi_left = Q[:, signal_pos]^T / a``.
+    """A code ``Pi = a Q[:, signal_pos]``, ``N = Q[:, noise_pos]``,
+    ``Pi_left = Q[:, signal_pos]^T / a``.
 
     ``Q`` is block-structured orthogonal; ``a`` (``signal_scale``) is a random positive scalar, so
     that ``Pi_left`` is not simply ``Pi^T``.

@@ -1,4 +1,5 @@
-"""The user's secret keys (seed 002, Proposition 1): ``Pi1..Pi4``, ``N1``, left inverses, noise law."""
+"""The user's secret keys (seed 002, Proposition 1): ``Pi1..Pi4``, ``N1``, left inverses, noise
+law."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ Mask = DenseMask | StructuredMask
 
 @dataclass(frozen=True)
 class NoiseLaw:
-    """The law of ``s_k`` and the data bounds it was designed for (seed 002 Theorem 1, seed 000 Theorem 2).
+    """The law of ``s_k`` and the data bounds it was designed for (seed 002 Theorem 1, seed 000
+    Theorem 2).
 
     ``scale`` is the Laplace scale b (or the Gaussian standard deviation) and ``mean`` the mean
     ``mu`` of every entry of ``s_k``. Sensitivities are L1 for Laplace and L2 for Gaussian;
@@ -96,7 +98,8 @@ def draw_code(
     block_size: int = 32,
     rng: Any = None,
 ) -> Code:
-    """A single code, e.g. for a model vector in federated learning (seed 000: ``Pi1, Pi1_left, N1``).
+    """A single code, e.g. for a model vector in federated learning (seed 000: ``Pi1, Pi1_left,
+    N1``).
 
     Examples
     --------
@@ -195,7 +198,8 @@ class Keys(KeyViews):
         return keys.densified() if kind == "dense" else keys
 
     def densified(self) -> "Keys":
-        """The same keys with every code materialised as explicit matrices (fast for small sizes)."""
+        """The same keys with every code materialised as explicit matrices (fast for small
+        sizes)."""
         return dataclasses.replace(
             self,
             input_code=densified(self.input_code),
@@ -284,7 +288,8 @@ class Keys(KeyViews):
         return keys
 
     def with_noise(self, law: NoiseLaw, *, mask_scale: float = 1.0) -> "Keys":
-        """These keys with a designed noise law (and the generated mask rescaled by ``mask_scale``)."""
+        """These keys with a designed noise law (and the generated mask rescaled by
+        ``mask_scale``)."""
         mask = self.mask
         if mask_scale != 1.0:
             mask = (
@@ -296,7 +301,8 @@ class Keys(KeyViews):
 
     # ------------------------------------------------------------------ checks
     def validate(self, *, rtol: float = 1e-9) -> None:
-        """Check the algebra Proposition 1 needs; raise :class:`InvalidArgumentError` naming the key.
+        """Check the algebra Proposition 1 needs; raise :class:`InvalidArgumentError` naming the
+        key.
 
         Full column rank of ``Pi1..Pi3``, ``PiL Pi = I``, ``Pi1_left N1 = 0``, no zero row in ``N1``
         and ``N1`` of full column rank. Dense keys are checked directly; block keys by their
@@ -361,7 +367,8 @@ class Keys(KeyViews):
 
     @cached_property
     def mask_row_norms(self) -> np.ndarray:
-        """``||Pi4^j||_2`` for every element j of u~ (block keys: equal to :attr:`mask_noise_row_norms`,
+        """``||Pi4^j||_2`` for every element j of u~ (block keys: equal to
+        :attr:`mask_noise_row_norms`,
         as ``N1`` has orthonormal columns and each row of ``Pi4`` has a single term)."""
         if isinstance(self.mask, DenseMask):
             return row_norms(self.mask.pi4)

@@ -1,4 +1,5 @@
-"""Saving and loading keys: one file, SHA-256 integrity check, owner-only permissions, atomic write."""
+"""Saving and loading keys: one file, SHA-256 integrity check, owner-only permissions, atomic
+write."""
 
 from __future__ import annotations
 
@@ -213,8 +214,9 @@ def keys_from_arrays(
     return keys
 
 
-# A file with a valid checksum can still hold arrays that do not form keys (another version's file, a hand-made
-# one, a job file from an untrusted party): check what the coding layer relies on before anything runs.
+# A file with a valid checksum can still hold arrays that do not form keys (another version's file,
+# a hand-made one, a job file from an untrusted party): check what the coding layer relies on before
+# anything runs.
 def _real(arr: np.ndarray, ndim: int) -> np.ndarray:
     if arr.dtype.kind not in "fiu" or arr.ndim != ndim or not np.isfinite(arr).all():
         raise ValueError(
@@ -251,7 +253,8 @@ def _check_working(keys: "Keys") -> None:
         code = getattr(keys, f"{name}_code")
         if not 1 <= code.n_signal < code.n_total or code.n_noise != code.n_total - code.n_signal:
             raise ValueError(
-                f"{name} code: {code.n_signal} signal and {code.n_noise} noise entries in {code.n_total}"
+                f"{name} code: {code.n_signal} signal and {code.n_noise} noise entries in "
+                f"{code.n_total}"
             )
         y, s = rng.standard_normal(code.n_signal), rng.standard_normal(code.n_noise)
         with np.errstate(all="ignore"):

@@ -279,7 +279,8 @@ def _within_block_stats(
 def structured_row_stats(
     params: MixParams, noise_pos: np.ndarray, flat_pos: np.ndarray
 ) -> tuple[RowStats, np.ndarray]:
-    """Exact row norms of ``Pi`` and ``N`` from the factors, plus ``|Q[i, flat column of i's group]|``.
+    """Exact row norms of ``Pi`` and ``N`` from the factors, plus ``|Q[i, flat column of i's
+    group]|``.
 
     Entry ``(r, c)`` of ``H B`` (internal rows) is ``B[r, c] - 2 h_r z_c`` inside r's block and
     ``-2 h_r z_c`` elsewhere in r's group, with ``z = B^T h``; so each row costs O(b).
