@@ -6,8 +6,10 @@ servers itself. Exactness is checked sample by sample against each plant's own l
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -15,6 +17,7 @@ import sys
 import textwrap
 import threading
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,8 @@ from hypothesis import strategies as st
 
 zmq = pytest.importorskip("zmq")
 
-from immersion import InvalidArgumentError, KeyFileError  # noqa: E402
+from immersion import InvalidArgumentError, KeyFileError, wire  # noqa: E402
+from immersion._files import npz_bytes  # noqa: E402
 from immersion.cli import main  # noqa: E402
 from immersion.curve import CurveKeyPair, load_curve_secret, new_curve_keys  # noqa: E402
 from immersion.remote import (  # noqa: E402
@@ -50,9 +54,13 @@ from immersion.remote_bench import (  # noqa: E402
     run_plant,
     run_plants_concurrently,
 )
-from immersion.remote_kinds import TARGET_KINDS, TargetKind  # noqa: E402
+from immersion.remote_kinds import (  # noqa: E402
+    TARGET_KINDS,
+    TargetKind,
+    public_target_matrices,
+)
 from immersion.serve_process import ServerProcess  # noqa: E402
-from immersion.service import Service  # noqa: E402
+from immersion.service import Service, _Refusal, _unpack  # noqa: E402
 from immersion.wire import ERROR_CODES, endpoint_host, is_loopback  # noqa: E402
 
 REACTOR = {"algorithm": "reactor-controller", "params": {"dt": 0.01}}
@@ -412,6 +420,120 @@ def test_intruders_and_bad_input_are_refused_by_name_and_change_no_session(keyed
     assert {"unknown-session", "forbidden", "message-too-large", "malformed"} <= refused
     assert any(e["event"] == "denied" for e in events)
     assert service.stats()["handshakes_denied"] >= 1
+
+
+def _npy(shape: tuple[int, ...], descr: str = "<f8", data: bytes = b"") -> bytes:
+    """The bytes of a ``.npy`` file whose header declares ``shape`` (``data`` may lie about it)."""
+    out = io.BytesIO()
+    header = {"descr": descr, "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(out, header)
+    return out.getvalue() + data
+
+
+def _zip(members: dict[str, bytes], compression: int = zipfile.ZIP_STORED) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=compression) as archive:
+        for name, payload in members.items():
+            archive.writestr(name, payload)
+    return out.getvalue()
+
+
+def _deflate_bomb(shape: tuple[int, int]) -> bytes:
+    """A ``savez_compressed`` file of zeros of ``shape``, written in pieces (never in memory)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("Pi1_left.npy", "w", force_zip64=True) as member:
+            member.write(_npy(shape))
+            zeros = bytes(2**20)
+            for _ in range(shape[0] * shape[1] * 8 // len(zeros)):
+                member.write(zeros)
+    return out.getvalue()
+
+
+def test_a_setup_or_rekey_archive_is_read_within_the_message_cap():
+    """The arrays of a set-up or a rekey never take more memory than the frame: compressed
+    members, headers declaring more than the cap or the frame, foreign names and object dtypes
+    are refused by name before any array data is read; the server and the other session go on."""
+    import tracemalloc
+
+    (victim, intruder) = make_plants(2, 30, **REACTOR)
+    matrices = public_target_matrices(intruder.imm.keys)
+    compressed = io.BytesIO()
+    np.savez_compressed(compressed, **matrices)  # the right matrices, deflated
+    cap = 2**20
+    bomb = _deflate_bomb((4096, 2048))  # 64 MiB of float64 zeros in about 64 kB
+    assert len(bomb) < cap // 8
+    cases = {
+        "compressed members": (compressed.getvalue(), "malformed", "'Pi1_left' is compressed"),
+        "deflate bomb": (bomb, "malformed", "is compressed"),
+        "a header over the cap": (_zip({"Pi1_left.npy": _npy((2**40,), data=b"\0" * 16)}),
+                                  "message-too-large", r"declare \d+ bytes or more, over"),
+        "a header over the frame": (_zip({"Pi1_left.npy": _npy((100_000,), data=b"\0" * 16)}),
+                                    "malformed", "more data than the frame holds"),
+        "an unknown member": (_zip({"evil.npy": _npy((1,), data=b"\0" * 8)}),
+                              "malformed", "unexpected member 'evil.npy'"),
+        "an object dtype": (_zip({"Pi2.npy": _npy((1,), descr="|O", data=b"\0" * 8)}),
+                            "malformed", "'Pi2' has an object dtype"),
+        "a missing matrix": (npz_bytes({k: m for k, m in matrices.items() if k != "Pi4"}),
+                             "malformed", r"missing arrays \['Pi4'\]"),
+        "not a zip": (b"not an npz", "malformed", "not an .npz file"),
+    }  # fmt: skip
+    with Service("tcp://127.0.0.1:*", max_message_bytes=cap, log=_quiet) as service:
+        cloud = RemoteTarget(service.address, victim.imm, **REACTOR)
+        first, _ = run_plant(cloud, victim)
+        own = RemoteTarget(service.address, intruder.imm, **REACTOR)
+        state = intruder.imm.encode_state(intruder.initial_state).tobytes()
+        channel = _channel(service.address, timeout_s=30.0)
+        header = json.dumps(REACTOR).encode()
+        for name, (blob, code, message) in cases.items():
+            for request, frames in (
+                ("setup", (wire.SETUP, header, blob)),
+                ("rekey", (wire.REKEY, own._session, state, blob)),
+            ):
+                tracemalloc.start()
+                try:
+                    with pytest.raises(RemoteError) as info:
+                        channel.request(*frames)
+                    peak = tracemalloc.get_traced_memory()[1]
+                finally:
+                    tracemalloc.stop()
+                assert info.value.code == code, (name, request, info.value)
+                assert re.search(f"remote: {request}: .*{message}", str(info.value)), info.value
+                assert peak < 8 * 2**20, (name, request, peak)  # the bomb would take 64 MiB
+                assert channel.request(wire.HELLO)  # still up
+        channel.close()
+        rows = {r["session"]: r for r in service.stats()["per_session"]}
+        victim_row = rows[cloud._session[:4].hex()]
+        intruder_row = rows[own._session[:4].hex()]
+        assert (victim_row["samples"], victim_row["rekeys"], victim_row["errors"]) == (30, 0, 0)
+        assert (intruder_row["rekeys"], intruder_row["errors"]) == (0, len(cases))
+        assert service.stats()["sessions"] == 2  # no refused set-up opened a session
+        second, _ = run_plant(cloud, victim)
+        mine, _ = run_plant(own, intruder)  # the intruder's own session still runs its old keys
+        cloud.close()
+        own.close()
+    local, _ = run_plant(victim.imm.target, victim)
+    assert relative_error(first, local) <= RTOL and relative_error(second, local) <= RTOL
+    assert relative_error(mine, run_plant(intruder.imm.target, intruder)[0]) <= RTOL
+
+
+def test_unpack_reads_stored_arrays_of_any_layout_exactly():
+    arrays = {
+        "Pi1_left": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+        "Pi2": np.arange(6, dtype=">f8").reshape(2, 3),
+        "Pi2_left": np.zeros((0, 3)),
+        "Pi3": np.array([[1.5]]),
+        "Pi4": np.arange(4, dtype=np.uint64).reshape(2, 2),
+    }
+    names = frozenset(arrays)
+    out = _unpack(npz_bytes(arrays), what="setup", limit=2**20, names=names)
+    assert sorted(out) == sorted(arrays)
+    for key, value in arrays.items():
+        assert out[key].dtype == value.dtype and np.array_equal(out[key], value), key
+        assert out[key].flags.writeable
+    with pytest.raises(_Refusal) as info:  # the declared sizes count, not the frame's
+        _unpack(npz_bytes(arrays), what="rekey", limit=100, names=names)
+    assert info.value.code == "message-too-large" and info.value.message.startswith("rekey: ")
 
 
 @given(frames=st.lists(st.binary(max_size=40), max_size=6))

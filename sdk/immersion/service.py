@@ -32,13 +32,16 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import queue
 import secrets
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
+import zipfile
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -126,12 +129,118 @@ class _Job:
     elapsed_ns: int = 0
 
 
-def _unpack(blob: Any) -> dict[str, np.ndarray]:
+_EOCD = struct.Struct("<4s4H2LH")  # a zip file's end-of-central-directory record
+_MAX_ARRAYS = 64  # members of one .npz when the target kind does not list its arrays
+_MAX_ENTRY_BYTES = 1024  # a generous central-directory entry (46 bytes, a name, extras)
+
+_Plan = tuple[str, zipfile.ZipInfo, int, np.dtype, tuple[int, ...], bool, int]
+
+
+def _unpack(
+    blob: Any, *, what: str, limit: int, names: frozenset[str] | None = None
+) -> dict[str, np.ndarray]:
+    """The arrays of a ``setup`` or ``rekey`` ``.npz`` frame, read without trusting it.
+
+    Only stored (uncompressed) ``NAME.npy`` members are read, with exactly the names in
+    ``names`` (any distinct names, at most 64, if None) and no object dtype. Every member's
+    header is read first: their declared sizes must add up to at most ``limit`` (the
+    service's ``max_message_bytes``) and fit in the frame before any array data is read, so
+    the arrays never take more memory than the frame itself (a deflate member would: 0.5 MB
+    of zeros inflates to 512 MB). Refusals are ``malformed`` or ``message-too-large``.
+    """
+    data = memoryview(blob).cast("B")
     try:
-        with np.load(io.BytesIO(blob), allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except Exception as exc:  # noqa: BLE001 - numpy's zip/npy parsers raise many kinds on junk
-        raise _Refusal("malformed", f"setup: the arrays are not an .npz file ({exc})") from None
+        with zipfile.ZipFile(io.BytesIO(_bounded_directory(data, what, names))) as archive:
+            plan = _npz_plan(archive, len(data), what=what, limit=limit, names=names)
+            arrays: dict[str, np.ndarray] = {}
+            for key, info, offset, dtype, shape, fortran, nbytes in plan:
+                with archive.open(info) as member:
+                    member.read(offset)
+                    raw = member.read(nbytes)
+                if len(raw) != nbytes:
+                    raise _Refusal("malformed", f"{what}: array {key!r} is truncated")
+                flat = np.frombuffer(raw, dtype=dtype, count=math.prod(shape))
+                arrays[key] = flat.reshape(shape, order="F" if fortran else "C").copy()
+            return arrays
+    except _Refusal:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the zip and npy parsers raise many kinds on junk
+        raise _Refusal(
+            "malformed", f"{what}: the arrays are not an .npz file ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _bounded_directory(data: memoryview, what: str, names: frozenset[str] | None) -> memoryview:
+    """``data`` if its zip directory is small; zipfile turns the whole directory into objects
+    some ten times its size before anything can be checked, so its size is read first."""
+    most = _MAX_ARRAYS if names is None else len(names)
+    window = min(len(data), _EOCD.size + 0xFFFF)  # the end record, then a comment of <64 KiB
+    end = bytes(data[len(data) - window :]).rfind(b"PK\x05\x06")
+    if end < 0 or end + _EOCD.size > window:
+        raise _Refusal("malformed", f"{what}: the arrays are not an .npz file (no zip end record)")
+    end += len(data) - window
+    entries, directory = _EOCD.unpack_from(data, end)[4:6]
+    if bytes(data[max(0, end - 20) : max(0, end - 16)]) == b"PK\x06\x07":
+        raise _Refusal("malformed", f"{what}: a zip64 archive (numpy writes one over 2 GiB only)")
+    if entries > most or directory > most * _MAX_ENTRY_BYTES:
+        raise _Refusal("malformed", f"{what}: more than {most} arrays")
+    return data
+
+
+def _npz_plan(
+    archive: zipfile.ZipFile,
+    frame_bytes: int,
+    *,
+    what: str,
+    limit: int,
+    names: frozenset[str] | None,
+) -> list[_Plan]:
+    """Check the members' names, compression, dtypes and declared sizes (no array data read)."""
+    plan: list[_Plan] = []
+    total = 0
+    for info in archive.infolist():
+        key = info.filename.removesuffix(".npy")
+        if key == info.filename or any(key == p[0] for p in plan) or (names and key not in names):
+            expected = sorted(names) if names else "distinct NAME.npy members"
+            raise _Refusal(
+                "malformed", f"{what}: unexpected member {info.filename!r} (expected {expected})"
+            )
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise _Refusal(
+                "malformed",
+                f"{what}: array {key!r} is compressed; send stored members (numpy.savez, not "
+                "savez_compressed)",
+            )
+        with archive.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            if version not in ((1, 0), (2, 0)):
+                raise _Refusal("malformed", f"{what}: array {key!r} has .npy version {version}")
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran, dtype = read_header(member)
+            offset = member.tell()
+        if dtype.hasobject:
+            raise _Refusal("malformed", f"{what}: array {key!r} has an object dtype")
+        nbytes = math.prod(shape) * dtype.itemsize
+        total += nbytes
+        if total > limit:
+            raise _Refusal(
+                "message-too-large",
+                f"{what}: the arrays declare {total} bytes or more, over the server's "
+                f"max_message_bytes ({limit})",
+            )
+        if total > frame_bytes or offset + nbytes > info.file_size:
+            raise _Refusal(
+                "malformed", f"{what}: array {key!r} declares more data than the frame holds"
+            )
+        plan.append((key, info, offset, dtype, tuple(shape), bool(fortran), nbytes))
+    missing = sorted(set(names or ()) - {p[0] for p in plan})
+    if missing:
+        raise _Refusal("malformed", f"{what}: missing arrays {missing}")
+    return plan
 
 
 class Service:
@@ -592,7 +701,10 @@ class Service:
             raise InvalidArgumentError(
                 "coding", f"this server runs targets {sorted(self._kinds)}, not {coding!r}"
             )
-        target = kind.build(header, _unpack(job.args[1].buffer))
+        arrays = _unpack(
+            job.args[1].buffer, what="setup", limit=self.max_message_bytes, names=kind.array_names
+        )
+        target = kind.build(header, arrays)
         job.built = (kind, str(header.get("algorithm") or coding), target, header)
 
     def _compute(self, job: _Job) -> None:
@@ -624,7 +736,13 @@ class Service:
             raise InvalidArgumentError(
                 "rekey", f"a {session.kind.name!r} target has no key rotation"
             )
-        new = session.kind.build(session.header, _unpack(job.args[2].buffer))
+        arrays = _unpack(
+            job.args[2].buffer,
+            what="rekey",
+            limit=self.max_message_bytes,
+            names=session.kind.array_names,
+        )
+        new = session.kind.build(session.header, arrays)
         for size in ("n_state_encoded", "n_input_encoded", "n_output_encoded"):
             if getattr(new, size, None) != getattr(old, size, None):
                 raise InvalidArgumentError(

@@ -4,8 +4,10 @@ Shared by the server (:mod:`immersion.service`) and the client (:mod:`immersion.
 request is one multipart ZeroMQ message ``[b"", kind, request_id, *body]`` and its reply is
 ``[b"", request_id, b"ok", *body]`` or ``[b"", request_id, b"error", code, message]``; the
 empty first frame lets plain REQ sockets (other languages, lock-step clients) talk to the server
-as well as DEALER sockets. Nothing is pickled: headers are JSON, arrays raw bytes or ``.npz``
-read with ``allow_pickle=False``.
+as well as DEALER sockets. Nothing is pickled: headers are JSON, arrays raw bytes or an uncompressed
+``.npz`` (``numpy.savez``: stored members with the kind's array names, no object dtype; the
+server reads their headers and counts their declared sizes against ``max_message_bytes`` before
+any array data).
 
 =========  ================================  =====================================================
 kind       request body                      reply body
