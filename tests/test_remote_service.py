@@ -6,6 +6,7 @@ servers itself. Exactness is checked sample by sample against each plant's own l
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -41,6 +42,7 @@ from immersion.remote import (  # noqa: E402
     RemoteError,
     RemoteTarget,
     SessionLimitError,
+    StaleRekeyError,
     UnknownSessionError,
     _Channel,
     remote_stats,
@@ -483,12 +485,13 @@ def test_a_setup_or_rekey_archive_is_read_within_the_message_cap():
         first, _ = run_plant(cloud, victim)
         own = RemoteTarget(service.address, intruder.imm, **REACTOR)
         state = intruder.imm.encode_state(intruder.initial_state).tobytes()
+        origin = hashlib.sha256(own._setup_frames[1]).digest()
         channel = _channel(service.address, timeout_s=30.0)
         header = json.dumps(REACTOR).encode()
         for name, (blob, code, message) in cases.items():
             for request, frames in (
                 ("setup", (wire.SETUP, header, blob)),
-                ("rekey", (wire.REKEY, own._session, state, blob)),
+                ("rekey", (wire.REKEY, own._session, origin, state, blob)),
             ):
                 tracemalloc.start()
                 try:
@@ -770,25 +773,145 @@ def test_rekey_rotates_a_remote_session_exactly_and_only_for_its_owner(keyed_ser
     channel = _channel(service.address, _curve_of(keys, 1))
     state = np.zeros(cloud.n_state_encoded).tobytes()
     npz = cloud._setup_frames[1]
+    origin = hashlib.sha256(npz).digest()  # the arrays the session runs
     with pytest.raises(UnknownSessionError):
-        channel.request(b"rekey", cloud._session, state, npz)
+        channel.request(b"rekey", cloud._session, origin, state, npz)
     channel.close()
     owner = _channel(service.address, _curve_of(keys, 0))
+    other = make_plants(1, 1, **REACTOR)[0].imm.keys
+    bigger = {k: np.pad(m, 1) for k, m in public_target_matrices(other).items()}
     with pytest.raises(RemoteError) as info:  # wrong sizes: keys of another design
-        from immersion.remote_kinds import public_target_matrices
-
-        other = make_plants(1, 1, **REACTOR)[0].imm.keys
-        bigger = {k: np.pad(m, 1) for k, m in public_target_matrices(other).items()}
-        from immersion._files import npz_bytes
-
-        owner.request(b"rekey", cloud._session, state, npz_bytes(bigger))
+        owner.request(b"rekey", cloud._session, origin, state, npz_bytes(bigger))
     assert info.value.code == "invalid-argument"
     with pytest.raises(RemoteError) as info:  # a non-finite state
         owner.request(
-            b"rekey", cloud._session, np.full(cloud.n_state_encoded, np.nan).tobytes(), npz
+            b"rekey", cloud._session, origin, np.full(cloud.n_state_encoded, np.nan).tobytes(), npz
         )
     assert info.value.code == "invalid-argument"
     owner.close()
     (entry,) = service.stats()["per_session"]
     assert (entry["rekeys"], entry["errors"]) == (6, 2)
+    cloud.close()
+
+
+def _rotating_reactor(rotate_keys_every: int = 2) -> tuple[Any, Any]:
+    from immersion.rotation import RotatingImmersion
+    from immersion_reactor.model import ReactorController
+
+    ctrl = ReactorController(dt=0.01)
+    rot = RotatingImmersion(
+        ctrl.f,
+        ctrl.g,
+        3,
+        1,
+        1,
+        rotate_keys_every=rotate_keys_every,
+        keys="dense",
+        rng=5,
+        probe=(ctrl.initial_state, np.array([0.3])),
+    )
+    return rot, ctrl
+
+
+def test_a_rekey_resent_after_a_lost_reply_rotates_once(keyed_service):
+    """RemoteTarget resends a request whose reply does not come; for a rekey the server answers
+    the resend with the first reply (it names the keys it rotates from), so the loop stays
+    equal to the in-process rotation."""
+    service, keys, _ = keyed_service
+    lost: list[bytes] = []
+    resent: list[bytes] = []
+
+    def remote(rot: Any) -> RemoteTarget:
+        cloud = RemoteTarget(service.address, rot.current, **REACTOR, **keys["clients"][0])
+        channel, wait = cloud._channel, cloud._channel._wait
+
+        def lossy_wait(rid: bytes) -> Any:
+            outcome = wait(rid)
+            if isinstance(outcome, list) and len(outcome) == 2:  # a rekey's reply: ok, x~
+                if len(lost) < 3 and not resent:  # the first 3 rotations: the server rotated,
+                    lost.append(rid)  # but the client never sees the reply: it resends
+                    resent.append(rid)
+                    return "timeout"
+                resent.clear()
+            return outcome
+
+        channel._wait = lossy_wait
+        return cloud
+
+    u_remote, x_remote, periods = _rotating_loop(remote)
+    u_local, x_local, _ = _rotating_loop(lambda rot: rot.cloud)
+    assert len(lost) == 3 and periods == 6
+    assert relative_error(u_remote, u_local) <= RTOL and relative_error(x_remote, x_local) <= RTOL
+    (entry,) = service.stats()["per_session"]
+    assert (entry["rekeys"], entry["samples"], entry["errors"]) == (6, 12, 0)
+
+
+def test_a_repeated_rekey_gets_its_first_reply_and_a_stale_one_is_refused(loopback_service):
+    rot, ctrl = _rotating_reactor()
+    address = loopback_service.address
+    cloud = RemoteTarget(address, rot.current, **REACTOR)
+    xt = rot.encode_state(ctrl.initial_state)
+    xt_local = xt
+    for _ in range(2):
+        yt = rot.encode_input(np.array([0.3]))
+        ut, xt = cloud.advance(xt, yt)
+        ut_local, xt_local = rot.cloud.advance(xt_local, yt)
+        rotation = rot.tick()
+    assert rotation is not None  # the keys of period 1 (every 2 samples)
+    arrays = npz_bytes(TARGET_KINDS["immersion"].public_arrays(rot.current))
+    origin = hashlib.sha256(cloud._setup_frames[1]).digest()
+    rekey = (wire.REKEY, cloud._session, origin, xt.tobytes(), arrays)
+    channel = _channel(address)
+    first = channel.request(*rekey)
+    assert channel.request(*rekey) == first  # sent again: the same reply, not a second rotation
+    moved_local = rot.cloud.rekey(rotation, xt_local)
+    assert relative_error(np.frombuffer(first[0]), moved_local) <= RTOL
+    stale = {
+        "another state from the old keys": (cloud._session, origin, (2 * xt).tobytes(), arrays),
+        "keys the session never ran": (cloud._session, os.urandom(32), xt.tobytes(), arrays),
+    }
+    for frames in stale.values():
+        with pytest.raises(StaleRekeyError, match="rekey: the session does not run the keys"):
+            channel.request(wire.REKEY, *frames)
+    with pytest.raises(MalformedRequestError, match="SHA-256"):  # a digest of the wrong size
+        channel.request(wire.REKEY, cloud._session, origin[:16], xt.tobytes(), arrays)
+    with pytest.raises(MalformedRequestError, match="expected 4 frames"):  # protocol 2's rekey
+        channel.request(wire.REKEY, cloud._session, xt.tobytes(), arrays)
+    channel.close()
+    row = next(
+        r
+        for r in loopback_service.stats()["per_session"]
+        if r["session"] == cloud._session[:4].hex()
+    )
+    assert (row["rekeys"], row["errors"]) == (1, 2)  # malformed frames count for no session
+    # the client's own rekey of the same rotation (its first reply was never seen) is a repeat
+    moved = cloud.rekey(rot.current, xt)
+    assert moved.tobytes() == first[0]
+    yt = rot.encode_input(np.array([0.3]))
+    ut, _ = cloud.advance(moved, yt)
+    ut_local, _ = rot.cloud.advance(moved_local, yt)
+    assert relative_error(rot.decode_output(ut, yt), rot.decode_output(ut_local, yt)) <= RTOL
+    cloud.close()
+
+
+def test_a_rekey_whose_state_overflows_is_refused_in_process_and_remotely(loopback_service):
+    from immersion.errors import NonFiniteError
+
+    rot, ctrl = _rotating_reactor(rotate_keys_every=1)
+    cloud = RemoteTarget(loopback_service.address, rot.current, **REACTOR)
+    xt = rot.encode_state(ctrl.initial_state)
+    rotation = rot.tick()
+    huge = np.full(xt.size, 1.7e308)  # finite, but not once decoded
+    with np.errstate(all="ignore"), pytest.raises(NonFiniteError) as info:
+        rot.cloud.target.reencode_state(huge, rotation.target)
+    assert info.value.argument == "encoded_state" and "overflows" in str(info.value)
+    with np.errstate(all="ignore"), pytest.raises(NonFiniteError):
+        rot.cloud.rekey(rotation, huge)
+    assert rot.cloud.period == 0  # nothing rotated
+    with pytest.raises(RemoteError) as remote_info:
+        cloud.rekey(rot.current, huge)
+    assert remote_info.value.code == "invalid-argument"
+    assert "encoded_state: is too large" in str(remote_info.value)
+    moved = cloud.rekey(rot.current, xt)  # the session was not rotated: the real rekey applies
+    assert relative_error(moved, rot.cloud.rekey(rotation, xt)) <= RTOL
     cloud.close()

@@ -24,6 +24,7 @@ The server never receives ``N1``, ``Pi3_left``, the noise, an LWE key or any dec
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import time
@@ -49,6 +50,7 @@ __all__ = [
     "RemoteTarget",
     "RemoteTimeoutError",
     "SessionLimitError",
+    "StaleRekeyError",
     "UnknownSessionError",
     "public_target_matrices",
     "remote_stats",
@@ -109,6 +111,12 @@ class ForbiddenError(RemoteError):
     code = "forbidden"
 
 
+class StaleRekeyError(RemoteError):
+    """A ``rekey`` that does not start from the keys the session runs (skipped or repeated)."""
+
+    code = "stale-rekey"
+
+
 _ERRORS: dict[str, type[RemoteError]] = {
     cls.code: cls
     for cls in (
@@ -117,6 +125,7 @@ _ERRORS: dict[str, type[RemoteError]] = {
         MessageTooLargeError,
         MalformedRequestError,
         ForbiddenError,
+        StaleRekeyError,
     )
 }
 _ERRORS["unknown-request"] = MalformedRequestError
@@ -415,6 +424,11 @@ class RemoteTarget:
         ``advance`` calls run under the new keys, and a set-up after a server restart sends
         the new arrays. Only the session's owner (its CurveZMQ key) can rekey it.
 
+        The request names the arrays it rotates from (their SHA-256), so the retry of a rekey
+        whose reply was lost gets the first reply again instead of re-encoding ``x~`` twice.
+        If every attempt times out, call ``rekey`` again with the same arguments before the
+        next ``advance`` (the server may have rotated already; it answers the repeat alike).
+
         Parameters
         ----------
         imm:
@@ -433,12 +447,13 @@ class RemoteTarget:
             raise InvalidArgumentError("imm", f"expected a {self._kind.name!r} handle")
         arrays = npz_bytes(self._kind.public_arrays(imm))
         xt = self._vector("encoded_state", encoded_state)
+        origin = hashlib.sha256(self._setup_frames[1]).digest()
         try:
-            reply = self._channel.request(wire.REKEY, self._session, xt, arrays)
+            reply = self._channel.request(wire.REKEY, self._session, origin, xt, arrays)
         except UnknownSessionError:  # a restarted server: set up under the old keys, then rotate
             self._setup()
             self.resumed += 1
-            reply = self._channel.request(wire.REKEY, self._session, xt, arrays)
+            reply = self._channel.request(wire.REKEY, self._session, origin, xt, arrays)
         if len(reply) != 1 or len(reply[0]) != len(xt):
             raise RemoteError("remote: the server's reply is malformed", code="malformed")
         self._setup_frames[1] = arrays

@@ -29,6 +29,7 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -91,6 +92,10 @@ class _Session:
     created: float
     last_seen: float
     header: dict[str, Any] = field(default_factory=dict)
+    #: SHA-256 of the .npz frame the target was built from (set-up or last rekey)
+    arrays_digest: bytes = b""
+    #: the last rekey applied: (from digest, new digest, x~ bytes, reply frames)
+    last_rekey: tuple[bytes, bytes, bytes, list[bytes]] | None = None
     samples: int = 0
     rekeys: int = 0
     errors: int = 0
@@ -126,6 +131,8 @@ class _Job:
     refusal: _Refusal | None = None
     built: tuple[TargetKind, str, CloudTarget, dict[str, Any]] | None = None
     pending_setup: bool = False
+    digest: bytes = b""  # SHA-256 of the .npz frame of a setup or rekey
+    replayed: bool = False  # a rekey answered with the reply it got the first time
     elapsed_ns: int = 0
 
 
@@ -621,8 +628,10 @@ class Service:
         job.pending_setup = True
         self._submit(job, self._build)
 
-    def _session_work(self, job: _Job, work: Callable[[_Job], None]) -> None:
-        session = self._session(job, 3)
+    def _session_work(
+        self, job: _Job, work: Callable[[_Job], None], session: _Session | None = None
+    ) -> None:
+        session = session or self._session(job, 3)
         session.last_seen = time.monotonic()
         session.in_flight += 1
         job.session = session
@@ -632,7 +641,12 @@ class Service:
         self._session_work(job, self._compute)
 
     def _rekey(self, job: _Job) -> None:
-        self._session_work(job, self._rebuild)
+        session = self._session(job, 4)
+        if len(job.args[1]) != wire.DIGEST_BYTES:
+            raise _Refusal(
+                "malformed", "rekey: the second frame is the SHA-256 of the arrays it rotates from"
+            )
+        self._session_work(job, self._rebuild, session)
 
     def _close(self, job: _Job) -> None:
         self._end(self._session(job, 1), "closed")
@@ -705,6 +719,7 @@ class Service:
             job.args[1].buffer, what="setup", limit=self.max_message_bytes, names=kind.array_names
         )
         target = kind.build(header, arrays)
+        job.digest = hashlib.sha256(job.args[1].buffer).digest()
         job.built = (kind, str(header.get("algorithm") or coding), target, header)
 
     def _compute(self, job: _Job) -> None:
@@ -727,17 +742,25 @@ class Service:
         """``rekey``: the session's target under the new public arrays, and ``x~`` moved to it.
 
         The new target is built as at set-up (same kind, algorithm and parameters) and must have
-        the old one's sizes; the socket thread swaps it in when the reply is sent.
+        the old one's sizes; the socket thread swaps it in when the reply is sent. A rekey names
+        the arrays it rotates from (their SHA-256): sent again after the session moved on (a
+        reply lost, the request resent), it gets the first reply again, never a second
+        re-encoding; from any other arrays it is refused (``stale-rekey``).
         """
         session = job.session
         assert session is not None
+        origin, state = job.args[1].bytes, job.args[2].bytes
+        job.digest = hashlib.sha256(job.args[3].buffer).digest()
+        if origin != session.arrays_digest:
+            self._repeat_rekey(job)
+            return
         old = session.target
         if not hasattr(old, "reencode_state"):
             raise InvalidArgumentError(
                 "rekey", f"a {session.kind.name!r} target has no key rotation"
             )
         arrays = _unpack(
-            job.args[2].buffer,
+            job.args[3].buffer,
             what="rekey",
             limit=self.max_message_bytes,
             names=session.kind.array_names,
@@ -751,12 +774,44 @@ class Service:
                     f"{getattr(new, size, None)}): a rotation keeps the session's sizes",
                 )
         try:
-            xt = np.frombuffer(job.args[1].bytes, dtype=session.kind.wire_dtype)
+            xt = np.frombuffer(state, dtype=session.kind.wire_dtype)
         except ValueError:
             raise _Refusal("malformed", "rekey: the state must be raw float64 bytes") from None
         moved = old.reencode_state(xt, new)
         job.reply = [np.ascontiguousarray(moved, dtype=session.kind.wire_dtype).tobytes()]
         job.built = (session.kind, session.label, new, session.header)
+
+    def _repeat_rekey(self, job: _Job) -> None:
+        """A rekey that does not start from the session's arrays: the last one sent again
+        (answered as the first time), or a named refusal."""
+        session = job.session
+        assert session is not None
+        last = session.last_rekey
+        if last is not None and last[:3] == (job.args[1].bytes, job.digest, job.args[2].bytes):
+            job.reply, job.replayed = list(last[3]), True
+            return
+        raise _Refusal(
+            "stale-rekey",
+            "rekey: the session does not run the keys this rotation starts from (apply every "
+            "rotation once, in order; a rekey repeated unchanged gets its first answer again)",
+        )
+
+    def _commit_rekey(self, job: _Job) -> None:
+        """Swap in a rekey's new target (socket thread), unless another rekey of the session
+        from the same keys was committed while this one was computed."""
+        session = job.session
+        assert session is not None and job.built is not None
+        if session.arrays_digest != job.args[1].bytes:
+            try:
+                self._repeat_rekey(job)
+            except _Refusal as refusal:
+                job.refusal = refusal
+            return
+        session.target = job.built[2]
+        session.arrays_digest = job.digest
+        session.last_rekey = (job.args[1].bytes, job.digest, job.args[2].bytes, list(job.reply))
+        session.rekeys += 1
+        self._counts["rekeys"] += 1
 
     # ------------------------------------------------------------------ replies and bookkeeping
     def _finish(self, job: _Job) -> None:
@@ -767,6 +822,8 @@ class Service:
             job.reply = self._open_session(job)
         if job.pending_setup:
             self._pending_setups -= 1
+        if job.request == wire.REKEY and job.refusal is None and not job.replayed:
+            self._commit_rekey(job)
         if job.refusal is not None:
             self._refused[job.refusal.code] += 1
             if session is not None:
@@ -781,10 +838,6 @@ class Service:
             )
             frames = [wire.ERROR, job.refusal.code.encode(), job.refusal.message.encode()]
         elif job.request == wire.REKEY:
-            assert session is not None and job.built is not None
-            session.target = job.built[2]
-            session.rekeys += 1
-            self._counts["rekeys"] += 1
             frames = [wire.OK, *job.reply]
         else:
             if session is not None:
@@ -806,7 +859,15 @@ class Service:
             return []
         now = time.monotonic()
         session = _Session(
-            secrets.token_bytes(wire.SESSION_BYTES), job.user, kind, label, target, now, now, header
+            secrets.token_bytes(wire.SESSION_BYTES),
+            job.user,
+            kind,
+            label,
+            target,
+            now,
+            now,
+            header,
+            arrays_digest=job.digest,
         )
         self._sessions[session.sid] = session
         self._counts["sessions_created"] += 1

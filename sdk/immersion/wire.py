@@ -1,4 +1,4 @@
-"""The wire protocol of ``immersion serve`` (version 2): frames, requests, error codes, addresses.
+"""The wire protocol of ``immersion serve`` (version 3): frames, requests, error codes, addresses.
 
 Shared by the server (:mod:`immersion.service`) and the client (:mod:`immersion.remote`). A
 request is one multipart ZeroMQ message ``[b"", kind, request_id, *body]`` and its reply is
@@ -15,8 +15,10 @@ kind       request body                      reply body
 hello      (none)                            JSON: protocol, limits, target kinds
 setup      JSON header, ``.npz`` of arrays   JSON: dimensions, session; the session id (16 bytes)
 advance    session, ``x~``, ``y~``           ``u~``, ``x~+`` (seed 002 eq. 17, one sample)
-rekey      session, ``x~``, ``.npz`` of the   ``x~`` under the new keys, ``Pi2_new Pi2_left x~``
-           new public arrays                 (key rotation; the session then runs the new target)
+rekey      session, digest (SHA-256) of the  ``x~`` under the new keys, ``Pi2_new Pi2_left x~``
+           ``.npz`` the session runs,        (key rotation; the session then runs the new target;
+           ``x~``, ``.npz`` of the new       the same rekey resent gets the same reply, one from
+           public arrays                     other arrays ``stale-rekey``)
 close      session                           (none)
 stats      (none); admin keys only           JSON: sessions, counters, latency percentiles
 stop       (none); admin keys only           (none); the server then stops
@@ -37,7 +39,7 @@ import re
 
 from .errors import InvalidArgumentError
 
-PROTOCOL = 2
+PROTOCOL = 3
 
 #: Request kinds (first frame after the empty delimiter).
 HELLO, SETUP, ADVANCE, REKEY, CLOSE, STATS, STOP = (
@@ -54,6 +56,8 @@ OK, ERROR = b"ok", b"error"
 #: Bytes of a session id (random, ``secrets.token_bytes``) and the longest request id accepted.
 SESSION_BYTES = 16
 MAX_REQUEST_ID_BYTES = 16
+#: Bytes of the digest (SHA-256) a ``rekey`` names the arrays it rotates from by.
+DIGEST_BYTES = 32
 
 #: Every error code the server sends, with what it means.
 ERROR_CODES: dict[str, str] = {
@@ -64,6 +68,8 @@ ERROR_CODES: dict[str, str] = {
     "too-many-sessions": "the server holds its maximum number of sessions",
     "message-too-large": "the request is larger than the server's max_message_bytes",
     "forbidden": "stats and stop need an admin key",
+    "stale-rekey": "the rekey does not start from the arrays the session runs (a rotation "
+    "skipped or applied twice); the same rekey resent unchanged gets its first reply instead",
     "invalid-argument": "the target refused the set-up or the vectors (the message names what)",
     "internal": "the target failed unexpectedly (the server logged the exception type)",
 }
