@@ -313,9 +313,9 @@ def test_a_slow_plant_does_not_hold_up_the_others(workers, monkeypatch):
             assert slow.advance([1.0], [2.0])[0].tolist() == [2.0]
             slow_answered.set()
 
-        thread = threading.Thread(target=slow_sample)
+        thread = threading.Thread(target=slow_sample, daemon=True)
         thread.start()
-        sent.wait()
+        assert sent.wait(10)
         time.sleep(0.2)  # the slow request is in the server before the fast plant starts
         outputs, _ = run_plant(fast, plant)
         fast_first = not slow_answered.is_set()
@@ -617,6 +617,15 @@ def test_sigkill_and_restart_every_client_resumes_and_ends_equal_to_an_uninterru
     assert summary["sessions_created"] == 4 and summary["requests"] == summary["replies"]
 
 
+@pytest.mark.slow
+def test_stop_after_kill_waits_and_returns_no_stats():
+    """The fault test's clean-up: stop() on a killed server must not raise (it would hide the
+    error that made the test stop)."""
+    server = ServerProcess()
+    server.kill()
+    assert server.stop() is None and server.returncode == -signal.SIGKILL
+
+
 KILLED_CLIENT = textwrap.dedent(
     """
     import os, signal, sys
@@ -673,21 +682,28 @@ def test_anonymous_stop_is_refused_and_a_signal_stops_cleanly(sig):
             _channel(server.address).request(b"stop")
         assert _channel(server.address).request(b"hello")  # still up
         cloud = RemoteTarget(server.address, plant.imm, **REACTOR, timeout_s=1.0, attempts=1)
-        served = {"n": 0}
+        served: dict[str, Any] = {"n": 0, "error": None}
 
         def stream() -> None:
             try:
                 run_plant(cloud, plant, after_sample=lambda k: served.__setitem__("n", k + 1))
-            except RemoteError:
-                pass  # the server is gone
+            except RemoteError as exc:
+                served["error"] = exc  # the server is gone (expected once it is stopped)
 
-        thread = threading.Thread(target=stream)
+        thread = threading.Thread(target=stream, daemon=True)
         thread.start()
+        deadline = time.monotonic() + 60
         while served["n"] < 50:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                pytest.fail(
+                    f"{served['n']} samples served before the signal, 50 expected "
+                    f"(client error: {served['error']!r}; server log: {server.events[-5:]})"
+                )
             time.sleep(0.01)
     finally:
         summary = server.stop(sig)
     thread.join(10)
+    assert not thread.is_alive(), "the client did not notice the server's exit"
     assert server.returncode == 0
     assert summary["requests"] == summary["replies"] and summary["samples"] >= 50
     stopping = next(e for e in server.events if e["event"] == "stopping")
