@@ -711,6 +711,87 @@ def test_anonymous_stop_is_refused_and_a_signal_stops_cleanly(sig):
     assert summary["refused"] == {"forbidden": 1}
 
 
+SLOW_SERVER = textwrap.dedent(
+    """
+    import json, pathlib, sys, time
+    import numpy as np
+    from immersion.remote_kinds import TARGET_KINDS, TargetKind
+    from immersion.service import Service, serve
+
+    started = pathlib.Path(sys.argv[1])
+
+    class Slow:
+        n_state_encoded = n_input_encoded = 1
+
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def advance(self, xt, yt):
+            started.touch()  # the request is in a worker now
+            time.sleep(self.seconds)
+            return np.asarray(xt) + 1, np.asarray(yt) + 1
+
+    slow = TargetKind("slow", np.float64, lambda imm: {}, lambda h, a: Slow(float(a["seconds"][0])))
+    service = Service("tcp://127.0.0.1:*", kinds={**TARGET_KINDS, "slow": slow}, json_log=True)
+    print(service.address, flush=True)
+    print(json.dumps(serve(service)), flush=True)
+    """
+)
+
+
+def _wait_for(what: str, check: Any, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} within {timeout_s:g} s")
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_a_signal_lets_the_request_in_a_worker_finish_and_exits_0(tmp_path, monkeypatch):
+    """SIGTERM while a 1.5 s sample sits in a worker thread: it is answered, then exit code 0."""
+    import select
+
+    monkeypatch.setitem(TARGET_KINDS, "slow", SLOW)
+    started = tmp_path / "started"
+    server = subprocess.Popen(
+        [sys.executable, "-c", SLOW_SERVER, str(started)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert select.select([server.stdout], [], [], 120)[0], "the server did not start"
+        address = server.stdout.readline().strip()
+        cloud = RemoteTarget(address, _SlowHandle(), timeout_s=30, attempts=1)
+        result: dict[str, Any] = {}
+
+        def sample() -> None:
+            try:
+                result["reply"] = [v.tolist() for v in cloud.advance([1.0], [2.0])]
+            except RemoteError as exc:
+                result["error"] = exc
+
+        thread = threading.Thread(target=sample, daemon=True)
+        thread.start()
+        _wait_for("the slow sample did not reach a worker", started.exists)
+        server.send_signal(signal.SIGTERM)
+        thread.join(30)
+        out, err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert result == {"reply": [[2.0], [3.0]]}
+    assert server.returncode == 0
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    stopping = next(e for e in events if e["event"] == "stopping")
+    assert (stopping["reason"], stopping["in_flight"]) == ("SIGTERM", 1)
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["samples"] == 1 and summary["requests"] == summary["replies"] == 3
+    cloud.close()
+
+
 # ------------------------------------------------------------------------------------ load
 @pytest.mark.slow
 def test_load_eight_plants_each_equal_to_its_own_local_target():
