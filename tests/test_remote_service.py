@@ -36,6 +36,7 @@ from immersion.cli import main  # noqa: E402
 from immersion.curve import CurveKeyPair, load_curve_secret, new_curve_keys  # noqa: E402
 from immersion.remote import (  # noqa: E402
     AuthenticationError,
+    DisconnectedError,
     ForbiddenError,
     MalformedRequestError,
     MessageTooLargeError,
@@ -63,7 +64,12 @@ from immersion.remote_kinds import (  # noqa: E402
 )
 from immersion.serve_process import ServerProcess  # noqa: E402
 from immersion.service import Service, _Refusal, _unpack  # noqa: E402
-from immersion.wire import ERROR_CODES, endpoint_host, is_loopback  # noqa: E402
+from immersion.wire import (  # noqa: E402
+    CLIENT_ERROR_CODES,
+    ERROR_CODES,
+    endpoint_host,
+    is_loopback,
+)
 
 REACTOR = {"algorithm": "reactor-controller", "params": {"dt": 0.01}}
 RTOL = 1e-12
@@ -136,6 +142,22 @@ def test_without_keys_only_loopback_is_served_or_reached():
     with pytest.raises(InvalidArgumentError) as info:  # refused before any connection
         RemoteTarget("tcp://192.0.2.7:5555", plant.imm, **REACTOR)
     assert info.value.argument == "server_key"
+
+
+def test_every_error_code_is_documented_once_with_its_class():
+    import immersion.remote as remote
+
+    classes = {
+        cls.code: cls
+        for cls in vars(remote).values()
+        if isinstance(cls, type) and issubclass(cls, RemoteError) and cls is not RemoteError
+    }
+    assert not set(ERROR_CODES) & set(CLIENT_ERROR_CODES)
+    assert set(classes) <= set(ERROR_CODES) | set(CLIENT_ERROR_CODES)
+    assert set(CLIENT_ERROR_CODES) <= set(classes)  # each client-side code has its class
+    for code, text in CLIENT_ERROR_CODES.items():
+        assert classes[code].__name__ in text, code
+    assert set(remote._ERRORS) <= set(ERROR_CODES)
 
 
 # ------------------------------------------------------------------------------------ key files
@@ -369,11 +391,11 @@ def test_intruders_and_bad_input_are_refused_by_name_and_change_no_session(keyed
     with pytest.raises(MessageTooLargeError):
         channel.request(b"setup", b"{}", b"\0" * (2**19), b"\0" * (2**19))
     # ... and one frame over it: ZeroMQ drops the connection before reading it
-    with pytest.raises(RemoteError) as info:
+    with pytest.raises(DisconnectedError) as info:
         _Channel(address, timeout_s=1.0, attempts=2, curve=listed).request(
             b"setup", b"{}", b"\0" * (2**20 + 1)
         )
-    assert info.value.code == "disconnected"
+    assert info.value.code == "disconnected" and "max_message_bytes" in str(info.value)
     # malformed frames
     for frames in (
         [b"advance"],

@@ -43,6 +43,7 @@ from .remote_kinds import PUBLIC_MATRICES, kind_of, public_target_matrices
 __all__ = [
     "PUBLIC_MATRICES",
     "AuthenticationError",
+    "DisconnectedError",
     "ForbiddenError",
     "MalformedRequestError",
     "MessageTooLargeError",
@@ -79,6 +80,14 @@ class AuthenticationError(RemoteError):
     """The CurveZMQ handshake failed: key not listed, wrong server key, CURVE on one side only."""
 
     code = "authentication"
+
+
+class DisconnectedError(RemoteError):
+    """The server closed the connection on every attempt, unanswered: a frame of the request is
+    over its ``max_message_bytes``. ZeroMQ drops such a frame before it is read, so the server
+    neither answers nor logs it; the code is the client's (:data:`wire.CLIENT_ERROR_CODES`)."""
+
+    code = "disconnected"
 
 
 class UnknownSessionError(RemoteError):
@@ -245,10 +254,9 @@ class _Channel:
             self.close()  # a fresh socket: nothing stale is queued, the handshake is redone
             self._open()
         if dropped == tries:
-            raise RemoteError(
+            raise DisconnectedError(
                 f"remote: {self.address} closed the connection on each of {tries} attempts "
-                "(the server does so when one frame exceeds its max_message_bytes)",
-                code="disconnected",
+                "(the server does so when one frame exceeds its max_message_bytes)"
             )
         raise RemoteTimeoutError(
             f"remote: no answer from {self.address} in {self.timeout_s:g} s on {tries} attempts "

@@ -74,6 +74,16 @@ ERROR_CODES: dict[str, str] = {
     "internal": "the target failed unexpectedly (the server logged the exception type)",
 }
 
+#: Codes the client gives its own errors (:mod:`immersion.remote`); no server sends them.
+CLIENT_ERROR_CODES: dict[str, str] = {
+    "timeout": "no answer within timeout_s on any of the attempts (RemoteTimeoutError)",
+    "authentication": "the CurveZMQ handshake failed: key not listed, wrong server key, keys on "
+    "one side only (AuthenticationError)",
+    "disconnected": "the server closed the connection on every attempt: one frame was over its "
+    "max_message_bytes, which ZeroMQ drops unread, so the server neither answers nor logs it "
+    "(DisconnectedError)",
+}
+
 _TCP = re.compile(r"^tcp://(?P<host>\[[0-9A-Fa-f:.]+\]|[^:/\[\]\s]+):(?P<port>\d{1,5}|\*)$")
 _LOCAL_NAMES = {"localhost", "lo"}
 
