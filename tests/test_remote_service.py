@@ -396,20 +396,21 @@ def test_intruders_and_bad_input_are_refused_by_name_and_change_no_session(keyed
             b"setup", b"{}", b"\0" * (2**20 + 1)
         )
     assert info.value.code == "disconnected" and "max_message_bytes" in str(info.value)
-    # malformed frames
-    for frames in (
-        [b"advance"],
-        [b"", b"advance"],
-        [b"", b"advance", b"r" * 17],
-        [b"", b"bogus", b"rid"],
-        [b"", b"setup", b"rid", b"{}"],
-        [b"", b"setup", b"rid", b"[1, 2]", b"x"],
-        [b"", b"setup", b"rid", b'{"algorithm": "reactor-controller"}', b"not an npz"],
-        [b"", b"advance", b"rid", cloud._session],
-    ):
+    # malformed frames, each with its code and what its message names
+    for frames, code, names in (
+        ([b"advance"], "malformed", "expected frames"),
+        ([b"", b"advance"], "malformed", "expected frames"),
+        ([b"", b"advance", b"r" * 17], "malformed", "request_id (1-16 bytes)"),
+        ([b"", b"bogus", b"rid"], "unknown-request", "unknown request b'bogus'"),
+        ([b"", b"setup", b"rid", b"{}"], "malformed", "setup: expected a JSON header"),
+        ([b"", b"setup", b"rid", b"[1, 2]", b"x"], "malformed", "not a JSON object"),
+        ([b"", b"setup", b"rid", b'{"algorithm": "reactor-controller"}', b"not an npz"],
+         "malformed", "setup: the arrays are not an .npz file"),
+        ([b"", b"advance", b"rid", cloud._session], "malformed", "advance: expected 3 frames"),
+    ):  # fmt: skip
         reply = _raw(address, frames, curve=listed)
         assert reply is not None and reply[-3] == b"error", frames
-        assert reply[-2].decode() in ("malformed", "unknown-request", "unknown-session"), reply
+        assert reply[-2].decode() == code and names in reply[-1].decode(), (frames, reply)
     # wrong keys: unlisted pair, listed public key with another secret, wrong server key, none
     _, stranger = new_curve_keys(tmp_path / "strangers", "stranger")
     stranger_pair = _pair(stranger)
