@@ -834,6 +834,17 @@ def test_load_eight_plants_each_equal_to_its_own_local_target():
     assert result["server_service_us"]["p50_us"] > 0
 
 
+@pytest.mark.slow
+def test_bench_remote_writes_its_json_to_out(tmp_path):
+    out = tmp_path / "figures" / "remote" / "bench.json"
+    args = ["bench", "remote", "--plants", "2", "--samples", "20", "--no-curve", "--json"]
+    result = CliRunner().invoke(main, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    saved = json.loads(out.read_text())
+    assert saved == json.loads(result.stdout.splitlines()[-1])
+    assert saved["max_rel_error_vs_local"] <= RTOL and saved["server_exit"]["code"] == 0
+
+
 # ------------------------------------------------------------------------------------ key rotation
 def _rotating_loop(cloud_of: Any, samples: int = 12) -> tuple[np.ndarray, np.ndarray, int]:
     """A reactor controller with keys rotated every 2 samples; ``cloud_of(rot)`` is the cloud.

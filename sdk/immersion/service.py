@@ -2,7 +2,8 @@
 
 One ZeroMQ ROUTER socket is read by the thread that calls :meth:`Service.run`; the target work of
 ``setup`` and ``advance`` runs on a pool of ``workers`` threads (numpy releases the GIL in its
-products), so a plant whose target is slow does not hold up the others' replies.
+products), so a plant whose target is slow does not hold up the others' replies (as long as
+fewer plants than ``workers`` are slow at once: each slow sample holds a worker).
 
 * **Sessions.** Each ``setup`` builds its own target (any kind of :mod:`immersion.remote_kinds`)
   under a random 16-byte session id owned by the client's CurveZMQ key. ``advance`` names its
