@@ -1,7 +1,9 @@
 """Remote-service benchmark: concurrent plants against one `immersion serve`, set-ups side by side.
 
-Run:  .venv/bin/python benchmarks/bench_remote.py [--plants 50] [--samples 2000]  (one JSON object)
-Also: .venv/bin/immersion bench remote --json   (the first set-up alone)
+Run:  .venv/bin/python benchmarks/bench_remote.py [--plants 50] [--samples 2000] [--out PATH]
+      (one JSON object on stdout; with --out also written to PATH, e.g.
+      docs/figures/remote/bench_remote.json)
+Also: .venv/bin/immersion bench remote --json [--out PATH]   (the first set-up alone)
 
 Set-ups, one after the other in this process, each with its own server process:
 CurveZMQ with 2 worker threads (the default service), plain loopback transport with 2 workers
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from immersion.remote_bench import bench_remote
 
@@ -29,6 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--plants", type=int, default=50)
     parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--out", type=Path, help="also write the JSON object to this file")
     args = parser.parse_args()
     runs = {}
     for name, setup in SETUPS.items():
@@ -52,7 +56,11 @@ def main() -> None:
         for name in SETUPS
         if name != "curve_workers2"
     }
-    print(json.dumps({"benchmark": "remote", "runs": runs, "relative_to_curve_workers2": summary}))
+    text = json.dumps({"benchmark": "remote", "runs": runs, "relative_to_curve_workers2": summary})
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":

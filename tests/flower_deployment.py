@@ -99,8 +99,12 @@ class LoopbackDeployment:
             link.append("--insecure")
             trust = "insecure = true\n"
         self.add_connection(CONNECTION, trust, default=True)
-        self._start("superlink", link)
-        self._wait_for_port(self.port)
+        superlink = self._start("superlink", link)
+        try:  # nothing else stops the SuperLink yet: the caller's `with` has not begun
+            self._wait_for_port(self.port, superlink)
+        except BaseException:
+            self.close()
+            raise
 
     def add_connection(self, name: str, trust: str, *, default: bool = False) -> None:
         """A ``[superlink.NAME]`` entry in ``config.toml`` (``trust``: its TLS lines)."""
@@ -120,14 +124,17 @@ class LoopbackDeployment:
         return proc
 
     @staticmethod
-    def _wait_for_port(port: int, timeout_s: float = 60.0) -> None:
+    def _wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and proc.poll() is None:
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     return
             time.sleep(0.2)
-        raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s} s")
+        log = proc.log_path.read_text()[-2000:]  # type: ignore[attr-defined]
+        if proc.poll() is not None:
+            raise RuntimeError(f"the SuperLink exited ({proc.returncode}) before listening:\n{log}")
+        raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s} s:\n{log}")
 
     def node_key(self, name: str) -> tuple[Path, Path]:
         """A SuperNode key pair (private, public) in OpenSSH format."""

@@ -46,7 +46,6 @@ KNOWN_GAPS: dict[str, set[str]] = {
         "immersion.TargetAlgorithm.from_matrices",
         "immersion.TargetAlgorithm.step",
         "immersion.TargetAlgorithm.advance",
-        "immersion.TargetAlgorithm.reencode_state",
         "immersion.TargetAlgorithm.output",
         "immersion.Keys",
         "immersion.Keys.draw",

@@ -6,8 +6,11 @@ servers itself. Exactness is checked sample by sample against each plant's own l
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -15,6 +18,7 @@ import sys
 import textwrap
 import threading
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +30,20 @@ from hypothesis import strategies as st
 
 zmq = pytest.importorskip("zmq")
 
-from immersion import InvalidArgumentError, KeyFileError  # noqa: E402
+from immersion import InvalidArgumentError, KeyFileError, wire  # noqa: E402
+from immersion._files import npz_bytes  # noqa: E402
 from immersion.cli import main  # noqa: E402
 from immersion.curve import CurveKeyPair, load_curve_secret, new_curve_keys  # noqa: E402
 from immersion.remote import (  # noqa: E402
     AuthenticationError,
+    DisconnectedError,
     ForbiddenError,
     MalformedRequestError,
     MessageTooLargeError,
     RemoteError,
     RemoteTarget,
     SessionLimitError,
+    StaleRekeyError,
     UnknownSessionError,
     _Channel,
     remote_stats,
@@ -50,10 +57,19 @@ from immersion.remote_bench import (  # noqa: E402
     run_plant,
     run_plants_concurrently,
 )
-from immersion.remote_kinds import TARGET_KINDS, TargetKind  # noqa: E402
+from immersion.remote_kinds import (  # noqa: E402
+    TARGET_KINDS,
+    TargetKind,
+    public_target_matrices,
+)
 from immersion.serve_process import ServerProcess  # noqa: E402
-from immersion.service import Service  # noqa: E402
-from immersion.wire import ERROR_CODES, endpoint_host, is_loopback  # noqa: E402
+from immersion.service import Service, _Refusal, _unpack  # noqa: E402
+from immersion.wire import (  # noqa: E402
+    CLIENT_ERROR_CODES,
+    ERROR_CODES,
+    endpoint_host,
+    is_loopback,
+)
 
 REACTOR = {"algorithm": "reactor-controller", "params": {"dt": 0.01}}
 RTOL = 1e-12
@@ -126,6 +142,22 @@ def test_without_keys_only_loopback_is_served_or_reached():
     with pytest.raises(InvalidArgumentError) as info:  # refused before any connection
         RemoteTarget("tcp://192.0.2.7:5555", plant.imm, **REACTOR)
     assert info.value.argument == "server_key"
+
+
+def test_every_error_code_is_documented_once_with_its_class():
+    import immersion.remote as remote
+
+    classes = {
+        cls.code: cls
+        for cls in vars(remote).values()
+        if isinstance(cls, type) and issubclass(cls, RemoteError) and cls is not RemoteError
+    }
+    assert not set(ERROR_CODES) & set(CLIENT_ERROR_CODES)
+    assert set(classes) <= set(ERROR_CODES) | set(CLIENT_ERROR_CODES)
+    assert set(CLIENT_ERROR_CODES) <= set(classes)  # each client-side code has its class
+    for code, text in CLIENT_ERROR_CODES.items():
+        assert classes[code].__name__ in text, code
+    assert set(remote._ERRORS) <= set(ERROR_CODES)
 
 
 # ------------------------------------------------------------------------------------ key files
@@ -303,9 +335,9 @@ def test_a_slow_plant_does_not_hold_up_the_others(workers, monkeypatch):
             assert slow.advance([1.0], [2.0])[0].tolist() == [2.0]
             slow_answered.set()
 
-        thread = threading.Thread(target=slow_sample)
+        thread = threading.Thread(target=slow_sample, daemon=True)
         thread.start()
-        sent.wait()
+        assert sent.wait(10)
         time.sleep(0.2)  # the slow request is in the server before the fast plant starts
         outputs, _ = run_plant(fast, plant)
         fast_first = not slow_answered.is_set()
@@ -359,25 +391,26 @@ def test_intruders_and_bad_input_are_refused_by_name_and_change_no_session(keyed
     with pytest.raises(MessageTooLargeError):
         channel.request(b"setup", b"{}", b"\0" * (2**19), b"\0" * (2**19))
     # ... and one frame over it: ZeroMQ drops the connection before reading it
-    with pytest.raises(RemoteError) as info:
+    with pytest.raises(DisconnectedError) as info:
         _Channel(address, timeout_s=1.0, attempts=2, curve=listed).request(
             b"setup", b"{}", b"\0" * (2**20 + 1)
         )
-    assert info.value.code == "disconnected"
-    # malformed frames
-    for frames in (
-        [b"advance"],
-        [b"", b"advance"],
-        [b"", b"advance", b"r" * 17],
-        [b"", b"bogus", b"rid"],
-        [b"", b"setup", b"rid", b"{}"],
-        [b"", b"setup", b"rid", b"[1, 2]", b"x"],
-        [b"", b"setup", b"rid", b'{"algorithm": "reactor-controller"}', b"not an npz"],
-        [b"", b"advance", b"rid", cloud._session],
-    ):
+    assert info.value.code == "disconnected" and "max_message_bytes" in str(info.value)
+    # malformed frames, each with its code and what its message names
+    for frames, code, names in (
+        ([b"advance"], "malformed", "expected frames"),
+        ([b"", b"advance"], "malformed", "expected frames"),
+        ([b"", b"advance", b"r" * 17], "malformed", "request_id (1-16 bytes)"),
+        ([b"", b"bogus", b"rid"], "unknown-request", "unknown request b'bogus'"),
+        ([b"", b"setup", b"rid", b"{}"], "malformed", "setup: expected a JSON header"),
+        ([b"", b"setup", b"rid", b"[1, 2]", b"x"], "malformed", "not a JSON object"),
+        ([b"", b"setup", b"rid", b'{"algorithm": "reactor-controller"}', b"not an npz"],
+         "malformed", "setup: the arrays are not an .npz file"),
+        ([b"", b"advance", b"rid", cloud._session], "malformed", "advance: expected 3 frames"),
+    ):  # fmt: skip
         reply = _raw(address, frames, curve=listed)
         assert reply is not None and reply[-3] == b"error", frames
-        assert reply[-2].decode() in ("malformed", "unknown-request", "unknown-session"), reply
+        assert reply[-2].decode() == code and names in reply[-1].decode(), (frames, reply)
     # wrong keys: unlisted pair, listed public key with another secret, wrong server key, none
     _, stranger = new_curve_keys(tmp_path / "strangers", "stranger")
     stranger_pair = _pair(stranger)
@@ -412,6 +445,121 @@ def test_intruders_and_bad_input_are_refused_by_name_and_change_no_session(keyed
     assert {"unknown-session", "forbidden", "message-too-large", "malformed"} <= refused
     assert any(e["event"] == "denied" for e in events)
     assert service.stats()["handshakes_denied"] >= 1
+
+
+def _npy(shape: tuple[int, ...], descr: str = "<f8", data: bytes = b"") -> bytes:
+    """The bytes of a ``.npy`` file whose header declares ``shape`` (``data`` may lie about it)."""
+    out = io.BytesIO()
+    header = {"descr": descr, "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(out, header)
+    return out.getvalue() + data
+
+
+def _zip(members: dict[str, bytes], compression: int = zipfile.ZIP_STORED) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=compression) as archive:
+        for name, payload in members.items():
+            archive.writestr(name, payload)
+    return out.getvalue()
+
+
+def _deflate_bomb(shape: tuple[int, int]) -> bytes:
+    """A ``savez_compressed`` file of zeros of ``shape``, written in pieces (never in memory)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("Pi1_left.npy", "w", force_zip64=True) as member:
+            member.write(_npy(shape))
+            zeros = bytes(2**20)
+            for _ in range(shape[0] * shape[1] * 8 // len(zeros)):
+                member.write(zeros)
+    return out.getvalue()
+
+
+def test_a_setup_or_rekey_archive_is_read_within_the_message_cap():
+    """The arrays of a set-up or a rekey never take more memory than the frame: compressed
+    members, headers declaring more than the cap or the frame, foreign names and object dtypes
+    are refused by name before any array data is read; the server and the other session go on."""
+    import tracemalloc
+
+    (victim, intruder) = make_plants(2, 30, **REACTOR)
+    matrices = public_target_matrices(intruder.imm.keys)
+    compressed = io.BytesIO()
+    np.savez_compressed(compressed, **matrices)  # the right matrices, deflated
+    cap = 2**20
+    bomb = _deflate_bomb((4096, 2048))  # 64 MiB of float64 zeros in about 64 kB
+    assert len(bomb) < cap // 8
+    cases = {
+        "compressed members": (compressed.getvalue(), "malformed", "'Pi1_left' is compressed"),
+        "deflate bomb": (bomb, "malformed", "is compressed"),
+        "a header over the cap": (_zip({"Pi1_left.npy": _npy((2**40,), data=b"\0" * 16)}),
+                                  "message-too-large", r"declare \d+ bytes or more, over"),
+        "a header over the frame": (_zip({"Pi1_left.npy": _npy((100_000,), data=b"\0" * 16)}),
+                                    "malformed", "more data than the frame holds"),
+        "an unknown member": (_zip({"evil.npy": _npy((1,), data=b"\0" * 8)}),
+                              "malformed", "unexpected member 'evil.npy'"),
+        "an object dtype": (_zip({"Pi2.npy": _npy((1,), descr="|O", data=b"\0" * 8)}),
+                            "malformed", "'Pi2' has an object dtype"),
+        "a missing matrix": (npz_bytes({k: m for k, m in matrices.items() if k != "Pi4"}),
+                             "malformed", r"missing arrays \['Pi4'\]"),
+        "not a zip": (b"not an npz", "malformed", "not an .npz file"),
+    }  # fmt: skip
+    with Service("tcp://127.0.0.1:*", max_message_bytes=cap, log=_quiet) as service:
+        cloud = RemoteTarget(service.address, victim.imm, **REACTOR)
+        first, _ = run_plant(cloud, victim)
+        own = RemoteTarget(service.address, intruder.imm, **REACTOR)
+        state = intruder.imm.encode_state(intruder.initial_state).tobytes()
+        origin = hashlib.sha256(own._setup_frames[1]).digest()
+        channel = _channel(service.address, timeout_s=30.0)
+        header = json.dumps(REACTOR).encode()
+        for name, (blob, code, message) in cases.items():
+            for request, frames in (
+                ("setup", (wire.SETUP, header, blob)),
+                ("rekey", (wire.REKEY, own._session, origin, state, blob)),
+            ):
+                tracemalloc.start()
+                try:
+                    with pytest.raises(RemoteError) as info:
+                        channel.request(*frames)
+                    peak = tracemalloc.get_traced_memory()[1]
+                finally:
+                    tracemalloc.stop()
+                assert info.value.code == code, (name, request, info.value)
+                assert re.search(f"remote: {request}: .*{message}", str(info.value)), info.value
+                assert peak < 8 * 2**20, (name, request, peak)  # the bomb would take 64 MiB
+                assert channel.request(wire.HELLO)  # still up
+        channel.close()
+        rows = {r["session"]: r for r in service.stats()["per_session"]}
+        victim_row = rows[cloud._session[:4].hex()]
+        intruder_row = rows[own._session[:4].hex()]
+        assert (victim_row["samples"], victim_row["rekeys"], victim_row["errors"]) == (30, 0, 0)
+        assert (intruder_row["rekeys"], intruder_row["errors"]) == (0, len(cases))
+        assert service.stats()["sessions"] == 2  # no refused set-up opened a session
+        second, _ = run_plant(cloud, victim)
+        mine, _ = run_plant(own, intruder)  # the intruder's own session still runs its old keys
+        cloud.close()
+        own.close()
+    local, _ = run_plant(victim.imm.target, victim)
+    assert relative_error(first, local) <= RTOL and relative_error(second, local) <= RTOL
+    assert relative_error(mine, run_plant(intruder.imm.target, intruder)[0]) <= RTOL
+
+
+def test_unpack_reads_stored_arrays_of_any_layout_exactly():
+    arrays = {
+        "Pi1_left": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+        "Pi2": np.arange(6, dtype=">f8").reshape(2, 3),
+        "Pi2_left": np.zeros((0, 3)),
+        "Pi3": np.array([[1.5]]),
+        "Pi4": np.arange(4, dtype=np.uint64).reshape(2, 2),
+    }
+    names = frozenset(arrays)
+    out = _unpack(npz_bytes(arrays), what="setup", limit=2**20, names=names)
+    assert sorted(out) == sorted(arrays)
+    for key, value in arrays.items():
+        assert out[key].dtype == value.dtype and np.array_equal(out[key], value), key
+        assert out[key].flags.writeable
+    with pytest.raises(_Refusal) as info:  # the declared sizes count, not the frame's
+        _unpack(npz_bytes(arrays), what="rekey", limit=100, names=names)
+    assert info.value.code == "message-too-large" and info.value.message.startswith("rekey: ")
 
 
 @given(frames=st.lists(st.binary(max_size=40), max_size=6))
@@ -492,6 +640,15 @@ def test_sigkill_and_restart_every_client_resumes_and_ends_equal_to_an_uninterru
     assert summary["sessions_created"] == 4 and summary["requests"] == summary["replies"]
 
 
+@pytest.mark.slow
+def test_stop_after_kill_waits_and_returns_no_stats():
+    """The fault test's clean-up: stop() on a killed server must not raise (it would hide the
+    error that made the test stop)."""
+    server = ServerProcess()
+    server.kill()
+    assert server.stop() is None and server.returncode == -signal.SIGKILL
+
+
 KILLED_CLIENT = textwrap.dedent(
     """
     import os, signal, sys
@@ -548,26 +705,114 @@ def test_anonymous_stop_is_refused_and_a_signal_stops_cleanly(sig):
             _channel(server.address).request(b"stop")
         assert _channel(server.address).request(b"hello")  # still up
         cloud = RemoteTarget(server.address, plant.imm, **REACTOR, timeout_s=1.0, attempts=1)
-        served = {"n": 0}
+        served: dict[str, Any] = {"n": 0, "error": None}
 
         def stream() -> None:
             try:
                 run_plant(cloud, plant, after_sample=lambda k: served.__setitem__("n", k + 1))
-            except RemoteError:
-                pass  # the server is gone
+            except RemoteError as exc:
+                served["error"] = exc  # the server is gone (expected once it is stopped)
 
-        thread = threading.Thread(target=stream)
+        thread = threading.Thread(target=stream, daemon=True)
         thread.start()
+        deadline = time.monotonic() + 60
         while served["n"] < 50:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                pytest.fail(
+                    f"{served['n']} samples served before the signal, 50 expected "
+                    f"(client error: {served['error']!r}; server log: {server.events[-5:]})"
+                )
             time.sleep(0.01)
     finally:
         summary = server.stop(sig)
     thread.join(10)
+    assert not thread.is_alive(), "the client did not notice the server's exit"
     assert server.returncode == 0
     assert summary["requests"] == summary["replies"] and summary["samples"] >= 50
     stopping = next(e for e in server.events if e["event"] == "stopping")
     assert stopping["reason"] == sig.name
     assert summary["refused"] == {"forbidden": 1}
+
+
+SLOW_SERVER = textwrap.dedent(
+    """
+    import json, pathlib, sys, time
+    import numpy as np
+    from immersion.remote_kinds import TARGET_KINDS, TargetKind
+    from immersion.service import Service, serve
+
+    started = pathlib.Path(sys.argv[1])
+
+    class Slow:
+        n_state_encoded = n_input_encoded = 1
+
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def advance(self, xt, yt):
+            started.touch()  # the request is in a worker now
+            time.sleep(self.seconds)
+            return np.asarray(xt) + 1, np.asarray(yt) + 1
+
+    slow = TargetKind("slow", np.float64, lambda imm: {}, lambda h, a: Slow(float(a["seconds"][0])))
+    service = Service("tcp://127.0.0.1:*", kinds={**TARGET_KINDS, "slow": slow}, json_log=True)
+    print(service.address, flush=True)
+    print(json.dumps(serve(service)), flush=True)
+    """
+)
+
+
+def _wait_for(what: str, check: Any, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} within {timeout_s:g} s")
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_a_signal_lets_the_request_in_a_worker_finish_and_exits_0(tmp_path, monkeypatch):
+    """SIGTERM while a 1.5 s sample sits in a worker thread: it is answered, then exit code 0."""
+    import select
+
+    monkeypatch.setitem(TARGET_KINDS, "slow", SLOW)
+    started = tmp_path / "started"
+    server = subprocess.Popen(
+        [sys.executable, "-c", SLOW_SERVER, str(started)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert select.select([server.stdout], [], [], 120)[0], "the server did not start"
+        address = server.stdout.readline().strip()
+        cloud = RemoteTarget(address, _SlowHandle(), timeout_s=30, attempts=1)
+        result: dict[str, Any] = {}
+
+        def sample() -> None:
+            try:
+                result["reply"] = [v.tolist() for v in cloud.advance([1.0], [2.0])]
+            except RemoteError as exc:
+                result["error"] = exc
+
+        thread = threading.Thread(target=sample, daemon=True)
+        thread.start()
+        _wait_for("the slow sample did not reach a worker", started.exists)
+        server.send_signal(signal.SIGTERM)
+        thread.join(30)
+        out, err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert result == {"reply": [[2.0], [3.0]]}
+    assert server.returncode == 0
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    stopping = next(e for e in events if e["event"] == "stopping")
+    assert (stopping["reason"], stopping["in_flight"]) == ("SIGTERM", 1)
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["samples"] == 1 and summary["requests"] == summary["replies"] == 3
+    cloud.close()
 
 
 # ------------------------------------------------------------------------------------ load
@@ -587,6 +832,17 @@ def test_load_eight_plants_each_equal_to_its_own_local_target():
     for part in ("single_plant", "concurrent"):
         assert 0 < result[part]["p50_us"] <= result[part]["p99_us"]
     assert result["server_service_us"]["p50_us"] > 0
+
+
+@pytest.mark.slow
+def test_bench_remote_writes_its_json_to_out(tmp_path):
+    out = tmp_path / "figures" / "remote" / "bench.json"
+    args = ["bench", "remote", "--plants", "2", "--samples", "20", "--no-curve", "--json"]
+    result = CliRunner().invoke(main, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    saved = json.loads(out.read_text())
+    assert saved == json.loads(result.stdout.splitlines()[-1])
+    assert saved["max_rel_error_vs_local"] <= RTOL and saved["server_exit"]["code"] == 0
 
 
 # ------------------------------------------------------------------------------------ key rotation
@@ -648,25 +904,145 @@ def test_rekey_rotates_a_remote_session_exactly_and_only_for_its_owner(keyed_ser
     channel = _channel(service.address, _curve_of(keys, 1))
     state = np.zeros(cloud.n_state_encoded).tobytes()
     npz = cloud._setup_frames[1]
+    origin = hashlib.sha256(npz).digest()  # the arrays the session runs
     with pytest.raises(UnknownSessionError):
-        channel.request(b"rekey", cloud._session, state, npz)
+        channel.request(b"rekey", cloud._session, origin, state, npz)
     channel.close()
     owner = _channel(service.address, _curve_of(keys, 0))
+    other = make_plants(1, 1, **REACTOR)[0].imm.keys
+    bigger = {k: np.pad(m, 1) for k, m in public_target_matrices(other).items()}
     with pytest.raises(RemoteError) as info:  # wrong sizes: keys of another design
-        from immersion.remote_kinds import public_target_matrices
-
-        other = make_plants(1, 1, **REACTOR)[0].imm.keys
-        bigger = {k: np.pad(m, 1) for k, m in public_target_matrices(other).items()}
-        from immersion._files import npz_bytes
-
-        owner.request(b"rekey", cloud._session, state, npz_bytes(bigger))
+        owner.request(b"rekey", cloud._session, origin, state, npz_bytes(bigger))
     assert info.value.code == "invalid-argument"
     with pytest.raises(RemoteError) as info:  # a non-finite state
         owner.request(
-            b"rekey", cloud._session, np.full(cloud.n_state_encoded, np.nan).tobytes(), npz
+            b"rekey", cloud._session, origin, np.full(cloud.n_state_encoded, np.nan).tobytes(), npz
         )
     assert info.value.code == "invalid-argument"
     owner.close()
     (entry,) = service.stats()["per_session"]
     assert (entry["rekeys"], entry["errors"]) == (6, 2)
+    cloud.close()
+
+
+def _rotating_reactor(rotate_keys_every: int = 2) -> tuple[Any, Any]:
+    from immersion.rotation import RotatingImmersion
+    from immersion_reactor.model import ReactorController
+
+    ctrl = ReactorController(dt=0.01)
+    rot = RotatingImmersion(
+        ctrl.f,
+        ctrl.g,
+        3,
+        1,
+        1,
+        rotate_keys_every=rotate_keys_every,
+        keys="dense",
+        rng=5,
+        probe=(ctrl.initial_state, np.array([0.3])),
+    )
+    return rot, ctrl
+
+
+def test_a_rekey_resent_after_a_lost_reply_rotates_once(keyed_service):
+    """RemoteTarget resends a request whose reply does not come; for a rekey the server answers
+    the resend with the first reply (it names the keys it rotates from), so the loop stays
+    equal to the in-process rotation."""
+    service, keys, _ = keyed_service
+    lost: list[bytes] = []
+    resent: list[bytes] = []
+
+    def remote(rot: Any) -> RemoteTarget:
+        cloud = RemoteTarget(service.address, rot.current, **REACTOR, **keys["clients"][0])
+        channel, wait = cloud._channel, cloud._channel._wait
+
+        def lossy_wait(rid: bytes) -> Any:
+            outcome = wait(rid)
+            if isinstance(outcome, list) and len(outcome) == 2:  # a rekey's reply: ok, x~
+                if len(lost) < 3 and not resent:  # the first 3 rotations: the server rotated,
+                    lost.append(rid)  # but the client never sees the reply: it resends
+                    resent.append(rid)
+                    return "timeout"
+                resent.clear()
+            return outcome
+
+        channel._wait = lossy_wait
+        return cloud
+
+    u_remote, x_remote, periods = _rotating_loop(remote)
+    u_local, x_local, _ = _rotating_loop(lambda rot: rot.cloud)
+    assert len(lost) == 3 and periods == 6
+    assert relative_error(u_remote, u_local) <= RTOL and relative_error(x_remote, x_local) <= RTOL
+    (entry,) = service.stats()["per_session"]
+    assert (entry["rekeys"], entry["samples"], entry["errors"]) == (6, 12, 0)
+
+
+def test_a_repeated_rekey_gets_its_first_reply_and_a_stale_one_is_refused(loopback_service):
+    rot, ctrl = _rotating_reactor()
+    address = loopback_service.address
+    cloud = RemoteTarget(address, rot.current, **REACTOR)
+    xt = rot.encode_state(ctrl.initial_state)
+    xt_local = xt
+    for _ in range(2):
+        yt = rot.encode_input(np.array([0.3]))
+        ut, xt = cloud.advance(xt, yt)
+        ut_local, xt_local = rot.cloud.advance(xt_local, yt)
+        rotation = rot.tick()
+    assert rotation is not None  # the keys of period 1 (every 2 samples)
+    arrays = npz_bytes(TARGET_KINDS["immersion"].public_arrays(rot.current))
+    origin = hashlib.sha256(cloud._setup_frames[1]).digest()
+    rekey = (wire.REKEY, cloud._session, origin, xt.tobytes(), arrays)
+    channel = _channel(address)
+    first = channel.request(*rekey)
+    assert channel.request(*rekey) == first  # sent again: the same reply, not a second rotation
+    moved_local = rot.cloud.rekey(rotation, xt_local)
+    assert relative_error(np.frombuffer(first[0]), moved_local) <= RTOL
+    stale = {
+        "another state from the old keys": (cloud._session, origin, (2 * xt).tobytes(), arrays),
+        "keys the session never ran": (cloud._session, os.urandom(32), xt.tobytes(), arrays),
+    }
+    for frames in stale.values():
+        with pytest.raises(StaleRekeyError, match="rekey: the session does not run the keys"):
+            channel.request(wire.REKEY, *frames)
+    with pytest.raises(MalformedRequestError, match="SHA-256"):  # a digest of the wrong size
+        channel.request(wire.REKEY, cloud._session, origin[:16], xt.tobytes(), arrays)
+    with pytest.raises(MalformedRequestError, match="expected 4 frames"):  # protocol 2's rekey
+        channel.request(wire.REKEY, cloud._session, xt.tobytes(), arrays)
+    channel.close()
+    row = next(
+        r
+        for r in loopback_service.stats()["per_session"]
+        if r["session"] == cloud._session[:4].hex()
+    )
+    assert (row["rekeys"], row["errors"]) == (1, 2)  # malformed frames count for no session
+    # the client's own rekey of the same rotation (its first reply was never seen) is a repeat
+    moved = cloud.rekey(rot.current, xt)
+    assert moved.tobytes() == first[0]
+    yt = rot.encode_input(np.array([0.3]))
+    ut, _ = cloud.advance(moved, yt)
+    ut_local, _ = rot.cloud.advance(moved_local, yt)
+    assert relative_error(rot.decode_output(ut, yt), rot.decode_output(ut_local, yt)) <= RTOL
+    cloud.close()
+
+
+def test_a_rekey_whose_state_overflows_is_refused_in_process_and_remotely(loopback_service):
+    from immersion.errors import NonFiniteError
+
+    rot, ctrl = _rotating_reactor(rotate_keys_every=1)
+    cloud = RemoteTarget(loopback_service.address, rot.current, **REACTOR)
+    xt = rot.encode_state(ctrl.initial_state)
+    rotation = rot.tick()
+    huge = np.full(xt.size, 1.7e308)  # finite, but not once decoded
+    with np.errstate(all="ignore"), pytest.raises(NonFiniteError) as info:
+        rot.cloud.target.reencode_state(huge, rotation.target)
+    assert info.value.argument == "encoded_state" and "overflows" in str(info.value)
+    with np.errstate(all="ignore"), pytest.raises(NonFiniteError):
+        rot.cloud.rekey(rotation, huge)
+    assert rot.cloud.period == 0  # nothing rotated
+    with pytest.raises(RemoteError) as remote_info:
+        cloud.rekey(rot.current, huge)
+    assert remote_info.value.code == "invalid-argument"
+    assert "encoded_state: is too large" in str(remote_info.value)
+    moved = cloud.rekey(rot.current, xt)  # the session was not rotated: the real rekey applies
+    assert relative_error(moved, rot.cloud.rekey(rotation, xt)) <= RTOL
     cloud.close()

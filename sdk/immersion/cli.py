@@ -128,6 +128,12 @@ def bench_codec_cmd(repeats: int, quick: bool, as_json: bool) -> None:
 @click.option("--no-curve", is_flag=True, help="Plain loopback transport instead of CurveZMQ.")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the JSON object to this file (its folder is created).",
+)
 def bench_remote_cmd(
     plants: int,
     samples: int,
@@ -136,6 +142,7 @@ def bench_remote_cmd(
     no_curve: bool,
     seed: int,
     as_json: bool,
+    out: Path | None,
 ) -> None:
     """Concurrent plants against one `immersion serve`: exactness, round trips, ratios."""
     from .remote_bench import bench_remote
@@ -149,6 +156,9 @@ def bench_remote_cmd(
         seed=seed,
         progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
     )
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result) + "\n")
     if as_json:
         click.echo(json.dumps(result))
         return

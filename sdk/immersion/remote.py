@@ -24,6 +24,7 @@ The server never receives ``N1``, ``Pi3_left``, the noise, an LWE key or any dec
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import time
@@ -42,6 +43,7 @@ from .remote_kinds import PUBLIC_MATRICES, kind_of, public_target_matrices
 __all__ = [
     "PUBLIC_MATRICES",
     "AuthenticationError",
+    "DisconnectedError",
     "ForbiddenError",
     "MalformedRequestError",
     "MessageTooLargeError",
@@ -49,6 +51,7 @@ __all__ = [
     "RemoteTarget",
     "RemoteTimeoutError",
     "SessionLimitError",
+    "StaleRekeyError",
     "UnknownSessionError",
     "public_target_matrices",
     "remote_stats",
@@ -77,6 +80,14 @@ class AuthenticationError(RemoteError):
     """The CurveZMQ handshake failed: key not listed, wrong server key, CURVE on one side only."""
 
     code = "authentication"
+
+
+class DisconnectedError(RemoteError):
+    """The server closed the connection on every attempt, unanswered: a frame of the request is
+    over its ``max_message_bytes``. ZeroMQ drops such a frame before it is read, so the server
+    neither answers nor logs it; the code is the client's (:data:`wire.CLIENT_ERROR_CODES`)."""
+
+    code = "disconnected"
 
 
 class UnknownSessionError(RemoteError):
@@ -109,6 +120,12 @@ class ForbiddenError(RemoteError):
     code = "forbidden"
 
 
+class StaleRekeyError(RemoteError):
+    """A ``rekey`` that does not start from the keys the session runs (skipped or repeated)."""
+
+    code = "stale-rekey"
+
+
 _ERRORS: dict[str, type[RemoteError]] = {
     cls.code: cls
     for cls in (
@@ -117,6 +134,7 @@ _ERRORS: dict[str, type[RemoteError]] = {
         MessageTooLargeError,
         MalformedRequestError,
         ForbiddenError,
+        StaleRekeyError,
     )
 }
 _ERRORS["unknown-request"] = MalformedRequestError
@@ -236,10 +254,9 @@ class _Channel:
             self.close()  # a fresh socket: nothing stale is queued, the handshake is redone
             self._open()
         if dropped == tries:
-            raise RemoteError(
+            raise DisconnectedError(
                 f"remote: {self.address} closed the connection on each of {tries} attempts "
-                "(the server does so when one frame exceeds its max_message_bytes)",
-                code="disconnected",
+                "(the server does so when one frame exceeds its max_message_bytes)"
             )
         raise RemoteTimeoutError(
             f"remote: no answer from {self.address} in {self.timeout_s:g} s on {tries} attempts "
@@ -415,6 +432,11 @@ class RemoteTarget:
         ``advance`` calls run under the new keys, and a set-up after a server restart sends
         the new arrays. Only the session's owner (its CurveZMQ key) can rekey it.
 
+        The request names the arrays it rotates from (their SHA-256), so the retry of a rekey
+        whose reply was lost gets the first reply again instead of re-encoding ``x~`` twice.
+        If every attempt times out, call ``rekey`` again with the same arguments before the
+        next ``advance`` (the server may have rotated already; it answers the repeat alike).
+
         Parameters
         ----------
         imm:
@@ -433,12 +455,13 @@ class RemoteTarget:
             raise InvalidArgumentError("imm", f"expected a {self._kind.name!r} handle")
         arrays = npz_bytes(self._kind.public_arrays(imm))
         xt = self._vector("encoded_state", encoded_state)
+        origin = hashlib.sha256(self._setup_frames[1]).digest()
         try:
-            reply = self._channel.request(wire.REKEY, self._session, xt, arrays)
+            reply = self._channel.request(wire.REKEY, self._session, origin, xt, arrays)
         except UnknownSessionError:  # a restarted server: set up under the old keys, then rotate
             self._setup()
             self.resumed += 1
-            reply = self._channel.request(wire.REKEY, self._session, xt, arrays)
+            reply = self._channel.request(wire.REKEY, self._session, origin, xt, arrays)
         if len(reply) != 1 or len(reply[0]) != len(xt):
             raise RemoteError("remote: the server's reply is malformed", code="malformed")
         self._setup_frames[1] = arrays

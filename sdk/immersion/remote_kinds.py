@@ -59,6 +59,9 @@ class TargetKind:
     needs_algorithm:
         True if the set-up names a registered algorithm (the server builds ``f``, ``g`` from its
         own plugins, never from code on the wire).
+    array_names:
+        The names ``public_arrays`` returns: the server reads exactly these from a set-up or
+        a rekey and refuses any other (None: any distinct names, at most 64).
     """
 
     name: str
@@ -66,6 +69,7 @@ class TargetKind:
     public_arrays: Callable[[Any], dict[str, np.ndarray]]
     build: Callable[[dict[str, Any], dict[str, np.ndarray]], CloudTarget]
     needs_algorithm: bool = False
+    array_names: frozenset[str] | None = None
 
 
 def public_target_matrices(keys: Any) -> dict[str, np.ndarray]:
@@ -124,9 +128,16 @@ def _lwe_target(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> CloudT
 #: The kinds this installation serves, by ``coding``.
 TARGET_KINDS: dict[str, TargetKind] = {
     "immersion": TargetKind(
-        "immersion", np.float64, _immersion_arrays, _immersion_target, needs_algorithm=True
+        "immersion",
+        np.float64,
+        _immersion_arrays,
+        _immersion_target,
+        needs_algorithm=True,
+        array_names=frozenset(PUBLIC_MATRICES),
     ),
-    "lwe": TargetKind("lwe", np.uint64, _lwe_arrays, _lwe_target),
+    "lwe": TargetKind(
+        "lwe", np.uint64, _lwe_arrays, _lwe_target, array_names=frozenset(("matrix", "sizes"))
+    ),
 }
 
 

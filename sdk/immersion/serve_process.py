@@ -102,7 +102,17 @@ class ServerProcess:
     def stop(
         self, sig: signal.Signals = signal.SIGTERM, *, timeout_s: float = 60.0
     ) -> dict[str, Any] | None:
-        """Send ``sig``, wait for the exit; return the final stats it printed (None if none)."""
+        """Send ``sig``, wait for the exit; return the final stats it printed (None if none).
+
+        After :meth:`kill` it only waits and returns None (the stats were never printed).
+
+        Parameters
+        ----------
+        sig:
+            The signal (SIGTERM or SIGINT stop the server cleanly).
+        timeout_s:
+            How long to wait for the exit before killing it.
+        """
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
@@ -110,8 +120,8 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             raise ImmersionError(f"immersion serve did not stop within {timeout_s:g} s") from None
-        assert self.proc.stdout is not None
-        out = self.proc.stdout.read()
+        stdout = self.proc.stdout  # closed by kill(): a killed server printed no stats
+        out = stdout.read() if stdout is not None and not stdout.closed else ""
         self._reader.join(5)
         try:
             return dict(json.loads(out.strip().splitlines()[-1])) if out.strip() else None

@@ -2,7 +2,8 @@
 
 One ZeroMQ ROUTER socket is read by the thread that calls :meth:`Service.run`; the target work of
 ``setup`` and ``advance`` runs on a pool of ``workers`` threads (numpy releases the GIL in its
-products), so a plant whose target is slow does not hold up the others' replies.
+products), so a plant whose target is slow does not hold up the others' replies (as long as
+fewer plants than ``workers`` are slow at once: each slow sample holds a worker).
 
 * **Sessions.** Each ``setup`` builds its own target (any kind of :mod:`immersion.remote_kinds`)
   under a random 16-byte session id owned by the client's CurveZMQ key. ``advance`` names its
@@ -29,16 +30,20 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
+import math
 import queue
 import secrets
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
+import zipfile
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -88,6 +93,10 @@ class _Session:
     created: float
     last_seen: float
     header: dict[str, Any] = field(default_factory=dict)
+    #: SHA-256 of the .npz frame the target was built from (set-up or last rekey)
+    arrays_digest: bytes = b""
+    #: the last rekey applied: (from digest, new digest, x~ bytes, reply frames)
+    last_rekey: tuple[bytes, bytes, bytes, list[bytes]] | None = None
     samples: int = 0
     rekeys: int = 0
     errors: int = 0
@@ -123,15 +132,123 @@ class _Job:
     refusal: _Refusal | None = None
     built: tuple[TargetKind, str, CloudTarget, dict[str, Any]] | None = None
     pending_setup: bool = False
+    digest: bytes = b""  # SHA-256 of the .npz frame of a setup or rekey
+    replayed: bool = False  # a rekey answered with the reply it got the first time
     elapsed_ns: int = 0
 
 
-def _unpack(blob: Any) -> dict[str, np.ndarray]:
+_EOCD = struct.Struct("<4s4H2LH")  # a zip file's end-of-central-directory record
+_MAX_ARRAYS = 64  # members of one .npz when the target kind does not list its arrays
+_MAX_ENTRY_BYTES = 1024  # a generous central-directory entry (46 bytes, a name, extras)
+
+_Plan = tuple[str, zipfile.ZipInfo, int, np.dtype, tuple[int, ...], bool, int]
+
+
+def _unpack(
+    blob: Any, *, what: str, limit: int, names: frozenset[str] | None = None
+) -> dict[str, np.ndarray]:
+    """The arrays of a ``setup`` or ``rekey`` ``.npz`` frame, read without trusting it.
+
+    Only stored (uncompressed) ``NAME.npy`` members are read, with exactly the names in
+    ``names`` (any distinct names, at most 64, if None) and no object dtype. Every member's
+    header is read first: their declared sizes must add up to at most ``limit`` (the
+    service's ``max_message_bytes``) and fit in the frame before any array data is read, so
+    the arrays never take more memory than the frame itself (a deflate member would: 0.5 MB
+    of zeros inflates to 512 MB). Refusals are ``malformed`` or ``message-too-large``.
+    """
+    data = memoryview(blob).cast("B")
     try:
-        with np.load(io.BytesIO(blob), allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except Exception as exc:  # noqa: BLE001 - numpy's zip/npy parsers raise many kinds on junk
-        raise _Refusal("malformed", f"setup: the arrays are not an .npz file ({exc})") from None
+        with zipfile.ZipFile(io.BytesIO(_bounded_directory(data, what, names))) as archive:
+            plan = _npz_plan(archive, len(data), what=what, limit=limit, names=names)
+            arrays: dict[str, np.ndarray] = {}
+            for key, info, offset, dtype, shape, fortran, nbytes in plan:
+                with archive.open(info) as member:
+                    member.read(offset)
+                    raw = member.read(nbytes)
+                if len(raw) != nbytes:
+                    raise _Refusal("malformed", f"{what}: array {key!r} is truncated")
+                flat = np.frombuffer(raw, dtype=dtype, count=math.prod(shape))
+                arrays[key] = flat.reshape(shape, order="F" if fortran else "C").copy()
+            return arrays
+    except _Refusal:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the zip and npy parsers raise many kinds on junk
+        raise _Refusal(
+            "malformed", f"{what}: the arrays are not an .npz file ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _bounded_directory(data: memoryview, what: str, names: frozenset[str] | None) -> memoryview:
+    """``data`` if its zip directory is small; zipfile turns the whole directory into objects
+    some ten times its size before anything can be checked, so its size is read first."""
+    most = _MAX_ARRAYS if names is None else len(names)
+    window = min(len(data), _EOCD.size + 0xFFFF)  # the end record, then a comment of <64 KiB
+    end = bytes(data[len(data) - window :]).rfind(b"PK\x05\x06")
+    if end < 0 or end + _EOCD.size > window:
+        raise _Refusal("malformed", f"{what}: the arrays are not an .npz file (no zip end record)")
+    end += len(data) - window
+    entries, directory = _EOCD.unpack_from(data, end)[4:6]
+    if bytes(data[max(0, end - 20) : max(0, end - 16)]) == b"PK\x06\x07":
+        raise _Refusal("malformed", f"{what}: a zip64 archive (numpy writes one over 2 GiB only)")
+    if entries > most or directory > most * _MAX_ENTRY_BYTES:
+        raise _Refusal("malformed", f"{what}: more than {most} arrays")
+    return data
+
+
+def _npz_plan(
+    archive: zipfile.ZipFile,
+    frame_bytes: int,
+    *,
+    what: str,
+    limit: int,
+    names: frozenset[str] | None,
+) -> list[_Plan]:
+    """Check the members' names, compression, dtypes and declared sizes (no array data read)."""
+    plan: list[_Plan] = []
+    total = 0
+    for info in archive.infolist():
+        key = info.filename.removesuffix(".npy")
+        if key == info.filename or any(key == p[0] for p in plan) or (names and key not in names):
+            expected = sorted(names) if names else "distinct NAME.npy members"
+            raise _Refusal(
+                "malformed", f"{what}: unexpected member {info.filename!r} (expected {expected})"
+            )
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise _Refusal(
+                "malformed",
+                f"{what}: array {key!r} is compressed; send stored members (numpy.savez, not "
+                "savez_compressed)",
+            )
+        with archive.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            if version not in ((1, 0), (2, 0)):
+                raise _Refusal("malformed", f"{what}: array {key!r} has .npy version {version}")
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran, dtype = read_header(member)
+            offset = member.tell()
+        if dtype.hasobject:
+            raise _Refusal("malformed", f"{what}: array {key!r} has an object dtype")
+        nbytes = math.prod(shape) * dtype.itemsize
+        total += nbytes
+        if total > limit:
+            raise _Refusal(
+                "message-too-large",
+                f"{what}: the arrays declare {total} bytes or more, over the server's "
+                f"max_message_bytes ({limit})",
+            )
+        if total > frame_bytes or offset + nbytes > info.file_size:
+            raise _Refusal(
+                "malformed", f"{what}: array {key!r} declares more data than the frame holds"
+            )
+        plan.append((key, info, offset, dtype, tuple(shape), bool(fortran), nbytes))
+    missing = sorted(set(names or ()) - {p[0] for p in plan})
+    if missing:
+        raise _Refusal("malformed", f"{what}: missing arrays {missing}")
+    return plan
 
 
 class Service:
@@ -512,8 +629,10 @@ class Service:
         job.pending_setup = True
         self._submit(job, self._build)
 
-    def _session_work(self, job: _Job, work: Callable[[_Job], None]) -> None:
-        session = self._session(job, 3)
+    def _session_work(
+        self, job: _Job, work: Callable[[_Job], None], session: _Session | None = None
+    ) -> None:
+        session = session or self._session(job, 3)
         session.last_seen = time.monotonic()
         session.in_flight += 1
         job.session = session
@@ -523,7 +642,12 @@ class Service:
         self._session_work(job, self._compute)
 
     def _rekey(self, job: _Job) -> None:
-        self._session_work(job, self._rebuild)
+        session = self._session(job, 4)
+        if len(job.args[1]) != wire.DIGEST_BYTES:
+            raise _Refusal(
+                "malformed", "rekey: the second frame is the SHA-256 of the arrays it rotates from"
+            )
+        self._session_work(job, self._rebuild, session)
 
     def _close(self, job: _Job) -> None:
         self._end(self._session(job, 1), "closed")
@@ -592,7 +716,11 @@ class Service:
             raise InvalidArgumentError(
                 "coding", f"this server runs targets {sorted(self._kinds)}, not {coding!r}"
             )
-        target = kind.build(header, _unpack(job.args[1].buffer))
+        arrays = _unpack(
+            job.args[1].buffer, what="setup", limit=self.max_message_bytes, names=kind.array_names
+        )
+        target = kind.build(header, arrays)
+        job.digest = hashlib.sha256(job.args[1].buffer).digest()
         job.built = (kind, str(header.get("algorithm") or coding), target, header)
 
     def _compute(self, job: _Job) -> None:
@@ -615,16 +743,30 @@ class Service:
         """``rekey``: the session's target under the new public arrays, and ``x~`` moved to it.
 
         The new target is built as at set-up (same kind, algorithm and parameters) and must have
-        the old one's sizes; the socket thread swaps it in when the reply is sent.
+        the old one's sizes; the socket thread swaps it in when the reply is sent. A rekey names
+        the arrays it rotates from (their SHA-256): sent again after the session moved on (a
+        reply lost, the request resent), it gets the first reply again, never a second
+        re-encoding; from any other arrays it is refused (``stale-rekey``).
         """
         session = job.session
         assert session is not None
+        origin, state = job.args[1].bytes, job.args[2].bytes
+        job.digest = hashlib.sha256(job.args[3].buffer).digest()
+        if origin != session.arrays_digest:
+            self._repeat_rekey(job)
+            return
         old = session.target
         if not hasattr(old, "reencode_state"):
             raise InvalidArgumentError(
                 "rekey", f"a {session.kind.name!r} target has no key rotation"
             )
-        new = session.kind.build(session.header, _unpack(job.args[2].buffer))
+        arrays = _unpack(
+            job.args[3].buffer,
+            what="rekey",
+            limit=self.max_message_bytes,
+            names=session.kind.array_names,
+        )
+        new = session.kind.build(session.header, arrays)
         for size in ("n_state_encoded", "n_input_encoded", "n_output_encoded"):
             if getattr(new, size, None) != getattr(old, size, None):
                 raise InvalidArgumentError(
@@ -633,12 +775,44 @@ class Service:
                     f"{getattr(new, size, None)}): a rotation keeps the session's sizes",
                 )
         try:
-            xt = np.frombuffer(job.args[1].bytes, dtype=session.kind.wire_dtype)
+            xt = np.frombuffer(state, dtype=session.kind.wire_dtype)
         except ValueError:
             raise _Refusal("malformed", "rekey: the state must be raw float64 bytes") from None
         moved = old.reencode_state(xt, new)
         job.reply = [np.ascontiguousarray(moved, dtype=session.kind.wire_dtype).tobytes()]
         job.built = (session.kind, session.label, new, session.header)
+
+    def _repeat_rekey(self, job: _Job) -> None:
+        """A rekey that does not start from the session's arrays: the last one sent again
+        (answered as the first time), or a named refusal."""
+        session = job.session
+        assert session is not None
+        last = session.last_rekey
+        if last is not None and last[:3] == (job.args[1].bytes, job.digest, job.args[2].bytes):
+            job.reply, job.replayed = list(last[3]), True
+            return
+        raise _Refusal(
+            "stale-rekey",
+            "rekey: the session does not run the keys this rotation starts from (apply every "
+            "rotation once, in order; a rekey repeated unchanged gets its first answer again)",
+        )
+
+    def _commit_rekey(self, job: _Job) -> None:
+        """Swap in a rekey's new target (socket thread), unless another rekey of the session
+        from the same keys was committed while this one was computed."""
+        session = job.session
+        assert session is not None and job.built is not None
+        if session.arrays_digest != job.args[1].bytes:
+            try:
+                self._repeat_rekey(job)
+            except _Refusal as refusal:
+                job.refusal = refusal
+            return
+        session.target = job.built[2]
+        session.arrays_digest = job.digest
+        session.last_rekey = (job.args[1].bytes, job.digest, job.args[2].bytes, list(job.reply))
+        session.rekeys += 1
+        self._counts["rekeys"] += 1
 
     # ------------------------------------------------------------------ replies and bookkeeping
     def _finish(self, job: _Job) -> None:
@@ -649,6 +823,8 @@ class Service:
             job.reply = self._open_session(job)
         if job.pending_setup:
             self._pending_setups -= 1
+        if job.request == wire.REKEY and job.refusal is None and not job.replayed:
+            self._commit_rekey(job)
         if job.refusal is not None:
             self._refused[job.refusal.code] += 1
             if session is not None:
@@ -663,10 +839,6 @@ class Service:
             )
             frames = [wire.ERROR, job.refusal.code.encode(), job.refusal.message.encode()]
         elif job.request == wire.REKEY:
-            assert session is not None and job.built is not None
-            session.target = job.built[2]
-            session.rekeys += 1
-            self._counts["rekeys"] += 1
             frames = [wire.OK, *job.reply]
         else:
             if session is not None:
@@ -688,7 +860,15 @@ class Service:
             return []
         now = time.monotonic()
         session = _Session(
-            secrets.token_bytes(wire.SESSION_BYTES), job.user, kind, label, target, now, now, header
+            secrets.token_bytes(wire.SESSION_BYTES),
+            job.user,
+            kind,
+            label,
+            target,
+            now,
+            now,
+            header,
+            arrays_digest=job.digest,
         )
         self._sessions[session.sid] = session
         self._counts["sessions_created"] += 1

@@ -227,9 +227,20 @@ class TargetAlgorithm:
         ``new_target``'s keys.
 
         The cloud can apply this itself: it learns nothing new, as it decodes the state every step.
+        A huge but finite ``x~`` that overflows on the way raises :class:`NonFiniteError`.
+
+        Parameters
+        ----------
+        encoded_state:
+            ``x~`` under this target's keys.
+        new_target:
+            The target of the next key period.
         """
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
-        return new_target._state_out(self._state_in(xt))
+        x = v.finite_result(self.backend, "encoded_state", self._state_in(xt), "decoding it")
+        return v.finite_result(
+            self.backend, "encoded_state", new_target._state_out(x), "re-encoding it"
+        )
 
     def output(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
         """The encoded output ``u~`` of the current state and input."""

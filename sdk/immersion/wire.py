@@ -1,11 +1,13 @@
-"""The wire protocol of ``immersion serve`` (version 2): frames, requests, error codes, addresses.
+"""The wire protocol of ``immersion serve`` (version 3): frames, requests, error codes, addresses.
 
 Shared by the server (:mod:`immersion.service`) and the client (:mod:`immersion.remote`). A
 request is one multipart ZeroMQ message ``[b"", kind, request_id, *body]`` and its reply is
 ``[b"", request_id, b"ok", *body]`` or ``[b"", request_id, b"error", code, message]``; the
 empty first frame lets plain REQ sockets (other languages, lock-step clients) talk to the server
-as well as DEALER sockets. Nothing is pickled: headers are JSON, arrays raw bytes or ``.npz``
-read with ``allow_pickle=False``.
+as well as DEALER sockets. Nothing is pickled: headers are JSON, arrays raw bytes or an uncompressed
+``.npz`` (``numpy.savez``: stored members with the kind's array names, no object dtype; the
+server reads their headers and counts their declared sizes against ``max_message_bytes`` before
+any array data).
 
 =========  ================================  =====================================================
 kind       request body                      reply body
@@ -13,8 +15,10 @@ kind       request body                      reply body
 hello      (none)                            JSON: protocol, limits, target kinds
 setup      JSON header, ``.npz`` of arrays   JSON: dimensions, session; the session id (16 bytes)
 advance    session, ``x~``, ``y~``           ``u~``, ``x~+`` (seed 002 eq. 17, one sample)
-rekey      session, ``x~``, ``.npz`` of the   ``x~`` under the new keys, ``Pi2_new Pi2_left x~``
-           new public arrays                 (key rotation; the session then runs the new target)
+rekey      session, digest (SHA-256) of the  ``x~`` under the new keys, ``Pi2_new Pi2_left x~``
+           ``.npz`` the session runs,        (key rotation; the session then runs the new target;
+           ``x~``, ``.npz`` of the new       the same rekey resent gets the same reply, one from
+           public arrays                     other arrays ``stale-rekey``)
 close      session                           (none)
 stats      (none); admin keys only           JSON: sessions, counters, latency percentiles
 stop       (none); admin keys only           (none); the server then stops
@@ -35,7 +39,7 @@ import re
 
 from .errors import InvalidArgumentError
 
-PROTOCOL = 2
+PROTOCOL = 3
 
 #: Request kinds (first frame after the empty delimiter).
 HELLO, SETUP, ADVANCE, REKEY, CLOSE, STATS, STOP = (
@@ -52,6 +56,8 @@ OK, ERROR = b"ok", b"error"
 #: Bytes of a session id (random, ``secrets.token_bytes``) and the longest request id accepted.
 SESSION_BYTES = 16
 MAX_REQUEST_ID_BYTES = 16
+#: Bytes of the digest (SHA-256) a ``rekey`` names the arrays it rotates from by.
+DIGEST_BYTES = 32
 
 #: Every error code the server sends, with what it means.
 ERROR_CODES: dict[str, str] = {
@@ -62,8 +68,20 @@ ERROR_CODES: dict[str, str] = {
     "too-many-sessions": "the server holds its maximum number of sessions",
     "message-too-large": "the request is larger than the server's max_message_bytes",
     "forbidden": "stats and stop need an admin key",
+    "stale-rekey": "the rekey does not start from the arrays the session runs (a rotation "
+    "skipped or applied twice); the same rekey resent unchanged gets its first reply instead",
     "invalid-argument": "the target refused the set-up or the vectors (the message names what)",
     "internal": "the target failed unexpectedly (the server logged the exception type)",
+}
+
+#: Codes the client gives its own errors (:mod:`immersion.remote`); no server sends them.
+CLIENT_ERROR_CODES: dict[str, str] = {
+    "timeout": "no answer within timeout_s on any of the attempts (RemoteTimeoutError)",
+    "authentication": "the CurveZMQ handshake failed: key not listed, wrong server key, keys on "
+    "one side only (AuthenticationError)",
+    "disconnected": "the server closed the connection on every attempt: one frame was over its "
+    "max_message_bytes, which ZeroMQ drops unread, so the server neither answers nor logs it "
+    "(DisconnectedError)",
 }
 
 _TCP = re.compile(r"^tcp://(?P<host>\[[0-9A-Fa-f:.]+\]|[^:/\[\]\s]+):(?P<port>\d{1,5}|\*)$")
