@@ -562,6 +562,28 @@ def test_unpack_reads_stored_arrays_of_any_layout_exactly():
     assert info.value.code == "message-too-large" and info.value.message.startswith("rekey: ")
 
 
+def test_unpack_parses_npy_headers_without_ast(monkeypatch):
+    """CPython 3.11's AST constructor is not thread-safe (a spurious SystemError when two
+    workers unpack set-ups at once), so headers are read by a strict pattern, never by ast."""
+    import ast
+
+    def no_ast(*args, **kwargs):
+        raise AssertionError("ast used")
+
+    monkeypatch.setattr(ast, "literal_eval", no_ast)  # what numpy's header parser calls
+    arrays = {"Pi3": np.arange(6.0).reshape(2, 3), "Pi4": np.float64(2.5)}
+    out = _unpack(npz_bytes(arrays), what="setup", limit=2**20, names=frozenset(arrays))
+    assert all(np.array_equal(out[k], v) for k, v in arrays.items())
+    odd = io.BytesIO()  # a header numpy's ast parser would read: fortran_order None
+    np.lib.format.write_array_header_1_0(
+        odd, {"descr": "<f8", "fortran_order": None, "shape": (2,)}
+    )
+    blob = _zip({"Pi3.npy": odd.getvalue() + b"\0" * 16})
+    with pytest.raises(_Refusal) as info:
+        _unpack(blob, what="setup", limit=2**20, names=frozenset({"Pi3"}))
+    assert info.value.code == "malformed" and "header numpy does not write" in info.value.message
+
+
 @given(frames=st.lists(st.binary(max_size=40), max_size=6))
 def test_any_frames_get_a_named_answer_and_the_server_stays_up(frames, loopback_service):
     reply = _raw(loopback_service.address, [b"", *frames], timeout_s=5)

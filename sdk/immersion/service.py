@@ -36,6 +36,7 @@ import json
 import logging
 import math
 import queue
+import re
 import secrets
 import signal
 import socket
@@ -140,6 +141,7 @@ class _Job:
 _EOCD = struct.Struct("<4s4H2LH")  # a zip file's end-of-central-directory record
 _MAX_ARRAYS = 64  # members of one .npz when the target kind does not list its arrays
 _MAX_ENTRY_BYTES = 1024  # a generous central-directory entry (46 bytes, a name, extras)
+_MAX_NPY_HEADER = 10_000  # numpy's own max_header_size for untrusted headers
 
 _Plan = tuple[str, zipfile.ZipInfo, int, np.dtype, tuple[int, ...], bool, int]
 
@@ -195,6 +197,37 @@ def _bounded_directory(data: memoryview, what: str, names: frozenset[str] | None
     return data
 
 
+_NPY_HEADER = re.compile(
+    r"\{'descr': '([<>|=][a-zA-Z][0-9]{0,2})', 'fortran_order': (True|False), "
+    r"'shape': \(((?:[0-9]{1,19}, ?)*[0-9]{0,19})\), \} *\n"
+)
+
+
+def _npy_header(member: Any, *, what: str, key: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Shape, Fortran order and dtype of one ``.npy`` member, read without :mod:`ast`.
+
+    numpy parses the header with ``ast.literal_eval``, whose AST constructor keeps a
+    per-interpreter depth counter that concurrent threads corrupt on CPython 3.11 (a spurious
+    ``SystemError``, seen with two workers unpacking set-ups at once); the header numpy writes
+    is one fixed dict literal, so a strict pattern reads it and refuses anything else.
+    """
+    magic = member.read(8)
+    if magic[:6] != b"\x93NUMPY" or len(magic) < 8 or magic[6:8] not in (b"\x01\x00", b"\x02\x00"):
+        raise _Refusal("malformed", f"{what}: array {key!r} is not a version 1 or 2 .npy member")
+    size_bytes = 2 if magic[6] == 1 else 4
+    length = int.from_bytes(member.read(size_bytes), "little")
+    if length > _MAX_NPY_HEADER:
+        raise _Refusal("malformed", f"{what}: array {key!r} has a {length}-byte .npy header")
+    text = member.read(length)
+    match = _NPY_HEADER.fullmatch(text.decode("latin-1"))
+    if match is None:
+        raise _Refusal("malformed", f"{what}: array {key!r} has a .npy header numpy does not write")
+    descr, fortran, dims = match.groups()
+    dtype = np.dtype(descr)
+    shape = tuple(int(d) for d in dims.replace(" ", "").split(",") if d)
+    return shape, fortran == "True", dtype
+
+
 def _npz_plan(
     archive: zipfile.ZipFile,
     frame_bytes: int,
@@ -220,15 +253,7 @@ def _npz_plan(
                 "savez_compressed)",
             )
         with archive.open(info) as member:
-            version = np.lib.format.read_magic(member)
-            if version not in ((1, 0), (2, 0)):
-                raise _Refusal("malformed", f"{what}: array {key!r} has .npy version {version}")
-            read_header = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, fortran, dtype = read_header(member)
+            shape, fortran, dtype = _npy_header(member, what=what, key=key)
             offset = member.tell()
         if dtype.hasobject:
             raise _Refusal("malformed", f"{what}: array {key!r} has an object dtype")
