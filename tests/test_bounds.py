@@ -169,7 +169,7 @@ def test_the_reactor_demo_bound_holds_for_every_seed():
         assert out["decode_bound_holds"], seed
         assert out["max_abs_decode_error"] <= out["decode_error_bound"]
         assert 0 < out["decode_error_over_bound_max"] <= 1.0
-        assert "decode_error_estimate" in out and "max_abs_u_error" in out  # drift, separately
+        assert "decode_error_estimate" in out and "drift_max_abs_u" in out  # drift, separately
 
 
 def test_batched_decodes_get_elementwise_bounds():

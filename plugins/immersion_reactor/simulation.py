@@ -300,12 +300,16 @@ def summary(run: ReactorRun, *, remote: bool = False) -> dict[str, Any]:
     Returns
     -------
     dict
-        The drift of the immersed loop against the plain one (``max_abs_u_error``,
-        ``max_abs_controller_state_error``: measured, no bound claimed), the per-decode rounding
-        (``max_abs_decode_error``, exact, against ``decode_error_bound``, the largest rigorous
-        per-decode bound, and their ratio: median and worst), the report's epsilons and its
-        probe-point ``decode_error_estimate`` (an estimate of the per-step error, not a bound),
-        and the time per step of both loops and their ratio.
+        Two kinds of error, named apart. ``drift_*``: how far the decoded closed loop wandered
+        from its plain twin over the run (``drift_max_abs_u``, ``drift_max_rel_u``,
+        ``drift_max_abs_plant_state``, ``drift_max_abs_controller_state``; the cloud's
+        rounding amplified by ``f``, ``g`` and carried by the state: measured, no bound
+        claimed). ``decode_*`` and ``max_abs_decode_error``: the rounding of each single decode,
+        exact (rational arithmetic), against ``decode_error_bound`` (the largest rigorous
+        per-decode bound), ``decode_bound_holds`` (every decode within its own bound) and their
+        ratio (``decode_error_over_bound_median`` / ``_max``). Also the report's epsilons and
+        its probe-point ``decode_error_estimate`` (an estimate of the per-step error, not a
+        bound), and the time per step of both loops and their ratio.
     """
     if run.report is None:
         raise InvalidArgumentError("run", "has no privacy report (not made by run_reactor)")
@@ -317,15 +321,17 @@ def summary(run: ReactorRun, *, remote: bool = False) -> dict[str, Any]:
         "steps": int(run.t.size),
         "dt": float(run.t[1] - run.t[0]) if run.t.size > 1 else None,
         "max_abs_u": float(np.abs(run.u_plain).max()),
-        "max_abs_u_error": float(np.abs(run.u_plain - run.u_decoded).max()),
-        "max_rel_u_error": float(np.abs(run.u_plain - run.u_decoded).max()) / u_scale,
-        "max_abs_state_error": float(np.abs(run.x_plain - run.x_immersed).max()),
-        "max_abs_controller_state_error": float(run.controller_state_error.max()),
         "final_state_norm_plain": float(np.linalg.norm(run.x_plain[-1])),
         "final_state_norm_immersed": float(np.linalg.norm(run.x_immersed[-1])),
         "epsilon_input": run.report.epsilon_input,
         "epsilon_output": run.report.epsilon_output,
         "epsilon_input_proven": run.report.epsilon_input_proven,
+        # drift of the decoded closed loop against its plain twin over the run (not bounded)
+        "drift_max_abs_u": float(np.abs(run.u_plain - run.u_decoded).max()),
+        "drift_max_rel_u": float(np.abs(run.u_plain - run.u_decoded).max()) / u_scale,
+        "drift_max_abs_plant_state": float(np.abs(run.x_plain - run.x_immersed).max()),
+        "drift_max_abs_controller_state": float(run.controller_state_error.max()),
+        # rounding of each single decode: exact error against its rigorous bound
         "decode_error_estimate": run.report.decode_error_estimate,
         "decode_error_bound": float(max(run.u_decode_bound.max(), run.state_decode_bound.max())),
         "max_abs_decode_error": float(max(run.u_decode_error.max(), run.state_decode_error.max())),
