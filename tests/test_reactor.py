@@ -27,6 +27,13 @@ def test_decoded_control_equals_plain_every_sample(paper_run):
     assert paper_run.report.epsilon_input == pytest.approx(1e-3)
 
 
+def test_every_element_of_every_decode_is_within_its_own_bound(paper_run):
+    assert paper_run.decode_within_bound.shape == (2000,) and paper_run.decode_within_bound.all()
+    assert (paper_run.u_decode_error <= paper_run.u_decode_bound).all()
+    assert (paper_run.state_decode_error <= paper_run.state_decode_bound).all()
+    assert summary(paper_run)["decode_bound_holds"] is True
+
+
 def test_immersed_loop_stabilises_the_plant_like_the_plain_loop(paper_run):
     final_plain, final_imm = (
         np.linalg.norm(x[-1]) for x in (paper_run.x_plain, paper_run.x_immersed)
