@@ -46,7 +46,9 @@ def main() -> None:
                 k: result[k]
                 for k in (
                     "max_abs_u",
-                    "max_abs_u_error",
+                    "drift_max_abs_u",
+                    "decode_error_bound",
+                    "decode_bound_holds",
                     "final_state_norm_plain",
                     "final_state_norm_immersed",
                     "epsilon_input",

@@ -67,6 +67,16 @@ def test_the_core_secure_sum_leaves_nothing_to_search(rows):
         assert r.value == r.baseline and r.cost
 
 
+def test_the_core_secure_sum_row_carries_its_measured_cost(rows):
+    for r in (r for r in rows if r.mitigation == "core-secure-sum"):
+        d = r.detail
+        assert d["cost_core_ms"] > 0 and d["cost_secaggplus_ms"] > 0 and d["cost_plain_us"] > 0
+        assert f"{d['cost_core_ms']:.2f} ms" in r.cost and "README" not in r.cost
+        assert f"{d['cost_secaggplus_ms']:.2f} ms" in r.cost
+        assert d["cost_core_mean_error"] <= 2.0**-60  # two-limb fixed point: N 2^-61 on the sum
+        assert 0 < d["cost_secaggplus_mean_error"] <= 2 * d["clipping_range"] / d["levels"]
+
+
 def test_the_audit_covers_seed_001s_schemes():
     out = run_audit(attack="secagg-mask-seed", scheme="gd-dp", quick=True)
     assert {r["scheme"] for r in out["attacks"]} == {"gd-dp"}

@@ -27,6 +27,13 @@ def test_decoded_control_equals_plain_every_sample(paper_run):
     assert paper_run.report.epsilon_input == pytest.approx(1e-3)
 
 
+def test_every_element_of_every_decode_is_within_its_own_bound(paper_run):
+    assert paper_run.decode_within_bound.shape == (2000,) and paper_run.decode_within_bound.all()
+    assert (paper_run.u_decode_error <= paper_run.u_decode_bound).all()
+    assert (paper_run.state_decode_error <= paper_run.state_decode_bound).all()
+    assert summary(paper_run)["decode_bound_holds"] is True
+
+
 def test_immersed_loop_stabilises_the_plant_like_the_plain_loop(paper_run):
     final_plain, final_imm = (
         np.linalg.norm(x[-1]) for x in (paper_run.x_plain, paper_run.x_immersed)
@@ -73,8 +80,16 @@ def test_cli_json_has_every_figure_and_plots_are_written(tmp_path):
     for key in (
         "steps",
         "max_abs_u",
-        "max_abs_u_error",
-        "max_abs_state_error",
+        "drift_max_abs_u",
+        "drift_max_rel_u",
+        "drift_max_abs_plant_state",
+        "drift_max_abs_controller_state",
+        "decode_error_estimate",
+        "decode_error_bound",
+        "max_abs_decode_error",
+        "decode_bound_holds",
+        "decode_error_over_bound_median",
+        "decode_error_over_bound_max",
         "final_state_norm_plain",
         "final_state_norm_immersed",
         "epsilon_input",
@@ -94,13 +109,32 @@ def test_cli_json_has_every_figure_and_plots_are_written(tmp_path):
     assert all((tmp_path / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
 
 
+def test_text_output_names_drift_and_per_decode_bound_apart():
+    """The drift of the closed loop is never printed under the per-decode bound's heading."""
+    result = CliRunner().invoke(main, ["demo", "reactor", "--steps", "50"])
+    assert result.exit_code == 0, result.output
+    lines = [line.strip() for line in result.output.splitlines()]
+    drift = next(i for i, t in enumerate(lines) if t.startswith("drift of the decoded closed"))
+    decode = next(i for i, t in enumerate(lines) if t.startswith("rounding of each single"))
+    assert drift < decode
+    drift_keys = {t.split()[0] for t in lines[drift + 1 : decode]}
+    assert drift_keys == {
+        "drift_max_abs_u",
+        "drift_max_rel_u",
+        "drift_max_abs_plant_state",
+        "drift_max_abs_controller_state",
+    }
+    assert any(t.startswith("decode_error_bound ") for t in lines[decode + 1 :])
+    assert not any("error" in t.split()[0] for t in lines[drift + 1 : decode])
+
+
 def test_remote_mode_round_trip_on_loopback():
     """The CLI spawns `immersion serve`, ships the public matrices, then only encoded vectors."""
     result = CliRunner().invoke(main, ["demo", "reactor", "--steps", "200", "--remote", "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["remote"] is True and out["address"].startswith("tcp://127.0.0.1:")
-    assert out["max_rel_u_error"] <= 1e-9
+    assert out["drift_max_rel_u"] <= 1e-9
     assert 0 < out["round_trip_us_median"] <= out["round_trip_us_p99"]
 
 
@@ -143,6 +177,6 @@ def test_cli_overrides_plant_parameters_and_refuses_unknown_ones():
         ["demo", "reactor", "--steps", "100", "--json", "--set", "theta1=3", "--set", "x1_0=-0.2"],
     )
     assert ok.exit_code == 0, ok.output
-    assert json.loads(ok.output)["max_rel_u_error"] <= 1e-9
+    assert json.loads(ok.output)["drift_max_rel_u"] <= 1e-9
     bad = CliRunner().invoke(main, ["demo", "reactor", "--set", "nosuch=1"])
     assert bad.exit_code == 2 and "--set" in bad.output and "Traceback" not in bad.output

@@ -113,7 +113,7 @@ def immersion_register_attacks() -> list[AttackSpec]:
             "secagg-mask-seed",
             attacks.SCHEMES,
             attacks.run_secagg_mask_seed,
-            "Flower SecAgg+ masks come from 2^28 Mersenne Twister seeds: the aggregator searches "
-            "one and unmasks a user's update (mitigation: core-secure-sum)",
+            "Flower SecAgg+ pairwise masks come from 2^28 Mersenne Twister seeds: the aggregator "
+            "searches one and unmasks a user's update (mitigation: core-secure-sum)",
         )
     ]

@@ -5,7 +5,8 @@ of the users' updates. Flower's SecAgg+ (:mod:`immersion_secagg.flower_secagg`) 
 quantised sum of clipped coordinates (``k 2c / T`` worst case, silent clipping) and expands every
 mask from a 32-bit seed with numpy's Mersenne Twister (flwr 1.41,
 ``flwr/common/secure_aggregation/secaggplus_utils.py``, ``pseudo_rand_gen``, lines 83-100: the
-32-byte key is XOR-folded into ``seed32`` and fed to ``np.random.RandomState``). The audit row
+seed, a 44-byte base64 key for a pairwise mask or 32 bytes of ``os.urandom`` for the self mask, is
+XOR-folded into ``seed32`` and fed to ``np.random.RandomState``). The audit row
 ``secagg-mask-seed`` measures what that costs an attacker.
 
 Here every round is :func:`immersion_fl.flower_engine.secure_flower_sum`: fresh X25519 keys per

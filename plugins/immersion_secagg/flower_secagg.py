@@ -13,10 +13,12 @@ Notes
 SecAgg+ is a fixed-point sum: every coordinate is clipped to ``[-c, c]`` (silently), rounded
 stochastically to a grid of step ``2c / T`` and summed modulo ``M``, so the sum of ``k`` users
 has a worst-case error ``k * 2c / T`` (:func:`quantization_error_bound`) when nothing is clipped,
-and needs ``k * T < M``. A user failing before it sends its masked vector halts the round; each
-mask is expanded by numpy's Mersenne Twister from a 32-bit fold of a base64 key, 2^28 seeds in
-all (``flwr/common/secure_aggregation/secaggplus_utils.py`` lines 83-100; the audit's
-``secagg-mask-seed`` searches them in about 2 minutes): not a secure deployment, and seed 001's
+and needs ``k * T < M``. A user failing before it sends its masked vector halts the round. The
+pairwise masks are expanded by numpy's Mersenne Twister from a 32-bit XOR fold of a base64 key,
+2^28 seeds in all (``flwr/common/secure_aggregation/secaggplus_utils.py`` lines 83-100; the
+audit's ``secagg-mask-seed`` searches them in about 2 minutes); the self mask's seed is 32 bytes
+of ``os.urandom`` folded the same way, 2^32 seeds (``flwr/client/mod/secure_aggregation/
+secaggplus_mod.py`` lines 376 and 468): not a secure deployment, and seed 001's
 Flower engine uses the SDK's secure sum by default (:mod:`immersion_secagg.core_flower`). The
 accountant of seed 001 (:mod:`immersion_secagg.accountant`) covers the exact real sum, not the
 quantised one.

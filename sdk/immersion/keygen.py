@@ -306,7 +306,9 @@ def draw_keys(
     that ``immerse(..., rng=s)`` would draw. Save them with :func:`save_keys` and pass them to
     ``immerse(..., keys=...)`` later (their noise law is then used as is).
     ``arithmetic="modular"`` draws integer keys invertible modulo 2^64
-    (:class:`~immersion.keys.ModularKeys`; the noise options do not apply).
+    (:class:`~immersion.keys.ModularKeys`; the noise options do not apply). Modular keys take
+    no ``fraction_bits``: the fixed-point scale is not part of the keys, it is set when they are
+    used, ``immerse(..., keys=keys, arithmetic="modular", fraction_bits=f)`` (default 32).
 
     Examples
     --------

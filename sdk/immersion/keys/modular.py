@@ -26,8 +26,10 @@ value of ``Z/2^64`` exactly once as ``s_k`` runs over ``Z/2^64``. Hence ``y~_i``
 independent of ``q``: its law is the same for every input, i.e. per-element epsilon 0. (The
 vector ``y~`` is *not* uniform: it lies in ``Pi q + range(N)``; see THREAT_MODEL.md.)
 
-Memory of a block code: two ``uint64`` arrays of ``n~ x b`` (the blocks and their inverses),
-``16 n~ b`` bytes: 0.31 GB for the 1,199,882-entry CNN state at ``b = 16``.
+Memory of a block code (:attr:`ModularCode.nbytes`): two ``uint64`` arrays of ``n~ x b`` (the
+blocks and their inverses, ``16 n~ b`` bytes) and four 64-bit vectors of length ``n~`` (shear,
+group ids, row permutation, signal positions: ``32 n~`` bytes): 0.35 GB for the 1,199,882-entry
+CNN state at ``b = 16`` with 2 noise entries (0.31 GB of blocks).
 """
 
 from __future__ import annotations
@@ -449,8 +451,9 @@ def draw_modular_code(
     """One integer code ``q -> Pi q + N s (mod 2^64)``, e.g. for a flat model vector in FL.
 
     Every row of ``N`` has an odd entry, so with ``s`` uniform modulo ``2^64`` every element of
-    the encoding is uniform whatever ``q`` is (module docstring). Memory: ``16 (n + extra) b``
-    bytes for block codes, ``16 (n + extra)^2`` for dense ones.
+    the encoding is uniform whatever ``q`` is (module docstring). Memory: about
+    ``16 (n + extra) (b + 2)`` bytes for block codes (blocks, their inverses and four vectors of
+    length ``n + extra``), ``16 (n + extra)^2`` for dense ones.
 
     Examples
     --------

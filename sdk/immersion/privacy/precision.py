@@ -9,9 +9,10 @@ systems (tests/test_privacy.py checks measured errors stay below it at the probe
 
 It is an estimate (``decode_error_estimate``), not a bound: over a closed-loop trajectory ``f``
 and ``g`` can amplify more than at the probe point and the state carries rounding forward
-(``immersion demo reactor`` measured up to 4.6 times the estimate). What holds in every run is
-the a posteriori bound of each decode, :mod:`immersion.privacy.bounds`. The tolerance check
-(:func:`refuse_infeasible_precision`) runs before any data exists, so it uses this estimate.
+(``immersion demo reactor``, seeds 0-9: up to 4.46 times the estimate,
+``benchmarks/reactor_bounds.py``). What holds in every run is the a posteriori bound of each
+decode, :mod:`immersion.privacy.bounds`. The tolerance check (:func:`refuse_infeasible_precision`)
+runs before any data exists, so it uses this estimate.
 """
 
 from __future__ import annotations
