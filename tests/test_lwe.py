@@ -300,6 +300,49 @@ def test_runs_use_fresh_public_seeds():
     assert other.encode_state()[:2].tolist() != first[:2].tolist()
 
 
+def test_default_key_comes_from_os_entropy_not_a_numpy_seed(monkeypatch):
+    """``rng=None``: 32 bytes of ``secrets.token_bytes`` are the master secret; no numpy
+    generator (at most 128 bits of seed) is involved. A seeded ``rng`` stays reproducible."""
+    from immersion.lwe import keys
+
+    a = encrypt_controller(pi_loop().controller, input_range=3, output_range=6)
+    b = encrypt_controller(pi_loop().controller, input_range=3, output_range=6)
+    assert a._key.fingerprint != b._key.fingerprint
+    assert not np.array_equal(a._key.secret, b._key.secret)
+
+    drawn = []
+
+    def token_bytes(n):
+        drawn.append(n)
+        return bytes(range(n))
+
+    def no_numpy(*args, **kwargs):
+        raise AssertionError("the default key went through a numpy generator")
+
+    default_rng = np.random.default_rng
+
+    def seeded_only(seed=None):  # the conversion's fixed public picker (seed 0) may run
+        if seed is None:
+            no_numpy()
+        return default_rng(seed)
+
+    monkeypatch.setattr(keys._secrets, "token_bytes", token_bytes)
+    monkeypatch.setattr(keys, "resolve_rng", no_numpy)
+    monkeypatch.setattr(np.random, "default_rng", seeded_only)
+    for secure in (False, True):
+        imm = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, secure=secure)
+        assert imm._key._master == bytes(range(32))
+    assert drawn == [32, 32]
+    monkeypatch.undo()
+    seeded = [encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=7)]
+    seeded.append(encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=7))
+    assert seeded[0]._key._master == seeded[1]._key._master  # tests: reproducible
+    with pytest.raises(InvalidArgumentError, match="secure"):
+        encrypt_controller(pi_loop().controller, input_range=3, output_range=6, secure="yes")
+    with pytest.raises(InvalidArgumentError, match="either rng or secure"):
+        encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=1, secure=True)
+
+
 def test_remote_lwe_loop_on_loopback():
     """`immersion serve` runs an LWE target: integer matrix at set-up, uint64 words per sample."""
     pytest.importorskip("zmq")

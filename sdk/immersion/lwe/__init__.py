@@ -70,8 +70,9 @@ def encrypt_controller(
         fixed-point scales and prove that no ciphertext can wrap around ``q``; values outside
         raise :class:`WrapAroundError` at run time.
     rng, secure:
-        Seed or Generator for the master secret (tests, reproducible runs), or ``secure=True``
-        for 32 bytes of OS entropy (deployments).
+        ``rng=None`` (default) or ``secure=True``: the master secret is 32 bytes of OS entropy
+        (``secrets.token_bytes``; deployments). An int seed or numpy Generator makes the key
+        reproducible (tests, benchmarks): the seed is then the key.
     security_bits, modulus_bits, dimension:
         HE-standard level (128, 192, 256), ``q = 2^64`` or ``2^128`` (more precision), and an
         optional LWE dimension (``security_bits=None`` with a dimension: no claim, benchmarks).
