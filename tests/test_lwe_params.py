@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ from immersion.lwe import (
     linear_controller,
     lwe_parameters,
 )
+from immersion.lwe.examples import lqg_loop
 from immersion.lwe.fixed_point import design, ranges
 from immersion.lwe.keys import LweSecretKey, error_probabilities, public_vectors
 
@@ -99,6 +101,13 @@ def test_report_states_the_budget():
     assert math.isclose(r.headroom_bits, 63 - math.log2(total))
     assert r.uplink_bytes == 8 * (3 + 2) and r.downlink_bytes == 8 * (3 + 1)
     assert r.as_dict()["coding"] == "lwe" and r.predicted_step_error_relative > 0
+    assert r.input_range == (3.0,) and r.output_range == (10.0,)  # the signal ranges budgeted
+    assert r.as_dict()["input_range"] == (3.0,) and r.as_dict()["output_range"] == (10.0,)
+    assert r.predicted_step_error_relative == r.predicted_step_error / 10.0
+    mimo = lqg_loop(3, n_input=2, n_output=2)
+    wide = encrypt_controller(mimo.controller, input_range=[1.5, 2.5], output_range=4.0, rng=0)
+    d = json.loads(json.dumps(wide.report().as_dict()))  # JSON-ready, per component
+    assert d["input_range"] == [1.5, 2.5] and d["output_range"] == [4.0, 4.0]
 
 
 def test_wrapping_settings_are_refused():

@@ -252,7 +252,8 @@ class LweImmersion:
         return lwe_report(
             self.params,
             self.design,
-            output_range=float(self.output_range.max()),
+            input_range=self.input_range,
+            output_range=self.output_range,
             residual=self.history.residual,
             sizes=(t.n_input_encoded, t.n_output_encoded, t.n_state_encoded),
             prg=self.prg,

@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from .fixed_point import FixedPointDesign
 from .params import LweParameters
 
@@ -38,6 +40,10 @@ class LweReport:
         Encoded input, encoded output and cloud state per sample (header included).
     n_input, n_output:
         Sizes of ``y`` and ``u``.
+    input_range, output_range:
+        The declared bounds on ``|y|`` and ``|u|``, per component: the signal ranges the budget
+        is proven for (values outside are refused at run time). There is no separate state
+        range: the cloud's state is the window of past ``y`` and ``u``, bounded by these two.
     prg:
         Expander of the public vectors.
     """
@@ -46,6 +52,8 @@ class LweReport:
     window: int
     n_input: int
     n_output: int
+    input_range: tuple[float, ...]
+    output_range: tuple[float, ...]
     frac_input: int
     frac_output: int
     frac_gain: int
@@ -71,7 +79,8 @@ def lwe_report(
     params: LweParameters,
     fp: FixedPointDesign,
     *,
-    output_range: float,
+    input_range: np.ndarray,
+    output_range: np.ndarray,
     residual: float,
     sizes: tuple[int, int, int],
     prg: str,
@@ -84,6 +93,8 @@ def lwe_report(
         window=fp.window,
         n_input=fp.n_input,
         n_output=fp.n_output,
+        input_range=tuple(float(v) for v in input_range),
+        output_range=tuple(float(v) for v in output_range),
         frac_input=fp.frac_input,
         frac_output=fp.frac_output,
         frac_gain=fp.frac_gain,
@@ -92,7 +103,7 @@ def lwe_report(
         accumulator_bits=max(fp.acc_bound, 1).bit_length(),
         headroom_bits=params.modulus_bits - 1 - math.log2(max(total, 1)),
         predicted_step_error=fp.predicted_step_error,
-        predicted_step_error_relative=fp.predicted_step_error / output_range,
+        predicted_step_error_relative=fp.predicted_step_error / float(np.max(output_range)),
         conversion_residual=residual,
         uplink_bytes=8 * sizes[0],
         downlink_bytes=8 * sizes[1],
