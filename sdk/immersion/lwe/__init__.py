@@ -46,7 +46,7 @@ from .target import LweTarget
 
 
 def encrypt_controller(
-    system: Any,
+    sys: Any,
     *,
     input_range: Any = None,
     output_range: Any = None,
@@ -62,9 +62,11 @@ def encrypt_controller(
 
     Parameters
     ----------
-    system:
+    sys:
         ``(A, B, C, D)`` of ``x+ = A x + B y``, ``u = C x + D y``, or a discrete-time
-        ``control.StateSpace`` / ``control.TransferFunction``. Nonlinear systems are refused.
+        ``control.StateSpace`` / ``control.TransferFunction`` (as :func:`immersion.immerse_system`
+        takes them). Nonlinear systems are refused, and so are continuous-time ones (``dt=0``)
+        and ``dt=None``: discretise with ``control.c2d``.
     input_range, output_range:
         Bounds on ``|y|`` and ``|u|`` (scalar or per component), required. They size the
         fixed-point scales and prove that no ciphertext can wrap around ``q``; values outside
@@ -100,7 +102,7 @@ def encrypt_controller(
         security_bits=security_bits, modulus_bits=modulus_bits, dimension=dimension
     )
     prg = resolve_prg(prg)
-    controller = linear_controller(system)
+    controller = linear_controller(sys)
     history = history_form(controller)
     in_range = ranges("input_range", input_range, controller.n_input)
     out_range = ranges("output_range", output_range, controller.n_output)
