@@ -379,6 +379,30 @@ def test_remote_lwe_loop_on_loopback():
             assert r.uplink_bytes == 8 * (3 + 2 * 2)  # header + y and u_prev, two limbs each
 
 
+def test_remote_lwe_bench_reports_round_trips_bytes_and_the_local_ratio():
+    """`immersion bench remote --coding lwe`, short: a server child process on loopback."""
+    pytest.importorskip("zmq")
+    from click.testing import CliRunner
+    from immersion.cli import main
+    from immersion.remote_bench import bench_remote_lwe
+
+    result = bench_remote_lwe(samples=20, modulus_bits=(64,), curve=False)
+    (row,) = result["rows"].values()
+    r = encrypt_controller(
+        lqg_loop(2).controller, input_range=1, output_range=1, rng=0
+    ).report()  # the sizes depend on the controller's shape and q only
+    assert result["benchmark"] == "remote-lwe" and row["bit_identical_to_twin"]
+    assert row["bytes_sent_per_sample"] == r.state_bytes + r.uplink_bytes
+    assert row["bytes_received_per_sample"] == r.downlink_bytes + r.state_bytes
+    assert 0 < row["round_trip_us"]["p50_us"] <= row["round_trip_us"]["p99_us"]
+    ratio = row["round_trip_us"]["p50_us"] / row["local_advance_us"]["p50_us"]
+    assert row["p50_ratio_remote_vs_local_advance"] == pytest.approx(ratio)
+    refused = CliRunner().invoke(main, ["bench", "remote", "--coding", "lwe", "--plants", "3"])
+    assert refused.exit_code == 2 and "--plants" in refused.output
+    refused = CliRunner().invoke(main, ["bench", "remote", "--modulus-bits", "64"])
+    assert refused.exit_code == 2 and "--coding lwe" in refused.output
+
+
 def test_immerse_system_coding_lwe():
     """``immerse_system(sys, coding="lwe", ...)``: the same handle as ``encrypt_controller``."""
     from immersion import immerse_system
