@@ -244,6 +244,13 @@ def bench_remote_cmd(
     help="Samples of the hidden-gains (BFV) loop; 0 skips it.",
 )
 @click.option("--quick", is_flag=True, help="200 steps, 1 repeat, ECLib at n = 10, 3 BFV samples.")
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also save the JSON object to this file.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_control_cmd(
     steps: int,
@@ -254,6 +261,7 @@ def bench_control_cmd(
     eclib_budget: float,
     hidden_samples: int,
     quick: bool,
+    out_path: Path | None,
     as_json: bool,
 ) -> None:
     """One LQG controller per sample: plain, float immersion, LWE (q = 2^64 and wide), ECLib."""
@@ -280,6 +288,9 @@ def bench_control_cmd(
         hidden_samples=hidden_samples,
         progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
     )
+    if out_path is not None:
+        out_path.write_text(json.dumps(json_safe(result), indent=1) + "\n")
+        click.echo(f"[bench] saved {out_path}", err=True)
     if as_json:
         click.echo(json.dumps(json_safe(result)))
         return
