@@ -42,6 +42,7 @@ def test_smallest_table_dimension(level, modulus_bits, n):
     p = lwe_parameters(security_bits=level, modulus_bits=modulus_bits)
     assert p.dimension == n and p.table_max_modulus_bits >= modulus_bits
     assert p.sigma == 3.2 and p.error_bound == 19 and "Homomorphic Encryption Security" in p.source
+    assert "hestdparms.h" in p.source and f"_{level}_TC" in p.source  # SEAL's row, same entries
 
 
 def test_dimension_checked_against_the_table():
