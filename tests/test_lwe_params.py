@@ -17,7 +17,7 @@ from immersion.lwe import (
     lwe_parameters,
 )
 from immersion.lwe.examples import lqg_loop
-from immersion.lwe.fixed_point import design, ranges
+from immersion.lwe.fixed_point import CHECK_BITS, design, ranges
 from immersion.lwe.keys import LweSecretKey, error_probabilities, public_vectors
 
 PI = ([[1.0]], [[0.05]], [[1.0]], [[2.0]])
@@ -67,7 +67,7 @@ def test_bad_parameters_are_named(kwargs, name):
     assert err.value.argument == name
 
 
-def _fp(system, in_range, out_range, bits=64, frac=None):
+def _fp(system, in_range, out_range, bits=64, frac=None, scale_bits=None):
     h = history_form(linear_controller(system))
     return design(
         h,
@@ -76,12 +76,14 @@ def _fp(system, in_range, out_range, bits=64, frac=None):
         modulus_bits=bits,
         error_bound=19,
         fractional_bits=frac,
+        scale_bits=scale_bits,
     )
 
 
 @pytest.mark.parametrize("bits", [64, 100, 128])
 def test_budget_proves_no_wrap(bits):
-    """L * acc_max + noise_max < q / 2, with acc_max recomputed here from the integer matrix."""
+    """A decoder that rounds: L * acc_max + noise_max < q / 2 with L / 2 > noise_max; acc_max
+    recomputed here from the integer matrix."""
     fp = _fp(PI, 3.0, 10.0, bits)
     entry = [*fp.input_max_q, *fp.output_max_q, *fp.input_max_q]  # [y_k, u_(k-1), y_(k-1)]
     acc_max = max(sum(abs(c) * m for c, m in zip(row, entry, strict=True)) for row in fp.matrix)
@@ -93,12 +95,28 @@ def test_budget_proves_no_wrap(bits):
         _fp(PI, 3.0, 10.0, bits, (fp.frac_input, fp.frac_output, fp.frac_gain + 2))
 
 
+@pytest.mark.parametrize("bits", [64, 100, 128])
+def test_budget_with_the_noise_subtracted_proves_no_wrap(bits):
+    """The LWE handle subtracts the noise exactly: L = 2^CHECK_BITS and L * acc_max < q / 2,
+    whatever the noise (it never reaches the budget), and the scales use the bits it frees."""
+    fp = _fp(PI, 3.0, 10.0, bits, scale_bits=CHECK_BITS)
+    entry = [*fp.input_max_q, *fp.output_max_q, *fp.input_max_q]
+    acc_max = max(sum(abs(c) * m for c, m in zip(row, entry, strict=True)) for row in fp.matrix)
+    assert acc_max == fp.acc_bound and fp.noise_bits == CHECK_BITS
+    assert acc_max << CHECK_BITS < 2 ** (bits - 1)
+    rounding = _fp(PI, 3.0, 10.0, bits)
+    assert fp.predicted_step_error < rounding.predicted_step_error / 100  # the noise's bits, back
+    with pytest.raises(WrapAroundError, match="could wrap"):
+        _fp(PI, 3.0, 10.0, bits, (fp.frac_input, fp.frac_output, fp.frac_gain + 2), CHECK_BITS)
+
+
 def test_report_states_the_budget():
     imm = encrypt_controller(PI, input_range=3.0, output_range=10.0, rng=0)
     r = imm.report()
     assert r.parameters.dimension == 4096 and r.parameters.security_bits == 128
     assert 0 < r.headroom_bits < 64 and r.noise_bound == imm.design.noise_gain * 19
-    total = (imm.design.acc_bound << r.noise_scale_bits) + r.noise_bound
+    assert r.noise_scale_bits == CHECK_BITS  # L is not sized by the noise: it is subtracted
+    total = imm.design.acc_bound << r.noise_scale_bits
     assert math.isclose(r.headroom_bits, 63 - math.log2(total))
     assert r.uplink_bytes == 8 * (3 + 2) and r.downlink_bytes == 8 * (3 + 1)
     assert r.as_dict()["coding"] == "lwe" and r.predicted_step_error_relative > 0

@@ -2,8 +2,10 @@
 
 The cloud holds a public integer matrix and a window of ciphertexts of past measurements ``y``
 and applied controls ``u``; it never decrypts anything. The user encrypts ``y`` (and feeds the
-applied ``u`` back, encrypted), and decrypts ``u`` by rounding the noise away, so the decoded
-``u`` is bit-identical to a fixed-point twin of the controller (no noise bits reach the plant).
+applied ``u`` back, encrypted), and decrypts ``u`` by subtracting the pad ``<a, s> + e`` it
+computed for that ciphertext (it drew every error), so the decoded ``u`` is bit-identical to a
+fixed-point twin of the controller (no noise bits reach the plant) and the noise takes no bits of
+the modulus.
 
 Modules: :mod:`.params` (HE-standard parameters), :mod:`.ring` (``Z_{2^64}``, ``Z_{2^128}``),
 :mod:`.keys` (secret, seeded public vectors, errors), :mod:`.convert` (controller to history
@@ -36,7 +38,7 @@ from typing import Any
 
 from .convert import history_form, linear_controller
 from .encryption import public_part
-from .fixed_point import FixedPointTwin, WrapAroundError, design, ranges
+from .fixed_point import CHECK_BITS, FixedPointTwin, WrapAroundError, design, ranges
 from .handle import CiphertextIntegrityError, LweImmersion
 from .hidden import HiddenGainsImmersion, HiddenGainsTarget, encrypt_controller_and_gains
 from .keys import LweSecretKey, resolve_prg
@@ -113,6 +115,7 @@ def encrypt_controller(
         modulus_bits=params.modulus_bits,
         error_bound=params.error_bound,
         fractional_bits=fractional_bits,
+        scale_bits=CHECK_BITS,
     )
     key = LweSecretKey.generate(params, rng=rng, secure=secure)
     return LweImmersion(

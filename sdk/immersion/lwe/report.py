@@ -25,13 +25,16 @@ class LweReport:
     frac_input, frac_output, frac_gain:
         Fixed-point fractional bits of ``y``, ``u`` and of the coefficients.
     noise_scale_bits:
-        ``l`` with ``L = 2^l``: plaintexts are multiplied by ``L``; the noise stays below ``L / 2``.
+        ``l`` with ``L = 2^l``: plaintexts are multiplied by ``L``. The user subtracts the noise
+        exactly (it drew every error), so ``L`` is not sized by the noise; a decrypted value that
+        is not a multiple of ``L`` reveals an altered reply.
     noise_bound:
-        Proven bound on the output ciphertext's noise (``sum |M| * error_bound``).
+        Proven bound on the output ciphertext's LWE noise (``sum |M| * error_bound``): what
+        decryption with the key alone would have to round away; the user removes it exactly.
     accumulator_bits:
         Bits of the largest accumulator for inputs and outputs within the declared ranges.
     headroom_bits:
-        ``log2(q / 2) - log2(L acc_max + noise_bound)``: positive, or the setting is refused.
+        ``log2(q / 2) - log2(L acc_max)``: positive, or the setting is refused.
     predicted_step_error, predicted_step_error_relative:
         One sample's rounding bound on ``|u_twin - u_float|`` (absolute; over ``output_range``).
     conversion_residual:
@@ -87,7 +90,7 @@ def lwe_report(
 ) -> LweReport:
     noise_bits = fp.noise_bits
     noise_bound = fp.noise_gain * params.error_bound
-    total = (fp.acc_bound << noise_bits) + noise_bound
+    total = fp.acc_bound << noise_bits  # the noise is subtracted, not rounded: no bits of q
     return LweReport(
         parameters=params,
         window=fp.window,
