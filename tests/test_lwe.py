@@ -16,6 +16,8 @@ from immersion.lwe import (
     public_part,
 )
 from immersion.lwe.examples import lqg_loop, pi_loop, simulate_float
+from immersion.lwe.fixed_point import quantize
+from immersion.lwe.keys import public_vectors
 from immersion.lwe.target import HEADER
 
 
@@ -127,14 +129,15 @@ def test_decoded_u_is_bit_identical_to_the_fixed_point_twin(loop, bits):
     assert np.array_equal(us, us_twin)  # every sample, every bit
     ref = simulate_float(loop, 400)[1]
     assert np.abs(us - ref).max() <= 0.02 * np.abs(ref).max()  # and it is the controller
-    assert 0 < imm.noise_observed <= imm.report().noise_bound
 
 
-def test_wide_modulus_meets_one_in_a_million_on_the_lqg():
+@pytest.mark.parametrize("bits", [64, 104])
+def test_one_in_a_million_on_the_lqg(bits):
+    """The issue's goal, at q = 2^64 already: the noise, subtracted exactly, takes no bits of q."""
     loop = lqg_loop(2)
     imm = encrypt_controller(
         loop.controller, input_range=loop.input_range, output_range=loop.output_range,
-        modulus_bits=104, rng=0,
+        modulus_bits=bits, rng=0,
     )  # fmt: skip
     assert imm.report().parameters.dimension == 4096  # 104 <= 109: still n = 4096 at 128 bits
     us, _ = _loops(loop, imm, 2000, twin=False)
@@ -143,48 +146,67 @@ def test_wide_modulus_meets_one_in_a_million_on_the_lqg():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loop", [lqg_loop(2), pi_loop()], ids=["lqg2", "pi"])
-def test_error_stays_bounded_over_100000_steps(loop):
+@pytest.mark.parametrize(
+    "loop, bits, bound",
+    [(lqg_loop(2), 64, 1e-6), (lqg_loop(3), 64, 3e-5), (lqg_loop(4), 64, 5e-4),
+     (lqg_loop(3, n_input=2, n_output=2), 64, 1e-6), (pi_loop(), 64, 1e-7),
+     (lqg_loop(2), 104, 1e-12)],
+    ids=["lqg2", "lqg3", "lqg4", "lqg3-mimo", "pi", "lqg2-104bit"],
+)  # fmt: skip
+def test_error_stays_bounded_over_100000_steps(loop, bits, bound):
     """Noise and quantisation error do not grow: the last 10,000 samples are no worse than a bound
-    set by the first 10,000, the noise never exceeds its proven bound, and the twin stays exact."""
+    set by the first 10,000, and the twin stays exact (the noise is subtracted every sample, so
+    it cannot accumulate). ``bound``: the level of the error relative to the float loop's
+    largest ``u`` (coarser for higher-order controllers at ``q = 2^64``:
+    ``benchmarks/lwe_precision.py``)."""
     steps = 100_000
     imm = encrypt_controller(
-        loop.controller, input_range=loop.input_range, output_range=loop.output_range, rng=2
-    )
+        loop.controller, input_range=loop.input_range, output_range=loop.output_range, rng=2,
+        modulus_bits=bits,
+    )  # fmt: skip
     us, us_twin = _loops(loop, imm, steps)
     ref = simulate_float(loop, steps)[1]
     err = np.abs(us - ref).max(axis=1)
     scale = np.abs(ref).max()
     assert np.array_equal(us, us_twin)
     assert err[-10_000:].max() <= 2 * err[:10_000].max() + 1e-12
-    assert err.max() / scale < 1e-3
-    assert imm.noise_observed <= imm.report().noise_bound
+    assert err.max() / scale < bound
 
 
 def test_output_ciphertexts_are_ordinary_lwe_ciphertexts():
-    """The public part expanded from the seed gives (b, a) with b - <a, s> = L acc + small e."""
+    """The public part expanded from the seed gives (b, a) with b - <a, s> = L acc + e: genuine
+    LWE noise, within its proven bound and far above L (so the handle, which subtracts it, does
+    not depend on rounding it away); the uplink words decrypt with the key alone (|e| <= 19)."""
     loop = lqg_loop(2)
     imm = encrypt_controller(
         loop.controller, input_range=loop.input_range, output_range=loop.output_range, rng=3
     )
-    tw = imm.fixed_point_twin()
+    tw, fp = imm.fixed_point_twin(), imm.design
     xt = imm.encode_state()
     secret = imm._key.secret.astype(np.int64).view(np.uint64)
-    L = 1 << imm.design.noise_bits
+    L, per_sample = 1 << fp.noise_bits, imm.n_input + imm.target.n_feedback
+    noises = []
+
+    def centered(word):
+        return (word + 2**63) % 2**64 - 2**63
+
     for k, y in enumerate(np.random.default_rng(0).uniform(-1, 1, (6, 1))):
+        vector = quantize(y, fp.frac_input) + tw._u_prev + tw._window  # what the cloud multiplies
+        acc = sum(c * v for c, v in zip(fp.matrix[0], vector, strict=True))
         yt = imm.encode_input(y)
         ut = imm.target.output(xt, yt)
         u = imm.decode_output(ut, yt)
         assert u[0] == tw.output(y)[0]
         (a,) = public_part(imm.target, imm.params.dimension, imm.prg, ut[:HEADER])
-        phase = int(ut[HEADER]) - int(a @ secret)  # standard LWE decryption with the secret key
-        phase = (phase + 2**63) % 2**64 - 2**63
-        acc = round(phase / L)
-        assert abs(phase - acc * L) <= imm.report().noise_bound
-        assert imm.design.finish([acc], tw._init[k] if k < 2 else None)[0] == round(
-            u[0] * 2.0**imm.design.frac_output
-        )
+        phase = centered(int(ut[HEADER]) - int(a @ secret))  # textbook LWE decryption
+        noises.append(phase - acc * L)
+        assert abs(noises[-1]) <= imm.report().noise_bound
+        up = public_vectors(yt[:2].astype("<u8").tobytes(), k * per_sample, 1, 4096, imm.prg)[0]
+        y_phase = centered(int(yt[HEADER]) - int(up @ secret))
+        assert round(y_phase / L) == quantize(y, fp.frac_input)[0]  # |e| <= 19 < L / 2
+        assert abs(y_phase - round(y_phase / L) * L) <= 19
         xt = imm.target.step(xt, yt)
+    assert max(map(abs, noises)) > L  # real noise, which rounding by L could not remove
 
 
 def test_target_pickles_without_any_secret():
@@ -283,11 +305,18 @@ def test_altered_reply_is_detected():
     imm = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=0)
     xt = imm.encode_state()
     yt = imm.encode_input([0.1])
-    ut = imm.target.output(xt, yt).copy()
-    ut[HEADER] += np.uint64(1 << (imm.design.noise_bits - 1))  # L / 2: beyond the noise bound
-    with pytest.raises(CiphertextIntegrityError, match="altered"):
-        imm.decode_output(ut, yt)
+    ut = imm.target.output(xt, yt)
+    L = 1 << imm.design.noise_bits
+    for delta in (1, L // 2, L - 1, L + 3):
+        altered = ut.copy()
+        altered[HEADER] += np.uint64(delta)  # not a multiple of L: caught, whatever the noise
+        with pytest.raises(CiphertextIntegrityError, match="altered"):
+            imm.decode_output(altered, yt)
     assert issubclass(CiphertextIntegrityError, ImmersionError)
+    shifted = ut.copy()
+    shifted[HEADER] += np.uint64(L)  # a multiple of L passes: integrity is not protected
+    u = imm.decode_output(shifted, yt)
+    assert u[0] != imm.fixed_point_twin().output([0.1])[0]
 
 
 def test_runs_use_fresh_public_seeds():
@@ -298,6 +327,49 @@ def test_runs_use_fresh_public_seeds():
     assert first[:2].tolist() != second[:2].tolist()  # a restart never reuses a's under the key
     other = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=1)
     assert other.encode_state()[:2].tolist() != first[:2].tolist()
+
+
+def test_default_key_comes_from_os_entropy_not_a_numpy_seed(monkeypatch):
+    """``rng=None``: 32 bytes of ``secrets.token_bytes`` are the master secret; no numpy
+    generator (at most 128 bits of seed) is involved. A seeded ``rng`` stays reproducible."""
+    from immersion.lwe import keys
+
+    a = encrypt_controller(pi_loop().controller, input_range=3, output_range=6)
+    b = encrypt_controller(pi_loop().controller, input_range=3, output_range=6)
+    assert a._key.fingerprint != b._key.fingerprint
+    assert not np.array_equal(a._key.secret, b._key.secret)
+
+    drawn = []
+
+    def token_bytes(n):
+        drawn.append(n)
+        return bytes(range(n))
+
+    def no_numpy(*args, **kwargs):
+        raise AssertionError("the default key went through a numpy generator")
+
+    default_rng = np.random.default_rng
+
+    def seeded_only(seed=None):  # the conversion's fixed public picker (seed 0) may run
+        if seed is None:
+            no_numpy()
+        return default_rng(seed)
+
+    monkeypatch.setattr(keys._secrets, "token_bytes", token_bytes)
+    monkeypatch.setattr(keys, "resolve_rng", no_numpy)
+    monkeypatch.setattr(np.random, "default_rng", seeded_only)
+    for secure in (False, True):
+        imm = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, secure=secure)
+        assert imm._key._master == bytes(range(32))
+    assert drawn == [32, 32]
+    monkeypatch.undo()
+    seeded = [encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=7)]
+    seeded.append(encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=7))
+    assert seeded[0]._key._master == seeded[1]._key._master  # tests: reproducible
+    with pytest.raises(InvalidArgumentError, match="secure"):
+        encrypt_controller(pi_loop().controller, input_range=3, output_range=6, secure="yes")
+    with pytest.raises(InvalidArgumentError, match="either rng or secure"):
+        encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=1, secure=True)
 
 
 def test_remote_lwe_loop_on_loopback():
@@ -325,6 +397,30 @@ def test_remote_lwe_loop_on_loopback():
             assert cloud.bytes_sent == steps * (r.state_bytes + r.uplink_bytes)
             assert cloud.bytes_received == steps * (r.downlink_bytes + r.state_bytes)
             assert r.uplink_bytes == 8 * (3 + 2 * 2)  # header + y and u_prev, two limbs each
+
+
+def test_remote_lwe_bench_reports_round_trips_bytes_and_the_local_ratio():
+    """`immersion bench remote --coding lwe`, short: a server child process on loopback."""
+    pytest.importorskip("zmq")
+    from click.testing import CliRunner
+    from immersion.cli import main
+    from immersion.remote_bench import bench_remote_lwe
+
+    result = bench_remote_lwe(samples=20, modulus_bits=(64,), curve=False)
+    (row,) = result["rows"].values()
+    r = encrypt_controller(
+        lqg_loop(2).controller, input_range=1, output_range=1, rng=0
+    ).report()  # the sizes depend on the controller's shape and q only
+    assert result["benchmark"] == "remote-lwe" and row["bit_identical_to_twin"]
+    assert row["bytes_sent_per_sample"] == r.state_bytes + r.uplink_bytes
+    assert row["bytes_received_per_sample"] == r.downlink_bytes + r.state_bytes
+    assert 0 < row["round_trip_us"]["p50_us"] <= row["round_trip_us"]["p99_us"]
+    ratio = row["round_trip_us"]["p50_us"] / row["local_advance_us"]["p50_us"]
+    assert row["p50_ratio_remote_vs_local_advance"] == pytest.approx(ratio)
+    refused = CliRunner().invoke(main, ["bench", "remote", "--coding", "lwe", "--plants", "3"])
+    assert refused.exit_code == 2 and "--plants" in refused.output
+    refused = CliRunner().invoke(main, ["bench", "remote", "--modulus-bits", "64"])
+    assert refused.exit_code == 2 and "--coding lwe" in refused.output
 
 
 def test_immerse_system_coding_lwe():

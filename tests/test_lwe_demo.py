@@ -23,17 +23,20 @@ def test_encrypted_lqg_demo(tmp_path):
     result = json.loads(out.stdout)
     assert result["bit_identical_to_twin"] is True
     assert result["max_rel_u_error"] < 1e-6 and result["security_bits"] == 128
-    assert result["max_noise_decrypted"] <= result["noise_bound"]
+    assert result["headroom_bits"] > 0 and result["noise_bound"] > 1 << result["scale_bits"]
     assert (tmp_path / "encrypted_lqg.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_bench_control_quick_json():
+def test_bench_control_quick_json(tmp_path):
+    saved = tmp_path / "control.json"
     result = CliRunner().invoke(
         main,
-        ["bench", "control", "--quick", "--eclib-budget", "0.2", "--hidden-samples", "0", "--json"],
-    )
+        ["bench", "control", "--quick", "--eclib-budget", "0.2", "--hidden-samples", "0", "--json",
+         "--out", str(saved)],
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     out = json.loads(result.output.strip().splitlines()[-1])
+    assert json.loads(saved.read_text()) == out  # --out saves the same object
     rows = out["rows"]
     assert set(rows) == {"plain", "immerse", "lwe", "lwe-wide", "lwe-hidden-gains"}
     assert rows["lwe-hidden-gains"] == {"skipped": "hidden_samples = 0"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -15,7 +16,8 @@ from immersion.lwe import (
     linear_controller,
     lwe_parameters,
 )
-from immersion.lwe.fixed_point import design, ranges
+from immersion.lwe.examples import lqg_loop
+from immersion.lwe.fixed_point import CHECK_BITS, design, ranges
 from immersion.lwe.keys import LweSecretKey, error_probabilities, public_vectors
 
 PI = ([[1.0]], [[0.05]], [[1.0]], [[2.0]])
@@ -40,6 +42,7 @@ def test_smallest_table_dimension(level, modulus_bits, n):
     p = lwe_parameters(security_bits=level, modulus_bits=modulus_bits)
     assert p.dimension == n and p.table_max_modulus_bits >= modulus_bits
     assert p.sigma == 3.2 and p.error_bound == 19 and "Homomorphic Encryption Security" in p.source
+    assert "hestdparms.h" in p.source and f"_{level}_TC" in p.source  # SEAL's row, same entries
 
 
 def test_dimension_checked_against_the_table():
@@ -64,7 +67,7 @@ def test_bad_parameters_are_named(kwargs, name):
     assert err.value.argument == name
 
 
-def _fp(system, in_range, out_range, bits=64, frac=None):
+def _fp(system, in_range, out_range, bits=64, frac=None, scale_bits=None):
     h = history_form(linear_controller(system))
     return design(
         h,
@@ -73,12 +76,14 @@ def _fp(system, in_range, out_range, bits=64, frac=None):
         modulus_bits=bits,
         error_bound=19,
         fractional_bits=frac,
+        scale_bits=scale_bits,
     )
 
 
 @pytest.mark.parametrize("bits", [64, 100, 128])
 def test_budget_proves_no_wrap(bits):
-    """L * acc_max + noise_max < q / 2, with acc_max recomputed here from the integer matrix."""
+    """A decoder that rounds: L * acc_max + noise_max < q / 2 with L / 2 > noise_max; acc_max
+    recomputed here from the integer matrix."""
     fp = _fp(PI, 3.0, 10.0, bits)
     entry = [*fp.input_max_q, *fp.output_max_q, *fp.input_max_q]  # [y_k, u_(k-1), y_(k-1)]
     acc_max = max(sum(abs(c) * m for c, m in zip(row, entry, strict=True)) for row in fp.matrix)
@@ -90,15 +95,38 @@ def test_budget_proves_no_wrap(bits):
         _fp(PI, 3.0, 10.0, bits, (fp.frac_input, fp.frac_output, fp.frac_gain + 2))
 
 
+@pytest.mark.parametrize("bits", [64, 100, 128])
+def test_budget_with_the_noise_subtracted_proves_no_wrap(bits):
+    """The LWE handle subtracts the noise exactly: L = 2^CHECK_BITS and L * acc_max < q / 2,
+    whatever the noise (it never reaches the budget), and the scales use the bits it frees."""
+    fp = _fp(PI, 3.0, 10.0, bits, scale_bits=CHECK_BITS)
+    entry = [*fp.input_max_q, *fp.output_max_q, *fp.input_max_q]
+    acc_max = max(sum(abs(c) * m for c, m in zip(row, entry, strict=True)) for row in fp.matrix)
+    assert acc_max == fp.acc_bound and fp.noise_bits == CHECK_BITS
+    assert acc_max << CHECK_BITS < 2 ** (bits - 1)
+    rounding = _fp(PI, 3.0, 10.0, bits)
+    assert fp.predicted_step_error < rounding.predicted_step_error / 100  # the noise's bits, back
+    with pytest.raises(WrapAroundError, match="could wrap"):
+        _fp(PI, 3.0, 10.0, bits, (fp.frac_input, fp.frac_output, fp.frac_gain + 2), CHECK_BITS)
+
+
 def test_report_states_the_budget():
     imm = encrypt_controller(PI, input_range=3.0, output_range=10.0, rng=0)
     r = imm.report()
     assert r.parameters.dimension == 4096 and r.parameters.security_bits == 128
     assert 0 < r.headroom_bits < 64 and r.noise_bound == imm.design.noise_gain * 19
-    total = (imm.design.acc_bound << r.noise_scale_bits) + r.noise_bound
+    assert r.noise_scale_bits == CHECK_BITS  # L is not sized by the noise: it is subtracted
+    total = imm.design.acc_bound << r.noise_scale_bits
     assert math.isclose(r.headroom_bits, 63 - math.log2(total))
     assert r.uplink_bytes == 8 * (3 + 2) and r.downlink_bytes == 8 * (3 + 1)
     assert r.as_dict()["coding"] == "lwe" and r.predicted_step_error_relative > 0
+    assert r.input_range == (3.0,) and r.output_range == (10.0,)  # the signal ranges budgeted
+    assert r.as_dict()["input_range"] == (3.0,) and r.as_dict()["output_range"] == (10.0,)
+    assert r.predicted_step_error_relative == r.predicted_step_error / 10.0
+    mimo = lqg_loop(3, n_input=2, n_output=2)
+    wide = encrypt_controller(mimo.controller, input_range=[1.5, 2.5], output_range=4.0, rng=0)
+    d = json.loads(json.dumps(wide.report().as_dict()))  # JSON-ready, per component
+    assert d["input_range"] == [1.5, 2.5] and d["output_range"] == [4.0, 4.0]
 
 
 def test_wrapping_settings_are_refused():

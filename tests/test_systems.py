@@ -330,6 +330,59 @@ def test_continuous_time_and_unspecified_timebase_are_refused(ct):
         immerse_system(ct.ss([[-1.0]], [[1.0]], [[1.0]], [[0.0]]), rng=0)
 
 
+def test_discrete_transfer_function_is_read_as_its_state_space(ct):
+    """A discrete TransferFunction runs as control.ss(tf) under both codings (and
+    encrypt_controller), with the same numbers as the StateSpace."""
+    from immersion.lwe import encrypt_controller
+
+    tf = ct.tf([0.5, 0.1], [1.0, -0.6, 0.08], 0.1)
+    ss = ct.ss(tf)
+    a, b = immerse_system(tf, rng=0), immerse_system(ss, rng=0)
+    x, y = np.array([0.3, -0.2]), np.array([0.7])
+    for imm in (a, b):
+        yt = imm.encode_input(y)
+        u = imm.decode_output(imm.target.output(imm.encode_state(x), yt), yt)
+        np.testing.assert_allclose(u, ss.C @ x + ss.D @ y, atol=TOL)
+    ranges = {"input_range": 1.0, "output_range": 5.0, "rng": 0}
+    lwe = immerse_system(tf, coding="lwe", **ranges)
+    assert lwe.target.matrix == encrypt_controller(tf, **ranges).target.matrix
+    assert lwe.target.matrix == encrypt_controller(ss, **ranges).target.matrix
+
+
+def test_continuous_and_unspecified_timebases_refused_alike_by_both_entry_points(ct):
+    """immerse_system (both codings) and encrypt_controller: the same named error for a
+    continuous-time (dt = 0) or unspecified (dt = None) StateSpace or TransferFunction."""
+    from immersion.lwe import encrypt_controller
+
+    systems = {
+        "ss dt=0": ct.ss([[-1.0]], [[1.0]], [[1.0]], [[0.0]]),
+        "ss dt=None": ct.ss([[-1.0]], [[1.0]], [[1.0]], [[0.0]], dt=None),
+        "tf dt=0": ct.tf([1.0], [1.0, 1.0]),
+        "tf dt=None": ct.tf([1.0], [1.0, 1.0], None),
+    }
+    ranges = {"input_range": 1.0, "output_range": 1.0, "rng": 0}
+    for label, system in systems.items():
+        messages = set()
+        for build in (
+            lambda s: immerse_system(s, rng=0),
+            lambda s: immerse_system(s, coding="lwe", **ranges),
+            lambda s: encrypt_controller(s, **ranges),
+        ):
+            with pytest.raises(InvalidArgumentError, match=r"discretise.*control\.c2d") as err:
+                build(system)
+            assert err.value.argument == "sys", label
+            messages.add(str(err.value))
+        assert len(messages) == 1, label  # one wording everywhere
+        assert ("dt=None" if "None" in label else "continuous-time (dt=0)") in messages.pop()
+
+
+def test_lwe_refuses_public_time_pointing_to_the_float_coding():
+    with pytest.raises(InvalidArgumentError, match="linear time-invariant") as err:
+        immerse_system(GOOD, coding="lwe", time="public", input_range=1, output_range=1)
+    assert err.value.argument == "time"
+    assert "coding='immersion' with time='public'" in str(err.value)
+
+
 GOOD = (np.eye(2) * 0.5, np.ones((2, 1)), np.ones((1, 2)), np.zeros((1, 1)))
 
 
@@ -365,9 +418,9 @@ def test_non_finite_matrices_are_refused(ct):
 
 
 def test_python_control_objects_that_are_not_supported(ct):
-    with pytest.raises(InvalidArgumentError, match=r"control\.ss\(sys\)") as err:
-        immerse_system(ct.tf([1.0], [1.0, -0.5], True), rng=0)
-    assert err.value.argument == "sys"
+    frd = ct.frd(ct.tf([1.0], [1.0, -0.5], True), [0.1, 1.0])
+    with pytest.raises(InvalidArgumentError, match="TransferFunction.*got FrequencyResponseData"):
+        immerse_system(frd, rng=0)
     stateless = ct.nlsys(None, lambda t, x, u, p: 2 * u, inputs=1, outputs=1, dt=True)
     with pytest.raises(InvalidArgumentError, match="nstates >= 1") as err:
         immerse_system(stateless, rng=0)

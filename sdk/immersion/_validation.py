@@ -156,6 +156,39 @@ def backend_array(
     return backend.asarray(finite_array(name, value, last_dim=last_dim, ndim=ndim))
 
 
+def discrete_timebase(name: str, dt: Any) -> None:
+    """Refuse a continuous-time (``dt == 0``) or unspecified (``dt is None``) timebase.
+
+    One wording for every entry point that takes a python-control system (``immerse_system``,
+    ``immersion.lwe.encrypt_controller``): the controller must be sampled.
+
+    Parameters
+    ----------
+    name:
+        The argument the system came in (named in the error).
+    dt:
+        The system's timebase: ``True`` or a sampling period ``> 0`` pass.
+
+    Examples
+    --------
+    >>> discrete_timebase("sys", 0.05)
+    >>> discrete_timebase("sys", 0)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    immersion.errors.InvalidArgumentError: sys: is continuous-time (dt=0); discretise it first, ...
+    """
+    if dt is True or (
+        isinstance(dt, numbers.Real) and not isinstance(dt, (bool, np.bool_)) and float(dt) > 0
+    ):
+        return
+    what = "has no timebase (dt=None)" if dt is None else f"is continuous-time (dt={dt!r})"
+    raise InvalidArgumentError(
+        name,
+        f"{what}; discretise it first, e.g. control.c2d(sys, Ts), or build it with dt=True or "
+        "the sampling period dt > 0",
+    )
+
+
 def one_of(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     """Return ``value`` if it is one of ``allowed`` or raise naming ``name``."""
     if not isinstance(value, str) or value not in allowed:

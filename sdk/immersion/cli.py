@@ -124,6 +124,20 @@ def bench_codec_cmd(repeats: int, quick: bool, as_json: bool) -> None:
     show_default=True,
     help="A registered algorithm (immersion plugins).",
 )
+@click.option(
+    "--coding",
+    type=click.Choice(["immersion", "lwe"]),
+    default="immersion",
+    show_default=True,
+    help="lwe: one LWE-encrypted 2-state LQG loop, remote beside local (not --plants, "
+    "--algorithm).",
+)
+@click.option(
+    "--modulus-bits",
+    default="64,104",
+    show_default=True,
+    help="--coding lwe: log2 q of each row (comma-separated).",
+)
 @click.option("--workers", type=click.IntRange(0), default=2, show_default=True)
 @click.option("--no-curve", is_flag=True, help="Plain loopback transport instead of CurveZMQ.")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
@@ -134,28 +148,70 @@ def bench_codec_cmd(repeats: int, quick: bool, as_json: bool) -> None:
     default=None,
     help="Also write the JSON object to this file (its folder is created).",
 )
+@click.pass_context
 def bench_remote_cmd(
+    ctx: click.Context,
     plants: int,
     samples: int,
     algorithm: str,
+    coding: str,
+    modulus_bits: str,
     workers: int,
     no_curve: bool,
     seed: int,
     as_json: bool,
     out: Path | None,
 ) -> None:
-    """Concurrent plants against one `immersion serve`: exactness, round trips, ratios."""
-    from .remote_bench import bench_remote
+    """Concurrent plants against one `immersion serve`: exactness, round trips, ratios.
 
-    result = bench_remote(
-        plants=plants,
-        samples=samples,
-        algorithm=algorithm,
-        workers=workers,
-        curve=not no_curve,
-        seed=seed,
-        progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
-    )
+    With --coding lwe: an LWE-encrypted LQG loop through the server and with the local target,
+    side by side (round-trip percentiles, bytes each way per sample, ratio remote / local).
+    """
+    from .errors import InvalidArgumentError
+    from .remote_bench import bench_remote, bench_remote_lwe
+
+    say = lambda msg: click.echo(f"[bench] {msg}", err=True)  # noqa: E731
+    explicit = {
+        name
+        for name in ("plants", "algorithm", "modulus_bits")
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+    }
+    if coding == "lwe":
+        if explicit & {"plants", "algorithm"}:
+            name = sorted(explicit & {"plants", "algorithm"})[0]
+            raise InvalidArgumentError(
+                f"--{name}", "applies to --coding immersion (--coding lwe runs one LQG plant)"
+            )
+        try:
+            bits = tuple(int(b) for b in modulus_bits.split(",") if b.strip())
+        except ValueError:
+            raise InvalidArgumentError(
+                "--modulus-bits", f"expected comma-separated integers, got {modulus_bits!r}"
+            ) from None
+        if not bits or any(not 32 <= b <= 128 for b in bits):
+            raise InvalidArgumentError(
+                "--modulus-bits", f"expected integers from 32 to 128, got {modulus_bits!r}"
+            )
+        result = bench_remote_lwe(
+            samples=samples,
+            modulus_bits=bits,
+            workers=workers,
+            curve=not no_curve,
+            seed=seed,
+            progress=say,
+        )
+    else:
+        if "modulus_bits" in explicit:
+            raise InvalidArgumentError("--modulus-bits", "applies to --coding lwe only")
+        result = bench_remote(
+            plants=plants,
+            samples=samples,
+            algorithm=algorithm,
+            workers=workers,
+            curve=not no_curve,
+            seed=seed,
+            progress=say,
+        )
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result) + "\n")
@@ -198,6 +254,13 @@ def bench_remote_cmd(
     help="Samples of the hidden-gains (BFV) loop; 0 skips it.",
 )
 @click.option("--quick", is_flag=True, help="200 steps, 1 repeat, ECLib at n = 10, 3 BFV samples.")
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also save the JSON object to this file.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_control_cmd(
     steps: int,
@@ -208,6 +271,7 @@ def bench_control_cmd(
     eclib_budget: float,
     hidden_samples: int,
     quick: bool,
+    out_path: Path | None,
     as_json: bool,
 ) -> None:
     """One LQG controller per sample: plain, float immersion, LWE (q = 2^64 and wide), ECLib."""
@@ -234,6 +298,9 @@ def bench_control_cmd(
         hidden_samples=hidden_samples,
         progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
     )
+    if out_path is not None:
+        out_path.write_text(json.dumps(json_safe(result), indent=1) + "\n")
+        click.echo(f"[bench] saved {out_path}", err=True)
     if as_json:
         click.echo(json.dumps(json_safe(result)))
         return

@@ -367,3 +367,167 @@ def bench_remote(
             "samples": None if summary is None else summary["samples"],
         },
     }
+
+
+def _lwe_loop(cloud: Any, imm: Any, loop: Any, samples: int) -> dict[str, Any]:
+    """One closed loop of ``loop``'s plant with ``imm`` through ``cloud.advance``: seconds of each
+    advance (the round trip when ``cloud`` is remote), of each sample's encryption and decryption
+    on the user's side, and the decoded ``u``."""
+    A, B, C = loop.plant
+    w, v_noise = loop.disturbance(samples)
+    x, xt = loop.x0.copy(), imm.encode_state()
+    clock = time.perf_counter
+    advance, user = np.empty(samples), np.empty(samples)
+    us = np.empty((samples, B.shape[1]))
+    for k in range(samples):
+        y = C @ x + v_noise[k]
+        t0 = clock()
+        yt = imm.encode_input(y)
+        t1 = clock()
+        ut, xt = cloud.advance(xt, yt)
+        t2 = clock()
+        us[k] = imm.decode_output(ut, yt)
+        t3 = clock()
+        advance[k], user[k] = t2 - t1, (t1 - t0) + (t3 - t2)
+        x = A @ x + B @ us[k] + w[k]
+    return {"advance": advance, "user": user, "u": us}
+
+
+def bench_remote_lwe(
+    *,
+    samples: int = 2000,
+    modulus_bits: tuple[int, ...] = (64, 104),
+    n_state: int = 2,
+    workers: int = 2,
+    curve: bool = True,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """An LWE-encrypted LQG loop through one ``immersion serve`` child process, beside the same
+    loop with the target in this process (``immersion bench remote --coding lwe``).
+
+    For each modulus: the closed loop of :func:`immersion.lwe.examples.lqg_loop` runs once with
+    the local target and once through the server (CurveZMQ keys unless ``curve=False``), from the
+    same disturbances. Reports the p50/p99 of ``advance`` (remote: the round trip), the user's
+    encryption plus decryption per sample, the whole loop per sample (plant simulation
+    excluded), the ratios remote / local, the bytes each way per sample, and whether every
+    decoded ``u`` of both runs is bit-identical to the fixed-point twin.
+
+    Parameters
+    ----------
+    samples:
+        Samples per loop.
+    modulus_bits:
+        ``log2 q`` of each row (128-bit security: ``n = 4096`` up to 109 bits).
+    n_state:
+        States of the example LQG controller.
+    workers, curve:
+        The server's worker threads; CurveZMQ keys or the plain loopback transport.
+    seed:
+        Seed of the LWE key (a benchmark: reproducible, not for deployment).
+    progress:
+        Called with a line of progress.
+
+    Returns
+    -------
+    dict
+        One JSON-ready object, a row per modulus.
+    """
+    from .lwe import encrypt_controller
+    from .lwe.examples import lqg_loop
+    from .remote import RemoteTarget
+    from .serve_process import ServerProcess
+
+    samples = v.positive_int("samples", samples)
+    loop = lqg_loop(v.positive_int("n_state", n_state))
+    say = progress or (lambda message: None)
+    handles = {
+        bits: encrypt_controller(
+            loop.controller,
+            input_range=loop.input_range,
+            output_range=loop.output_range,
+            modulus_bits=bits,
+            rng=seed,
+        )
+        for bits in modulus_bits
+    }
+    rows: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        keys = curve_key_folder(Path(tmp), 1) if curve else None
+        say(f"server: workers={workers} curve={curve}")
+        with ServerProcess(workers=workers, **(keys["server"] if keys else {})) as server:
+            for bits, imm in handles.items():
+                say(f"q = 2^{bits}: {samples} samples local, then remote")
+                local = _lwe_loop(imm.target, imm, loop, samples)
+                with RemoteTarget(
+                    server.address, imm, **(keys["clients"][0] if keys else {})
+                ) as cloud:
+                    remote = _lwe_loop(cloud, imm, loop, samples)
+                    sent, received = cloud.bytes_sent / samples, cloud.bytes_received / samples
+                twin = [imm.fixed_point_twin() for _ in range(2)]
+                exact = all(
+                    np.array_equal(run["u"], _twin_controls(tw, loop, samples))
+                    for run, tw in zip((local, remote), twin, strict=True)
+                )
+                rows[f"q=2^{bits}"] = _lwe_row(imm, local, remote, sent, received, exact)
+    return {
+        "benchmark": "remote-lwe",
+        "controller": loop.name,
+        "samples": samples,
+        "curve": curve,
+        "workers": workers,
+        "rows": rows,
+    }
+
+
+def _twin_controls(twin: Any, loop: Any, samples: int) -> np.ndarray:
+    """The fixed-point twin's ``u`` along the same closed loop (no encryption)."""
+    A, B, C = loop.plant
+    w, v_noise = loop.disturbance(samples)
+    x, us = loop.x0.copy(), np.empty((samples, B.shape[1]))
+    for k in range(samples):
+        us[k] = twin.output(C @ x + v_noise[k])
+        x = A @ x + B @ us[k] + w[k]
+    return us
+
+
+def _lwe_row(
+    imm: Any,
+    local: dict[str, Any],
+    remote: dict[str, Any],
+    sent: float,
+    received: float,
+    exact: bool,
+) -> dict[str, Any]:
+    r = imm.report()
+    loops = {name: run["advance"] + run["user"] for name, run in (("l", local), ("r", remote))}
+    row: dict[str, Any] = {
+        "modulus_bits": r.parameters.modulus_bits,
+        "dimension": r.parameters.dimension,
+        "security_bits": r.parameters.security_bits,
+        "round_trip_us": _percentiles_us(remote["advance"]),
+        "local_advance_us": _percentiles_us(local["advance"]),
+        "user_us": {
+            "local": _percentiles_us(local["user"]),
+            "remote": _percentiles_us(remote["user"]),
+        },
+        "loop_us_per_sample": {
+            "local": _percentiles_us(loops["l"]),
+            "remote": _percentiles_us(loops["r"]),
+        },
+        "bytes_sent_per_sample": sent,
+        "bytes_received_per_sample": received,
+        "report_bytes": {
+            "uplink": r.uplink_bytes,
+            "downlink": r.downlink_bytes,
+            "state": r.state_bytes,
+        },
+        "bit_identical_to_twin": exact,
+    }
+    row["p50_ratio_remote_vs_local_advance"] = (
+        row["round_trip_us"]["p50_us"] / row["local_advance_us"]["p50_us"]
+    )
+    row["p50_ratio_remote_vs_local_loop"] = (
+        row["loop_us_per_sample"]["remote"]["p50_us"] / row["loop_us_per_sample"]["local"]["p50_us"]
+    )
+    return row

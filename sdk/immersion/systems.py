@@ -6,6 +6,7 @@ A discrete-time controller reads the plant's measurement ``y`` and returns the p
 term:
 
 * ``control.StateSpace`` ``(A, B, C, D, dt)``: ``f(x, y) = A x + B y``, ``g(x, y) = C x + D y``;
+  a discrete ``control.TransferFunction`` through its realisation ``control.ss(sys)``;
 * ``control.NonlinearIOSystem``: ``f(x, y) = updfcn(t, x, y, params)``,
   ``g(x, y) = outfcn(t, x, y, params)``, through python-control's own ``sys.dynamics`` and
   ``sys.output`` (so interconnected systems and ``outfcn=None`` behave as in python-control);
@@ -99,22 +100,6 @@ def _python_control() -> Any:
     return control
 
 
-def _discrete_timebase(dt: Any) -> None:
-    """Refuse a continuous-time (``dt == 0``) or unspecified (``dt is None``) timebase."""
-    if dt is True:
-        return
-    if dt is None:
-        raise InvalidArgumentError(
-            "sys", "has no timebase (dt=None); give dt=True or the sampling period dt > 0"
-        )
-    if isinstance(dt, bool) or not isinstance(dt, numbers.Real) or not float(dt) > 0:
-        raise InvalidArgumentError(
-            "sys",
-            f"is continuous-time (dt={dt!r}); discretise it first, "
-            "e.g. control.c2d(sys, Ts), or build it with dt=True or dt > 0",
-        )
-
-
 def _checked_matrices(
     matrices: tuple[Any, ...],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -185,7 +170,8 @@ def _looks_time_varying(sys: Any, n_state: int, n_input: int, params: Any) -> bo
 
 
 def read_system(sys: Any) -> DiscreteController:
-    """The controller in ``sys`` (``StateSpace``, ``NonlinearIOSystem`` or ``(A, B, C, D)``).
+    """The controller in ``sys`` (``StateSpace``, ``TransferFunction``, ``NonlinearIOSystem`` or
+    ``(A, B, C, D)``); continuous-time and unspecified timebases are refused, naming ``sys``.
 
     Examples
     --------
@@ -204,27 +190,27 @@ def read_system(sys: Any) -> DiscreteController:
             n_state=A.shape[0], n_input=B.shape[1], n_output=C.shape[0], matrices=(A, B, C, D)
         )
     control = _python_control()
+    if isinstance(sys, control.TransferFunction):
+        v.discrete_timebase("sys", sys.dt)
+        sys = control.ss(sys)  # its state-space realisation (same dt), read as a StateSpace
     if isinstance(sys, control.StateSpace):
-        _discrete_timebase(sys.dt)
+        v.discrete_timebase("sys", sys.dt)
         A, B, C, D = _checked_matrices((sys.A, sys.B, sys.C, sys.D))
         return DiscreteController(
             n_state=A.shape[0], n_input=B.shape[1], n_output=C.shape[0], matrices=(A, B, C, D)
         )
     if isinstance(sys, control.NonlinearIOSystem):
-        _discrete_timebase(sys.dt)
+        v.discrete_timebase("sys", sys.dt)
         return DiscreteController(
             n_state=_positive_dimension(sys, "nstates"),
             n_input=_positive_dimension(sys, "ninputs"),
             n_output=_positive_dimension(sys, "noutputs"),
             iosys=sys,
         )
-    hint = ""
-    if isinstance(sys, control.InputOutputSystem):
-        hint = " (convert a transfer function with control.ss(sys))"
     raise InvalidArgumentError(
         "sys",
-        "expected a discrete-time control.StateSpace, control.NonlinearIOSystem or a tuple "
-        f"(A, B, C, D), got {type(sys).__name__}{hint}",
+        "expected a discrete-time control.StateSpace, control.TransferFunction, "
+        f"control.NonlinearIOSystem or a tuple (A, B, C, D), got {type(sys).__name__}",
     )
 
 
@@ -319,7 +305,14 @@ def _lwe_coding(
             "NonlinearIOSystem needs coding='immersion'",
         )
     if time != "invariant":
-        raise InvalidArgumentError("time", "a linear system (A, B, C, D) is time-invariant")
+        raise InvalidArgumentError(
+            "time",
+            "coding='lwe' runs linear time-invariant controllers only (the cloud applies one "
+            "fixed integer matrix to the ciphertexts every sample), so there is no public time "
+            "to pass: use time='invariant'; a controller that depends on t needs the float "
+            "coding, coding='immersion' with time='public' (a control.NonlinearIOSystem whose "
+            "updfcn/outfcn read t)",
+        )
     if params is not None:
         raise InvalidArgumentError("params", "a linear system (A, B, C, D) takes no params")
     options = dict(options)
@@ -359,9 +352,11 @@ def immerse_system(
     Parameters
     ----------
     sys:
-        A discrete-time ``control.StateSpace`` or ``control.NonlinearIOSystem`` (``dt=True`` or
-        ``dt > 0``; continuous-time and ``dt=None`` are refused), or a tuple ``(A, B, C, D)`` of
-        matrices read as a discrete-time state-space controller (no python-control needed).
+        A discrete-time ``control.StateSpace``, ``control.TransferFunction`` (read through
+        ``control.ss(sys)``) or ``control.NonlinearIOSystem`` (``dt=True`` or ``dt > 0``;
+        continuous-time and ``dt=None`` are refused: discretise with ``control.c2d``), or a
+        tuple ``(A, B, C, D)`` of matrices read as a discrete-time state-space controller (no
+        python-control needed).
     coding:
         How values are hidden: ``"immersion"`` (seed 002's affine coding, any controller; the
         cloud decodes what it computes on) or ``"lwe"`` (LWE encryption of a linear controller:

@@ -2,8 +2,10 @@
 
 The cloud holds a public integer matrix and a window of ciphertexts of past measurements ``y``
 and applied controls ``u``; it never decrypts anything. The user encrypts ``y`` (and feeds the
-applied ``u`` back, encrypted), and decrypts ``u`` by rounding the noise away, so the decoded
-``u`` is bit-identical to a fixed-point twin of the controller (no noise bits reach the plant).
+applied ``u`` back, encrypted), and decrypts ``u`` by subtracting the pad ``<a, s> + e`` it
+computed for that ciphertext (it drew every error), so the decoded ``u`` is bit-identical to a
+fixed-point twin of the controller (no noise bits reach the plant) and the noise takes no bits of
+the modulus.
 
 Modules: :mod:`.params` (HE-standard parameters), :mod:`.ring` (``Z_{2^64}``, ``Z_{2^128}``),
 :mod:`.keys` (secret, seeded public vectors, errors), :mod:`.convert` (controller to history
@@ -36,7 +38,7 @@ from typing import Any
 
 from .convert import history_form, linear_controller
 from .encryption import public_part
-from .fixed_point import FixedPointTwin, WrapAroundError, design, ranges
+from .fixed_point import CHECK_BITS, FixedPointTwin, WrapAroundError, design, ranges
 from .handle import CiphertextIntegrityError, LweImmersion
 from .hidden import HiddenGainsImmersion, HiddenGainsTarget, encrypt_controller_and_gains
 from .keys import LweSecretKey, resolve_prg
@@ -46,7 +48,7 @@ from .target import LweTarget
 
 
 def encrypt_controller(
-    system: Any,
+    sys: Any,
     *,
     input_range: Any = None,
     output_range: Any = None,
@@ -62,16 +64,19 @@ def encrypt_controller(
 
     Parameters
     ----------
-    system:
+    sys:
         ``(A, B, C, D)`` of ``x+ = A x + B y``, ``u = C x + D y``, or a discrete-time
-        ``control.StateSpace`` / ``control.TransferFunction``. Nonlinear systems are refused.
+        ``control.StateSpace`` / ``control.TransferFunction`` (as :func:`immersion.immerse_system`
+        takes them). Nonlinear systems are refused, and so are continuous-time ones (``dt=0``)
+        and ``dt=None``: discretise with ``control.c2d``.
     input_range, output_range:
         Bounds on ``|y|`` and ``|u|`` (scalar or per component), required. They size the
         fixed-point scales and prove that no ciphertext can wrap around ``q``; values outside
         raise :class:`WrapAroundError` at run time.
     rng, secure:
-        Seed or Generator for the master secret (tests, reproducible runs), or ``secure=True``
-        for 32 bytes of OS entropy (deployments).
+        ``rng=None`` (default) or ``secure=True``: the master secret is 32 bytes of OS entropy
+        (``secrets.token_bytes``; deployments). An int seed or numpy Generator makes the key
+        reproducible (tests, benchmarks): the seed is then the key.
     security_bits, modulus_bits, dimension:
         HE-standard level (128, 192, 256), ``q = 2^64`` or ``2^128`` (more precision), and an
         optional LWE dimension (``security_bits=None`` with a dimension: no claim, benchmarks).
@@ -99,7 +104,7 @@ def encrypt_controller(
         security_bits=security_bits, modulus_bits=modulus_bits, dimension=dimension
     )
     prg = resolve_prg(prg)
-    controller = linear_controller(system)
+    controller = linear_controller(sys)
     history = history_form(controller)
     in_range = ranges("input_range", input_range, controller.n_input)
     out_range = ranges("output_range", output_range, controller.n_output)
@@ -110,6 +115,7 @@ def encrypt_controller(
         modulus_bits=params.modulus_bits,
         error_bound=params.error_bound,
         fractional_bits=fractional_bits,
+        scale_bits=CHECK_BITS,
     )
     key = LweSecretKey.generate(params, rng=rng, secure=secure)
     return LweImmersion(

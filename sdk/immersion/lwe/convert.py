@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import discrete_timebase
 from ..errors import InvalidArgumentError
 
 #: A conversion whose neglected term ``||H F_R^N|| / ||H||`` exceeds this is refused.
@@ -110,22 +111,33 @@ def _matrix(name: str, value: Any) -> np.ndarray:
     return arr
 
 
-def _refuse_nonlinear(system: Any) -> None:
-    if callable(system) or hasattr(system, "updfcn") or hasattr(system, "outfcn"):
+def _refuse_nonlinear(sys: Any) -> None:
+    if callable(sys) or hasattr(sys, "updfcn") or hasattr(sys, "outfcn"):
         raise InvalidArgumentError(
-            "system",
+            "sys",
             f"coding='lwe' runs linear time-invariant controllers only (the cloud multiplies "
-            f"ciphertexts by public integer matrices); {type(system).__name__} is not one: "
+            f"ciphertexts by public integer matrices); {type(sys).__name__} is not one: "
             + _FLOAT_CODING,
         )
 
 
-def linear_controller(system: Any) -> LinearController:
+def linear_controller(sys: Any) -> LinearController:
     """``(F, G, H, J)`` of a discrete LTI controller: ``(A, B, C, D)`` or a python-control system.
 
     Accepts a tuple/list ``(A, B, C, D)``, a discrete-time ``control.StateSpace`` (``dt`` > 0 or
-    ``True``) or a discrete ``control.TransferFunction``. Refuses nonlinear systems
-    (``NonlinearIOSystem``, callables) and continuous-time ones, naming why.
+    ``True``) or a discrete ``control.TransferFunction`` (through ``control.ss(sys)``), as
+    :func:`immersion.immerse_system` does. Refuses nonlinear systems (``NonlinearIOSystem``,
+    callables) and continuous-time or unspecified timebases (``dt == 0``, ``dt is None``),
+    naming ``sys`` and why.
+
+    Parameters
+    ----------
+    sys:
+        The controller.
+
+    Returns
+    -------
+    LinearController
 
     Examples
     --------
@@ -133,30 +145,27 @@ def linear_controller(system: Any) -> LinearController:
     >>> c.n_state, c.n_input, c.n_output
     (1, 1, 1)
     """
-    if type(system).__name__ == "TransferFunction" and hasattr(system, "num"):
+    if type(sys).__name__ == "TransferFunction" and hasattr(sys, "num"):
         import control
 
-        system = control.ss(system)
-    if isinstance(system, (tuple, list)):
-        if len(system) != 4:
+        discrete_timebase("sys", sys.dt)
+        sys = control.ss(sys)
+    if isinstance(sys, (tuple, list)):
+        if len(sys) != 4:
             raise InvalidArgumentError(
-                "system", f"expected (A, B, C, D), got a sequence of {len(system)} items"
+                "sys", f"expected (A, B, C, D), got a sequence of {len(sys)} items"
             )
-        A, B, C, D = system
-    elif all(hasattr(system, name) for name in "ABCD"):
-        dt = getattr(system, "dt", None)
-        if dt is not None and dt is not True and not (isinstance(dt, (int, float)) and dt > 0):
-            raise InvalidArgumentError(
-                "system",
-                f"is continuous-time (dt = {dt!r}); coding='lwe' runs sampled controllers: "
-                "discretise it first (control.c2d(sys, Ts) or sys.sample(Ts))",
-            )
-        A, B, C, D = system.A, system.B, system.C, system.D
+        A, B, C, D = sys
+    elif all(hasattr(sys, name) for name in "ABCD"):
+        if hasattr(sys, "dt"):  # a python-control (or scipy) system carries its timebase
+            discrete_timebase("sys", sys.dt)
+        A, B, C, D = sys.A, sys.B, sys.C, sys.D
     else:
-        _refuse_nonlinear(system)
+        _refuse_nonlinear(sys)
         raise InvalidArgumentError(
-            "system",
-            f"expected (A, B, C, D) or a discrete control.StateSpace, got {type(system).__name__}",
+            "sys",
+            "expected (A, B, C, D), a discrete control.StateSpace or control.TransferFunction, "
+            f"got {type(sys).__name__}",
         )
     F, G, H, J = _matrix("A", A), _matrix("B", B), _matrix("C", C), _matrix("D", D)
     n = F.shape[0]
@@ -219,7 +228,7 @@ def _deadbeat(F: np.ndarray, H: np.ndarray) -> tuple[np.ndarray, float]:
                 return R, residual
     if best is None:
         raise InvalidArgumentError(
-            "system",
+            "sys",
             "cannot be converted: no output combination observes the controller well enough for a "
             "deadbeat output injection (observability matrices too ill-conditioned); "
             + _FLOAT_CODING,
@@ -250,7 +259,7 @@ def _check_reduction(
             break
     if worst > RESIDUAL_TOLERANCE * scale:
         raise InvalidArgumentError(
-            "system",
+            "sys",
             f"cannot be converted accurately: its observability is numerically degenerate (the "
             f"observable part differs from it by {worst / scale:.1e} relative); " + _FLOAT_CODING,
         )
@@ -279,7 +288,7 @@ def history_form(c: LinearController) -> HistoryForm:
     R, residual = _deadbeat(F, H)
     if residual > RESIDUAL_TOLERANCE:
         raise InvalidArgumentError(
-            "system",
+            "sys",
             f"cannot be converted accurately: the deadbeat form neglects ||H F_R^N|| / ||H|| = "
             f"{residual:.1e} > {RESIDUAL_TOLERANCE:g} (ill-conditioned controller); "
             + _FLOAT_CODING,

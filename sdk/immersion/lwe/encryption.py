@@ -1,14 +1,16 @@
-"""LWE encryption on the user's side: masks ``<a_i, s>`` and errors drawn ahead in batches.
+"""LWE encryption on the user's side: pads ``<a_i, s> + e_i`` computed ahead in batches.
 
 Uplink ciphertext ``i`` of an episode (sample ``k``, slot ``j``: ``i = k p + j`` with ``p``
 plaintexts per sample) is ``b_i = <a_i, s> + e_i + L m_i mod q`` with ``a_i`` expanded from the
 episode's public seed. Neither ``a_i`` nor ``e_i`` depends on the data, so the user computes the
-masks ``<a_i, s>`` and draws the errors for many samples at once (one AES call and one matrix
-product per batch); a sample then costs a few additions.
+pads ``<a_i, s> + e_i`` for many samples at once (one AES call and one matrix product per batch);
+a sample then costs a few additions.
 
-The user also keeps, for every ciphertext the cloud holds, its mask: the cloud's operations are
-integer linear maps, so the mask of a result is the same map of the masks. Decrypting the output
-is then ``b - mask = L acc + e``, rounded to the nearest multiple of ``L``.
+The user also keeps, for every ciphertext the cloud holds, its pad: the cloud's operations are
+integer linear maps, so the pad of a result is the same map of the pads, noise included (the
+user drew every error from its master secret). Decrypting the output is then
+``b - pad = L acc`` exactly: no noise is left to round away, so the noise takes no bits of the
+modulus, and a remainder modulo ``L`` can only come from an altered reply.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ BATCH_BYTES = 1 << 20
 
 
 class EncryptionStream:
-    """Masks and errors of the uplink ciphertexts of one run, in index order."""
+    """Pads ``<a_i, s> + e_i mod q`` of the uplink ciphertexts of one run, in index order."""
 
     def __init__(
         self, key: LweSecretKey, ring: Ring, seed: bytes, prg: str, per_sample: int
@@ -37,23 +39,24 @@ class EncryptionStream:
         self._batch = per_batch * per_sample
         self._start = 0  # index of the first ciphertext of the current batch
         self._offset = 0  # position of the next one in it
-        self._masks: list[int] = []
-        self._errors: list[int] = []
+        self._pads: list[int] = []
 
-    def take(self, count: int) -> tuple[list[int], list[int]]:
-        """Masks (in ``[0, q)``) and errors of the next ``count`` ciphertexts."""
-        if self._offset + count > len(self._errors):
+    def take(self, count: int) -> list[int]:
+        """Pads (in ``[0, q)``) of the next ``count`` ciphertexts."""
+        if self._offset + count > len(self._pads):
             self._refill()
         i = self._offset
         self._offset += count
-        return self._masks[i : i + count], self._errors[i : i + count]
+        return self._pads[i : i + count]
 
     def _refill(self) -> None:
-        self._start += self._offset if self._errors else 0
+        self._start += self._offset if self._pads else 0
         self._offset = 0
         raw = public_vectors(self.seed, self._start, self._batch, self._words, self._prg)
-        self._masks = self._ring.ternary_inner(raw, self._secret)
-        self._errors = self._key.errors(self.seed, self._start, self._batch).tolist()
+        masks = self._ring.ternary_inner(raw, self._secret)
+        errors = self._key.errors(self.seed, self._start, self._batch).tolist()
+        mask = self._ring.mask
+        self._pads = [(a + e) & mask for a, e in zip(masks, errors, strict=True)]
 
 
 def public_part(
@@ -64,7 +67,10 @@ def public_part(
     ``u~ = M [y~_k, u~_(k-1), window]`` holds ``b`` words; its ``a`` parts are ``M`` times the
     ``a`` vectors of those uplink ciphertexts (expanded from the seed in the header; zero for the
     empty history before sample 0). With them, ``(b, a)`` is an ordinary LWE ciphertext under the
-    user's key: ``b - <a, s> = L acc + e`` (``tests/test_lwe.py`` checks it). ``q <= 2^64`` only.
+    user's key: ``b - <a, s> = L acc + e``, ``|e| <= report().noise_bound``
+    (``tests/test_lwe.py`` checks it). The handle does not decrypt this way: it subtracts ``e``
+    too, so ``L`` need not exceed ``2 |e|`` (it does for the uplink words, ``|e| <= 19``, which
+    the key alone decrypts). ``q <= 2^64`` only.
 
     Parameters
     ----------

@@ -7,10 +7,11 @@ Integers everywhere after quantisation (Python ints: exact at any size):
   side in one matrix ``M``: ``acc_k = M [y_q(k), u_q(k-1), window]`` at scale ``2^(f_c + f_u)``;
 * ``u_q(k) = round((acc_k + init_q(k)) / 2^f_c)``, ``u_k = u_q(k) 2^-f_u``.
 
-Under LWE the cloud computes ``L acc_k + e`` (``L = 2^l`` lifts every plaintext above the noise);
-the user rounds the noise away, gets ``acc_k`` exactly and applies the same last line, so the
-decoded ``u`` is bit-identical to :class:`FixedPointTwin`'s. The budget proves
-``|L acc_k + e| < q / 2`` for all inputs and outputs within the declared ranges: no wrap-around.
+Under LWE the cloud computes ``L acc_k + e`` (``L = 2^l``, :data:`CHECK_BITS`); the user, who
+drew every error, subtracts ``e`` with the mask, gets ``acc_k`` exactly and applies the same last
+line, so the decoded ``u`` is bit-identical to :class:`FixedPointTwin`'s. The budget proves
+``|L acc_k| < q / 2`` for all inputs and outputs within the declared ranges: no wrap-around (the
+noise is subtracted before any reduction matters, so it needs no bits of ``q``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ from .ring import round_shift
 
 #: ``u`` converts to float64 exactly (``|u_q| < 2^52``); ``y_q`` stays below ``2^62``.
 _FLOAT_BITS, _INT_BITS = 52, 62
+#: ``log2 L`` of the LWE coding. Its decoder subtracts the noise exactly, so ``L`` is not sized
+#: by the noise: ``L = 2^8`` makes a reply altered by other than a multiple of ``L`` fail the
+#: check with probability ``1 - 2^-8`` and keeps single uplink ciphertexts (noise at most 19 <
+#: ``L / 2``) decryptable with the key alone. Each bit costs about half a bit of precision.
+CHECK_BITS = 8
 
 
 class WrapAroundError(ImmersionError, ValueError):
@@ -175,7 +181,11 @@ def _budget(
     in_range: np.ndarray,
     out_range: np.ndarray,
     error_bound: int,
+    scale_bits: int | None = None,
 ) -> _Budget:
+    """The integer matrix and proven bounds of ``frac``. ``scale_bits=None``: ``L`` above twice
+    the output noise (a decoder that rounds the noise away); else ``L = 2^scale_bits`` and the
+    noise is not in the budget (a decoder that subtracts it exactly)."""
     f_y, f_u, _ = frac
     matrix = _matrix(h, frac)
     in_max = tuple(quantize(in_range, f_y))
@@ -186,8 +196,11 @@ def _budget(
         (sum(abs(c) * m for c, m in zip(row, entry_max, strict=True)) for row in matrix), default=0
     )
     noise_gain = max((sum(abs(c) for c in row) for row in matrix), default=0)
-    noise_bits = (noise_gain * error_bound).bit_length() + 1  # L / 2 > noise bound
-    total = (acc_bound << noise_bits) + noise_gain * error_bound
+    if scale_bits is None:
+        noise_bits = (noise_gain * error_bound).bit_length() + 1  # L / 2 > noise bound
+        total = (acc_bound << noise_bits) + noise_gain * error_bound
+    else:
+        noise_bits, total = scale_bits, acc_bound << scale_bits
     return _Budget(
         frac, matrix, in_max, out_max, acc_bound, noise_gain, noise_bits, math.log2(max(total, 1))
     )
@@ -231,30 +244,36 @@ def design(
     modulus_bits: int,
     error_bound: int,
     fractional_bits: tuple[int, int, int] | None = None,
+    scale_bits: int | None = None,
 ) -> FixedPointDesign:
     """Choose ``(f_y, f_u, f_c)`` (or check the user's) so that nothing can wrap modulo ``q``.
 
-    Among the scalings whose proven bound ``L acc_max + e_max`` stays below ``q / 2``, the one
-    with the smallest per-sample rounding bound (:func:`_step_error`) is taken; ``f_y`` and ``f_u``
-    are capped so that ``y_q`` stays below ``2^62`` and ``u`` converts to float64 exactly. Raises
+    Among the scalings whose proven bound stays below ``q / 2``, the one with the smallest
+    per-sample rounding bound (:func:`_step_error`) is taken; ``f_y`` and ``f_u`` are capped so
+    that ``y_q`` stays below ``2^62`` and ``u`` converts to float64 exactly. Raises
     :class:`WrapAroundError` when none fits (or the given one does not), with the bits needed.
+
+    The bound is ``L acc_max + e_max`` with ``L > 2 e_max`` for a decoder that rounds the noise
+    away (``scale_bits=None``; ``e_max = sum |M| error_bound``), and ``L acc_max`` with
+    ``L = 2^scale_bits`` for one that subtracts the noise exactly (the LWE handle: it drew every
+    error), where the noise needs no bits of the modulus at all.
     """
     limit = modulus_bits - 1
     caps = (_INT_BITS - _bits(input_range), _FLOAT_BITS - _bits(output_range))
     if fractional_bits is not None:
         frac = _checked_bits(fractional_bits, caps)
     else:
-        frac = _search(h, input_range, output_range, modulus_bits, error_bound, caps)
-    chosen = _budget(h, frac, input_range, output_range, error_bound)
+        frac = _search(h, input_range, output_range, modulus_bits, error_bound, caps, scale_bits)
+    chosen = _budget(h, frac, input_range, output_range, error_bound, scale_bits)
     while fractional_bits is None and chosen.total_bits >= limit and frac[2] > 0:
         frac = (frac[0], frac[1], frac[2] - 1)  # the search's float estimate was a hair optimistic
-        chosen = _budget(h, frac, input_range, output_range, error_bound)
+        chosen = _budget(h, frac, input_range, output_range, error_bound, scale_bits)
     if chosen.total_bits >= limit:
         what = (
             f"fractional_bits={frac}" if fractional_bits is not None else "no fixed-point scaling"
         )
         raise WrapAroundError(
-            f"{what}: the ciphertexts could wrap around q = 2^{modulus_bits}: the noise needs "
+            f"{what}: the ciphertexts could wrap around q = 2^{modulus_bits}: the scale L needs "
             f"{chosen.noise_bits} bits and the largest accumulator "
             f"{max(chosen.acc_bound, 1).bit_length()} bits, {chosen.total_bits:.1f} in all "
             f"> {limit}; use fewer fractional bits, smaller input_range/output_range, or a "
@@ -310,6 +329,7 @@ def _search(
     modulus_bits: int,
     error_bound: int,
     caps: tuple[int, int],
+    scale_bits: int | None = None,
 ) -> tuple[int, int, int]:
     """The grid point with the smallest step error among those a conservative float bound admits."""
     top = modulus_bits - 1
@@ -328,8 +348,11 @@ def _search(
         + (tu * output_range).sum(axis=(0, 2)) * np.exp2(f_c + f_u)
         + n_tu / 2 * u_max * np.exp2(f_u)
     )
-    noise_bits = np.floor(np.log2(np.maximum(noise.max(axis=-1) * error_bound, 1))) + 2
-    total = np.log2(acc.max(axis=-1) * np.exp2(noise_bits) + noise.max(axis=-1) * error_bound)
+    if scale_bits is None:
+        noise_bits = np.floor(np.log2(np.maximum(noise.max(axis=-1) * error_bound, 1))) + 2
+        total = np.log2(acc.max(axis=-1) * np.exp2(noise_bits) + noise.max(axis=-1) * error_bound)
+    else:
+        total = np.log2(np.maximum(acc.max(axis=-1), 1)) + scale_bits
     feasible = total < top - 0.01
     if not feasible.any():
         return (0, 0, 0)  # design() reports what the smallest scaling needs

@@ -27,15 +27,17 @@ from .target import HEADER, LweTarget
 
 
 class CiphertextIntegrityError(ImmersionError):
-    """A decrypted output carries more noise than the proven bound: the cloud's reply was altered.
+    """A decrypted output is not a multiple of ``L`` once its noise is removed: the cloud's reply
+    was altered.
 
-    Stop the loop and do not reuse the key: each such failure can tell a tampering cloud one bit
-    about the noise (a reaction attack).
+    Stop the loop. The check depends on the alteration only (the user removes the noise exactly),
+    so its outcome tells a tampering cloud nothing about the key; an alteration by a multiple of
+    ``L`` passes it (integrity is not protected, THREAT_MODEL.md).
     """
 
 
 class _Run:
-    """One encrypted run: its public seed, the sample index, and the masks of the cloud's state."""
+    """One encrypted run: its public seed, the sample index, and the pads of the cloud's state."""
 
     def __init__(
         self, seed: bytes, stream: EncryptionStream, n_window: int, n_feedback: int
@@ -43,13 +45,10 @@ class _Run:
         self.seed = seed
         self.header: list[int] = np.frombuffer(seed, dtype="<u8").tolist() + [0]
         self.stream = stream
-        self.window_masks = [0] * n_window
+        self.window_pads = [0] * n_window
         self.u_prev = [0] * n_feedback
         self.initial: list[list[int]] = []
-        self.pending: tuple[list[int], list[int]] | None = None  # (header of y~, its masks)
-        self.noise_observed = (
-            0  # the largest |noise| decrypted so far (bound: report().noise_bound)
-        )
+        self.pending: tuple[list[int], list[int]] | None = None  # (header of y~, its pads)
 
     @property
     def step(self) -> int:
@@ -60,8 +59,8 @@ class LweImmersion:
     """User-side handle of an LWE-encrypted linear controller (:func:`encrypt_controller`).
 
     ``imm.target`` (:class:`LweTarget`) is what goes to the cloud; this object keeps the secret
-    key, the masks of the cloud's ciphertexts and the last applied ``u``. Build it with
-    :func:`immersion.lwe.encrypt_controller`.
+    key, the pads (``<a, s> + e``) of the cloud's ciphertexts and the last applied ``u``. Build
+    it with :func:`immersion.lwe.encrypt_controller`.
 
     Parameters
     ----------
@@ -102,7 +101,6 @@ class LweImmersion:
             controller.n_output,
         )
         self._per_sample = self.n_input + self.target.n_feedback
-        self._noise_bound = design.noise_gain * self.params.error_bound
         self._scale_bits = design.noise_bits
         self._runs = 0
         self._run: _Run | None = None
@@ -164,19 +162,18 @@ class LweImmersion:
                     "encrypted, it could wrap around the modulus"
                 )
         messages = quantize(values, self.design.frac_input) + run.u_prev
-        masks, errors = run.stream.take(self._per_sample)
+        pads = run.stream.take(self._per_sample)
         shift, mask = self._scale_bits, self.ring.mask
-        body = [
-            (a + e + (m << shift)) & mask for a, e, m in zip(masks, errors, messages, strict=True)
-        ]
-        run.pending = (list(run.header), masks)
+        body = [(p + (m << shift)) & mask for p, m in zip(pads, messages, strict=True)]
+        run.pending = (list(run.header), pads)
         return np.array(run.header + self.ring.limb_list(body), dtype=np.uint64)
 
     def decode_output(self, encoded_output: Any, encoded_input: Any) -> np.ndarray:
-        """Decrypt ``u~`` (computed from ``encoded_input``), round the noise away, rescale: ``u``.
+        """Decrypt ``u~`` (computed from ``encoded_input``): subtract its pad, noise included,
+        divide by ``L``, rescale: ``u``.
 
         Bit-identical to :meth:`fixed_point_twin`'s ``u``. Raises :class:`CiphertextIntegrityError`
-        if the noise exceeds its proven bound (an altered reply) and
+        if what is left is not a multiple of ``L`` (an altered reply) and
         :class:`~immersion.lwe.WrapAroundError` if ``u`` leaves ``output_range``.
 
         Parameters
@@ -205,34 +202,26 @@ class LweImmersion:
             raise InvalidArgumentError(
                 "encoded_output", "answers another sample than encoded_input (headers differ)"
             )
-        masks = run.pending[1]
-        expected = target.combine(masks, run.window_masks)
-        shift, half = self._scale_bits, 1 << (self._scale_bits - 1)
+        pads = run.pending[1]
+        expected = target.combine(pads, run.window_pads)
+        shift, low = self._scale_bits, (1 << self._scale_bits) - 1
         acc = []
         for b, m in zip(ring.unpack(u_words[HEADER:]), expected, strict=True):
-            phase = ring.centered(b - m)
-            value = (phase + half) >> shift
-            noise = abs(phase - (value << shift))
-            if noise > self._noise_bound:
+            phase = ring.centered(b - m)  # L acc exactly: the noise is in the pad
+            if phase & low:
                 raise CiphertextIntegrityError(
-                    "encoded_output: its noise exceeds the proven bound; the cloud's reply was "
-                    "altered (stop the loop; do not reuse this key)"
+                    "encoded_output: it is not a multiple of L once its noise is removed; the "
+                    "cloud's reply was altered (stop the loop)"
                 )
-            run.noise_observed = max(run.noise_observed, noise)
-            acc.append(value)
+            acc.append(phase >> shift)
         k = run.step
         u_q = self.design.finish(acc, run.initial[k] if k < self.design.window else None)
-        run.window_masks = target.shift(run.window_masks, masks)
+        run.window_pads = target.shift(run.window_pads, pads)
         if target.n_feedback:
             run.u_prev = u_q
         run.header[2] = k + 1
         run.pending = None
         return self.design.to_float(u_q)
-
-    @property
-    def noise_observed(self) -> int:
-        """The largest noise decrypted in the current run (at most ``report().noise_bound``)."""
-        return self._run.noise_observed if self._run is not None else 0
 
     def _started(self) -> _Run:
         if self._run is None:
@@ -252,7 +241,8 @@ class LweImmersion:
         return lwe_report(
             self.params,
             self.design,
-            output_range=float(self.output_range.max()),
+            input_range=self.input_range,
+            output_range=self.output_range,
             residual=self.history.residual,
             sizes=(t.n_input_encoded, t.n_output_encoded, t.n_state_encoded),
             prg=self.prg,

@@ -369,7 +369,7 @@ class HiddenGainsImmersion:
 
 
 def encrypt_controller_and_gains(
-    system: Any,
+    sys: Any,
     *,
     input_range: Any = None,
     output_range: Any = None,
@@ -382,7 +382,7 @@ def encrypt_controller_and_gains(
 
     Parameters
     ----------
-    system, input_range, output_range, fractional_bits:
+    sys, input_range, output_range, fractional_bits:
         As for :func:`immersion.lwe.encrypt_controller`.
 
     Returns
@@ -403,7 +403,7 @@ def encrypt_controller_and_gains(
     from .convert import history_form, linear_controller
     from .fixed_point import ranges
 
-    controller = linear_controller(system)
+    controller = linear_controller(sys)
     return HiddenGainsImmersion(
         controller=controller,
         history=history_form(controller),

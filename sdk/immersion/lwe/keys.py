@@ -1,7 +1,8 @@
 """The user's LWE secret and the randomness of encryption: seeded public vectors, clipped errors.
 
 * **Secret** ``s``: ``n`` entries uniform on ``{-1, 0, 1}`` (the HE standard's ternary secret),
-  expanded with SHAKE-256 from a 32-byte master secret drawn from ``rng`` (or OS entropy).
+  expanded with SHAKE-256 from a 32-byte master secret: OS entropy (``secrets.token_bytes``) by
+  default, or drawn from a seeded ``rng`` for reproducible tests (the seed is then the key).
 * **Public vectors** ``a_i``: expanded from a public 16-byte seed and the ciphertext's index, as
   FrodoKEM expands its public matrix (AES-128 with the seed as key over counter blocks,
   ``"aes128-ctr"``, or SHAKE-128, ``"shake128"``). Anyone holding the seed can recompute every
@@ -112,10 +113,33 @@ class LweSecretKey:
     def generate(
         cls, params: LweParameters, *, rng: Any = None, secure: bool = False
     ) -> LweSecretKey:
-        """A fresh key: 32 master bytes from ``rng`` (seed or Generator), or OS entropy."""
-        generator = resolve_rng(rng, secure)  # validates rng and secure
-        master = _secrets.token_bytes(32) if secure else generator.bytes(32)
-        return cls(master, params)
+        """A fresh key: 32 master bytes of OS entropy, or from ``rng`` (seed or Generator).
+
+        With ``rng=None`` (the default) or ``secure=True`` the master secret is
+        ``secrets.token_bytes(32)``: 256 bits straight from the OS, never through a numpy
+        generator (whose seed holds at most 128 bits). A given ``rng`` makes the key
+        reproducible, which is what tests want and what a deployment must not have: the seed is
+        the key.
+
+        Parameters
+        ----------
+        params:
+            The LWE parameters (dimension, error law).
+        rng:
+            None (OS entropy), or an int seed / numpy Generator (reproducible, tests).
+        secure:
+            True: OS entropy (the same as ``rng=None``; refused together with an ``rng``).
+
+        Returns
+        -------
+        LweSecretKey
+        """
+        if rng is None:
+            if not isinstance(secure, (bool, np.bool_)):
+                raise InvalidArgumentError("secure", f"expected True or False, got {secure!r}")
+            return cls(_secrets.token_bytes(32), params)
+        generator = resolve_rng(rng, secure)  # validates rng; refuses rng with secure=True
+        return cls(generator.bytes(32), params)
 
     def episode_seed(self, episode: int) -> bytes:
         """The public seed of the ``episode``-th encrypted run (unique per key and episode)."""

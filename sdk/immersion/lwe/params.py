@@ -15,12 +15,15 @@ from typing import Any
 from .._validation import positive_int
 from ..errors import InvalidArgumentError
 
-#: Where :data:`HE_STANDARD_TERNARY` comes from.
+#: Where :data:`HE_STANDARD_TERNARY` comes from. The standard's tables are cited without a section
+#: or table number; the entries are those of Microsoft SEAL's ``hestdparms.h`` (functions
+#: ``SEAL_HE_STD_PARMS_{128,192,256}_TC``: ternary secret, classical), entry for entry.
 HE_STANDARD_SOURCE = (
     "M. Albrecht et al., Homomorphic Encryption Security Standard, HomomorphicEncryption.org, "
-    "Toronto, November 2018, section 5.4 (tables of recommended parameters): ternary secret, "
-    "error sigma = 8/sqrt(2 pi) ~ 3.2, classical security; the same numbers are hard-coded in "
-    "Microsoft SEAL, native/src/seal/util/hestdparms.h (SEAL_HE_STD_PARMS_{128,192,256}_TC)"
+    "Toronto, November 2018 (v1.1; also IACR ePrint 2019/939), its tables of recommended "
+    "parameters for a uniform ternary secret in {-1, 0, 1}, error sigma = 8/sqrt(2 pi) ~ 3.2, "
+    "classical security; the same numbers, entry for entry, are those of Microsoft SEAL, "
+    "native/src/seal/util/hestdparms.h (SEAL_HE_STD_PARMS_128_TC, _192_TC, _256_TC)"
 )
 
 #: ``HE_STANDARD_TERNARY[level][n]``: the largest ``log2 q`` at which LWE of dimension ``n`` with a
