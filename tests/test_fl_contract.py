@@ -4,9 +4,13 @@ Optax-style optimizers (a DP-SGD client as a chain), and files written before th
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import math
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +40,11 @@ from immersion_fl.schemes import SiflOptions  # noqa: E402
 from immersion_mpdp.options import MpdpOptions  # noqa: E402
 from immersion_secagg.options import DpSgdOptions  # noqa: E402
 
+ROOT = Path(__file__).parents[1]
 LEGACY = Path(__file__).parent / "data" / "legacy"
-ENGINE = Path(__file__).parents[1] / "plugins" / "immersion_fl" / "engine.py"
+ENGINE = ROOT / "plugins" / "immersion_fl" / "engine.py"
+#: The modules that state the scheme contract and its callers' side of it.
+CONTRACT = ("scheme", "engine", "federation", "optimizers", "config", "schemes", "modular")
 
 
 # ---------------------------------------------------------------------------------- scheme contract
@@ -65,6 +72,26 @@ def test_engine_does_not_probe_capabilities():
         and node.func.id in ("hasattr", "getattr")
     ]
     assert probes == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed")
+def test_the_scheme_contract_type_checks():
+    """mypy finds no error in the contract modules: the schemes' broadcast, upload and aggregate
+    types are the ones their ``Scheme[BroadcastT, UploadT, AggregateT]`` base declares (imported
+    modules are read for their types but not reported on)."""
+    files = [str(Path("plugins") / "immersion_fl" / f"{name}.py") for name in CONTRACT]
+    env = {**os.environ, "MYPYPATH": os.pathsep.join([str(ROOT / "sdk"), str(ROOT / "plugins")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--follow-imports=silent", *files],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Success: no issues found in 7 source files" in done.stdout
 
 
 def test_a_scheme_spec_takes_exactly_one_of_factory_and_runner():

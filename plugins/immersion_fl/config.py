@@ -362,7 +362,17 @@ def options_class(scheme: str) -> type[SchemeOptions]:
 
     if not isinstance(scheme, str):
         raise InvalidArgumentError("scheme", f"expected a scheme name, got {scheme!r}")
-    return registry().fl_scheme(scheme).options
+    return _options_of(registry().fl_scheme(scheme))
+
+
+def _options_of(spec: SchemeSpec) -> type[SchemeOptions]:
+    """``spec.options``, refused (naming the scheme) unless it derives from SchemeOptions."""
+    cls = spec.options
+    if not (isinstance(cls, type) and issubclass(cls, SchemeOptions)):
+        from immersion.errors import PluginError
+
+        raise PluginError(f"scheme {spec.name!r}: options must derive from SchemeOptions")
+    return cls
 
 
 def _schemes() -> dict[str, SchemeSpec]:
@@ -375,9 +385,10 @@ def flag_owners() -> dict[str, list[type[SchemeOptions]]]:
     """Every flag some registered scheme's options accept, with the option classes that take it."""
     out: dict[str, list[type[SchemeOptions]]] = {}
     for spec in _schemes().values():
-        for flag in spec.options.accepted_flags():
-            if spec.options not in out.setdefault(flag, []):
-                out[flag].append(spec.options)
+        owner = _options_of(spec)
+        for flag in owner.accepted_flags():
+            if owner not in out.setdefault(flag, []):
+                out[flag].append(owner)
     return out
 
 

@@ -22,7 +22,7 @@ from .config import RunConfig, SchemeOptions
 from .data import load_dataset, split_clients
 from .models import FlatModel, build_model
 from .optimizers import GradientTransformation
-from .scheme import Scheme, SchemeContext
+from .scheme import AnyScheme, SchemeContext
 from .schemes import FedAvg
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def optimizer_by_name(name: str, lr: float) -> GradientTransformation:
     return registry().optimizer(name).factory(lr)
 
 
-def make_scheme(name: str, options: SchemeOptions, context: SchemeContext) -> Scheme:
+def make_scheme(name: str, options: SchemeOptions, context: SchemeContext) -> AnyScheme:
     """A fresh weight-averaging scheme by its registered name (plugins may add schemes).
 
     Parameters
@@ -427,11 +427,11 @@ class Server:
 
     cfg: RunConfig
     model: FlatModel
-    scheme: Scheme
-    plain: Scheme | None
+    scheme: AnyScheme
+    plain: AnyScheme | None
     test: tuple["torch.Tensor", "torch.Tensor"] | None
     result: RunResult
-    references: dict[str, Scheme] = field(default_factory=dict)
+    references: dict[str, AnyScheme] = field(default_factory=dict)
 
     @classmethod
     def create(
@@ -465,7 +465,7 @@ class Server:
         w0 = backend.asarray(task.w0)
         scheme.setup(w0)
         plain = scheme.plain_twin() if cfg.compare_plain and cfg.scheme != "fedavg" else None
-        references: dict[str, Scheme] = {}
+        references: dict[str, AnyScheme] = {}
         if plain is not None and not isinstance(plain, FedAvg):
             references["float"] = FedAvg()
         if plain is not None and reference_drift:
