@@ -4,6 +4,7 @@ Optax-style optimizers (a DP-SGD client as a chain), and files written before th
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import json
 import math
@@ -42,7 +43,6 @@ from immersion_secagg.options import DpSgdOptions  # noqa: E402
 
 ROOT = Path(__file__).parents[1]
 LEGACY = Path(__file__).parent / "data" / "legacy"
-ENGINE = ROOT / "plugins" / "immersion_fl" / "engine.py"
 #: The modules that state the scheme contract and its callers' side of it.
 CONTRACT = ("scheme", "engine", "federation", "optimizers", "config", "schemes", "modular")
 
@@ -61,17 +61,26 @@ def test_every_weight_averaging_scheme_implements_the_scheme_abc():
             assert isinstance(spec.factory(spec.options(), context), Scheme), name
 
 
-def test_engine_does_not_probe_capabilities():
-    """The engine calls the Scheme contract; it never asks hasattr/getattr what a scheme can do."""
-    tree = ast.parse(ENGINE.read_text())
+@pytest.mark.parametrize("module", ["engine", "federation", "flower_engine"])
+def test_engine_does_not_probe_capabilities(module):
+    """The engines call the Scheme contract and read typed options; they never ask
+    hasattr/getattr what a scheme or its options can do."""
+    path = ROOT / "plugins" / "immersion_fl" / f"{module}.py"
     probes = [
-        node.func.id
-        for node in ast.walk(tree)
+        f"{path.name}:{node.lineno} {node.func.id}"
+        for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id in ("hasattr", "getattr")
     ]
     assert probes == []
+
+
+def test_the_summary_reports_secure_aggregation_from_the_scheme():
+    cfg = RunConfig(scheme="sifl-m1", rounds=1, clients=2, hidden=(4,), compare_plain=False)
+    assert run_federated(cfg).summary()["secure_aggregation"] is False
+    secure = dataclasses.replace(cfg, options=SiflOptions(secure_aggregation=True))
+    assert run_federated(secure).summary()["secure_aggregation"] is True
 
 
 @pytest.mark.slow

@@ -336,6 +336,9 @@ class RunResult:
         Per round, for integer schemes: ``max |w - w_fedavg|`` against float FedAvg (the
         quantisation carried through training; ``diff_vs_plain`` is then against the fixed-point
         twin).
+    secure_aggregation:
+        Whether the rounds ran as secure sums (the scheme's
+        :attr:`~immersion_fl.scheme.Scheme.secure_aggregation`).
     """
 
     config: RunConfig
@@ -356,6 +359,7 @@ class RunResult:
     one_step_error: list[float] = field(default_factory=list)
     reference_drift: list[float] = field(default_factory=list)
     diff_vs_float_plain: list[float] = field(default_factory=list)
+    secure_aggregation: bool = False
 
     def summary(self) -> dict[str, Any]:
         """The JSON object of ``immersion fl run --json``."""
@@ -397,7 +401,7 @@ class RunResult:
             "arithmetic": self.privacy.get("arithmetic", "float"),
             "dropped": self.dropped,
             "aborted_rounds": self.aborted,
-            "secure_aggregation": bool(getattr(self.config.options, "secure_aggregation", False)),
+            "secure_aggregation": self.secure_aggregation,
         }
 
 
@@ -478,6 +482,7 @@ class Server:
             n_params=task.model.n_params,
             n_encoded=scheme.n_encoded,
             key_bytes=scheme.key_bytes,
+            secure_aggregation=scheme.secure_aggregation,
         )
         server = cls(cfg, task.model, scheme, plain, task.test, result, references)
         if client_sizes is not None:

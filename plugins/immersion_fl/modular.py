@@ -330,7 +330,6 @@ class ModularSiflM1(_IntegerUploads, Scheme[IntegerBroadcast, np.ndarray, Intege
     """
 
     name = "sifl-m1"
-    supports_client_noise = False
 
     def __init__(
         self,

@@ -6,7 +6,7 @@ every client computes its :meth:`~Scheme.client_upload` from what it received, t
 :meth:`~Scheme.aggregator_code`), and the server folds the result into its state
 (:meth:`~Scheme.server_update`). :meth:`~Scheme.global_model` is
 the decoded model a key holder would see. The optional capabilities have defaults here (no noise
-to design, no privacy figures, no key material, no client noise), so an engine calls them
+to design, no privacy figures, no key material, no secure sum), so an engine calls them
 unconditionally instead of probing.
 
 :class:`Scheme` is generic over what travels: ``Scheme[BroadcastT, UploadT, AggregateT]``. The
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -99,8 +99,6 @@ class Scheme(ABC, Generic[BroadcastT, UploadT, AggregateT]):
 
     #: The registered name.
     name: str = ""
-    #: Whether each client may add noise of its own that decoding removes (``client_noise``).
-    supports_client_noise: ClassVar[bool] = False
 
     #: The size of an encoded model (the upload length).
     n_encoded: int = 0

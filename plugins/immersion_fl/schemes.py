@@ -507,7 +507,6 @@ class SiflM1(FedAvg):
     """
 
     name = "sifl-m1"
-    supports_client_noise: ClassVar[bool] = True
     #: What every client holds (set by :meth:`setup`).
     kit: ClientKit
 
