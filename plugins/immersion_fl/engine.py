@@ -268,6 +268,10 @@ def run_federated(
         End after that many rounds (to simulate an interruption).
     task:
         The learning problem (default: :func:`task_from_config`).
+    reference_drift:
+        Also run plain FedAvg summing its uploads in reverse order beside the plain twin and
+        record ``max |w_fedavg - w_fedavg_reversed|`` per round (``RunResult.reference_drift``:
+        float64 chaos without any encoding; needs ``compare_plain``).
 
     Returns
     -------

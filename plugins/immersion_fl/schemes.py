@@ -381,6 +381,12 @@ class SiflOptions(SchemeOptions):
 class FedAvg(Scheme["torch.Tensor", "torch.Tensor", "torch.Tensor"]):
     """Plain federated averaging (seed 000 eq. 2): the reference every scheme is compared with.
 
+    Parameters
+    ----------
+    reverse_sum:
+        Add the weighted uploads last to first (:meth:`weighted_sum`): the same average up to
+        float64 rounding, the reference drift of a run (``run_federated(reference_drift=True)``).
+
     Examples
     --------
     >>> import torch
