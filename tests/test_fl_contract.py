@@ -23,7 +23,7 @@ pytest.importorskip("sklearn")
 from immersion import InvalidArgumentError, PluginError  # noqa: E402
 from immersion.hookspecs import SchemeSpec  # noqa: E402
 from immersion.plugin_manager import registry  # noqa: E402
-from immersion_fl.config import NoOptions, RunConfig  # noqa: E402
+from immersion_fl.config import LegacyConfigWarning, NoOptions, RunConfig  # noqa: E402
 from immersion_fl.engine import run_federated  # noqa: E402
 from immersion_fl.optimizers import (  # noqa: E402
     AdamState,
@@ -171,6 +171,35 @@ def test_a_checkpoint_written_before_the_options_split_resumes_to_the_same_run(t
     assert result.diff_vs_plain == expected["diff_vs_plain"]
     saved = json.loads(np.load(folder / "state.npz")["meta"].tobytes().decode())
     assert json.loads(saved["cfg"])["format"] == 2  # rewritten in the new format
+
+
+@pytest.mark.parametrize("field, value", [("epsilon", 2.0), ("grad_clip", 5.0)])
+def test_a_format1_checkpoint_with_another_schemes_field_set_resumes_and_warns(
+    tmp_path, field, value
+):
+    """The pre-split code ignored other schemes' fields (``--scheme sifl-m2 --epsilon 2``): the
+    migration drops them with a warning naming them; new input keeps refusing them."""
+    expected = json.loads((LEGACY / "checkpoint-sifl-m2.expected.json").read_text())
+    folder = tmp_path / "ckpt"
+    shutil.copytree(LEGACY / "checkpoint-sifl-m2", folder)
+    with np.load(folder / "state.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(arrays["meta"].tobytes().decode())
+    legacy_cfg = json.loads(meta["cfg"])
+    assert "format" not in legacy_cfg and legacy_cfg[field] != value
+    legacy_cfg[field] = value
+    meta["cfg"] = json.dumps(legacy_cfg)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(folder / "state.npz", **arrays)
+
+    cfg = RunConfig.from_flat(expected["config"])
+    with pytest.warns(LegacyConfigWarning, match=f"{field}={value!r}"):
+        result = run_federated(cfg, checkpoint=folder, resume=True)
+    assert result.accuracy == expected["accuracy"]
+    assert result.diff_vs_plain == expected["diff_vs_plain"]
+    with pytest.raises(InvalidArgumentError, match="not to scheme 'sifl-m2'") as info:
+        RunConfig.from_flat(legacy_cfg)  # the same dictionary as new input is refused
+    assert info.value.argument == field
 
 
 # --------------------------------------------------------------------------------------- optimizers

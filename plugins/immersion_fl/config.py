@@ -8,7 +8,8 @@ fields every scheme shares plus one such object.
 
 Serialised configurations (checkpoints, Flower messages, Flower run configs) are versioned:
 format 2 is ``{"format": 2, "run": {...}, "options": {...}}``; format 1 (before the options were
-split off) was one flat dictionary of 29 fields and is migrated by :meth:`RunConfig.from_flat`.
+split off) was one flat dictionary of 29 fields and is migrated by
+:meth:`RunConfig.from_format1`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import dataclasses
 import json
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, TypeVar
 
@@ -303,7 +305,7 @@ class RunConfig:
                 "config", f"expected a JSON object, got {type(raw).__name__}"
             )
         if "format" not in raw:
-            return cls.from_flat(raw)
+            return cls.from_format1(raw)
         if raw["format"] != CONFIG_FORMAT:
             raise InvalidArgumentError("config", f"unknown configuration format {raw['format']!r}")
         run = dict(raw["run"])
@@ -334,20 +336,65 @@ class RunConfig:
             run["hidden"] = tuple(run["hidden"])
         scheme = run.get("scheme", cls.scheme)
         option_cls = options_class(scheme)
-        owners = flag_owners()
-        unknown = sorted(set(flags) - set(owners))
-        if unknown:
-            raise InvalidArgumentError("config", f"unknown keys {unknown}")
-        own = option_cls.accepted_flags()
-        for flag, value in flags.items():
-            if flag not in own and any(_sets_option(owner, flag, value) for owner in owners[flag]):
-                users = sorted(
-                    name for name, spec in _schemes().items() if spec.options in owners[flag]
-                )
-                raise InvalidArgumentError(
-                    flag, f"applies to {', '.join(users)}, not to scheme {scheme!r}"
-                )
+        foreign = _foreign_flags(scheme, flags)
+        if foreign:
+            flag, users = next(iter(foreign.items()))
+            raise InvalidArgumentError(
+                flag, f"applies to {', '.join(users)}, not to scheme {scheme!r}"
+            )
         return cls(**run, options=option_cls.from_flags(flags))
+
+    @classmethod
+    def from_format1(cls, flat: Mapping[str, Any]) -> "RunConfig":
+        """Migrate a format-1 configuration: one flat dictionary of every field (what checkpoints
+        held before the scheme options were split off).
+
+        The code that wrote such a file ignored the fields of other schemes (``epsilon`` or
+        ``grad_clip`` of a SIFL run): set to other than their defaults, they are dropped here with
+        a :class:`LegacyConfigWarning` naming them, where :meth:`from_flat` (new input) refuses
+        them. Unknown keys are refused in both.
+
+        Parameters
+        ----------
+        flat:
+            Field name -> value, as the file holds them.
+        """
+        flags = dict(flat)
+        scheme = flags.get("scheme", cls.scheme)
+        options_class(scheme)  # an unknown scheme is refused, naming it
+        foreign = _foreign_flags(scheme, {k: v for k, v in flags.items() if k not in COMMON_FIELDS})
+        if foreign:
+            dropped = ", ".join(
+                f"{flag}={flags.pop(flag)!r} ({'/'.join(users)})" for flag, users in foreign.items()
+            )
+            warnings.warn(
+                f"format-1 configuration of scheme {scheme!r}: dropped the fields of other "
+                f"schemes, which that version ignored: {dropped}",
+                LegacyConfigWarning,
+                stacklevel=2,
+            )
+        return cls.from_flat(flags)
+
+
+class LegacyConfigWarning(UserWarning):
+    """A format-1 configuration held values this version drops (:meth:`RunConfig.from_format1`)."""
+
+
+def _foreign_flags(scheme: str, flags: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The flags in ``flags`` that ``scheme``'s options do not take but set away from the
+    defaults of the schemes that do, each with those schemes' names (unknown flags raise)."""
+    owners = flag_owners()
+    unknown = sorted(set(flags) - set(owners))
+    if unknown:
+        raise InvalidArgumentError("config", f"unknown keys {unknown}")
+    own = options_class(scheme).accepted_flags()
+    foreign: dict[str, list[str]] = {}
+    for flag, value in flags.items():
+        if flag not in own and any(_sets_option(owner, flag, value) for owner in owners[flag]):
+            foreign[flag] = sorted(
+                name for name, spec in _schemes().items() if _options_of(spec) in owners[flag]
+            )
+    return foreign
 
 
 def options_class(scheme: str) -> type[SchemeOptions]:
