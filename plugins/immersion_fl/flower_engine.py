@@ -511,7 +511,8 @@ def secure_flower_sum(
         silent: dict[int, str] = {}
         for v, reply in answers.items():
             try:
-                got = {d: _bytes(reply.content["seeds"][str(d)]) for d in asked[v]}  # type: ignore[union-attr]
+                record = reply.content["seeds"]  # type: ignore[union-attr]
+                got = {d: _bytes(record[str(d)]) for d in asked[v]}
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 silent[v] = reply if isinstance(reply, str) else f"unreadable answer: {exc}"
                 continue

@@ -75,7 +75,11 @@ class Immersion:
         self._state_enc = keys.state_code.encoder(backend)
         self._state_dec = keys.state_code.decoder(backend)
         self._output_dec = keys.output_code.decoder(backend)
-        self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
+        self._mask = keys.mask.operator(
+            keys.input_code,  # type: ignore[arg-type]
+            keys.output_code,  # type: ignore[arg-type]
+            backend,
+        )
         # small dense codes: the noise is encoded a block of samples ahead
         self._signal_enc: Callable[[Any], Any] | None = (
             self._input_enc.signal

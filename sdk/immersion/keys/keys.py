@@ -424,7 +424,10 @@ class Keys(KeyViews):
     @cached_property
     def mask_noise_row_norms(self) -> np.ndarray:
         """``||(Pi4 N1)^j||_2`` for every element j of u~."""
-        return self.mask.noise_row_norms(self.input_code, self.output_code)  # type: ignore[arg-type]
+        return self.mask.noise_row_norms(
+            self.input_code,  # type: ignore[arg-type]
+            self.output_code,  # type: ignore[arg-type]
+        )
 
     @cached_property
     def mask_noise_row_linf(self) -> np.ndarray:
