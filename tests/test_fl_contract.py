@@ -135,6 +135,38 @@ def test_each_scheme_owns_its_options_and_they_validate_themselves():
         RunConfig(rounds=0)
 
 
+@pytest.mark.parametrize(
+    "field, bad",
+    [
+        ("lr", -1.0),
+        ("lr", math.nan),
+        ("split", "zzz"),
+        ("optimizer", ""),
+        ("model", 3),
+        ("dataset", ""),
+        ("hidden", "8,4"),
+        ("hidden", (8, 0)),
+        ("alpha", 0.0),
+        ("seed", -1),
+        ("compare_plain", "yes"),
+        ("client_timeout", -1.0),
+        ("client_timeout", math.inf),
+    ],
+)
+def test_every_common_field_is_checked_at_construction(field, bad):
+    with pytest.raises(InvalidArgumentError) as info:
+        RunConfig(**{field: bad})
+    assert info.value.argument == field
+
+
+def test_an_unregistered_optimizer_is_refused_where_the_run_starts():
+    """The optimizer registry is looked up at the edge (engine, CLI), not in the configuration."""
+    cfg = RunConfig(scheme="fedavg", optimizer="nope", rounds=1, clients=2, hidden=(4,))
+    with pytest.raises(InvalidArgumentError, match="unknown optimizer 'nope'") as info:
+        run_federated(cfg)
+    assert info.value.argument == "optimizer"
+
+
 def test_configurations_round_trip_and_flat_ones_migrate():
     cfg = RunConfig(scheme="mpdp", hidden=(8, 4), options=MpdpOptions(graph="nout:2", noise="off"))
     assert RunConfig.from_json(cfg.to_json()) == cfg

@@ -8,7 +8,7 @@ fields every scheme shares plus one such object.
 
 Serialised configurations (checkpoints, Flower messages, Flower run configs) are versioned:
 format 2 is ``{"format": 2, "run": {...}, "options": {...}}``; format 1 (before the options were
-split off) was one flat dictionary of 29 fields and is migrated by
+split off) was one flat dictionary of 30 fields (29 before ``client_noise``) and is migrated by
 :meth:`RunConfig.from_format1`.
 """
 
@@ -18,10 +18,12 @@ import dataclasses
 import json
 import math
 import numbers
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, TypeVar
 
+import numpy as np
 from immersion import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -180,6 +182,11 @@ class NoOptions(SchemeOptions):
     """A scheme without options (plain FedAvg)."""
 
 
+#: The ways of splitting the data among the clients (:func:`immersion_fl.data.split_clients`).
+SPLITS = ("iid", "dirichlet")
+#: Client timeouts must stay below this (the largest wait ``threading`` accepts, included).
+TIMEOUT_LIMIT = math.nextafter(threading.TIMEOUT_MAX, math.inf)
+
 #: The common fields (what every scheme shares), in order.
 COMMON_FIELDS = (
     "scheme",
@@ -263,10 +270,36 @@ class RunConfig:
                 f"scheme {self.scheme!r} takes {expected.__name__}, "
                 f"got {type(self.options).__name__}",
             )
-        if not isinstance(self.hidden, tuple):
-            object.__setattr__(self, "hidden", tuple(self.hidden))
+        self._check_common()
+
+    def _check_common(self) -> None:
+        """Refuse a bad common field, naming it. ``optimizer``, ``model`` and ``dataset`` are
+        names resolved where the run starts (the optimizer and model registries, import paths):
+        here they need only be non-empty strings."""
+        for name in ("optimizer", "model", "dataset"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidArgumentError(name, f"expected a non-empty name, got {value!r}")
+        check_real("lr", self.lr, low=0.0)
+        if isinstance(self.hidden, (str, bytes)) or not isinstance(self.hidden, (tuple, list)):
+            raise InvalidArgumentError(
+                "hidden", f"expected a sequence of layer sizes, got {self.hidden!r}"
+            )
+        object.__setattr__(self, "hidden", tuple(self.hidden))
+        for size in self.hidden:
+            check_int("hidden", size, 1)
         for name in ("clients", "rounds", "local_epochs", "batch_size"):
             check_int(name, getattr(self, name), 1)
+        if self.split not in SPLITS:
+            raise InvalidArgumentError("split", f"expected one of {SPLITS}, got {self.split!r}")
+        check_real("alpha", self.alpha, low=0.0)
+        check_int("seed", self.seed, 0)
+        if not isinstance(self.compare_plain, (bool, np.bool_)):
+            raise InvalidArgumentError(
+                "compare_plain", f"expected True or False, got {self.compare_plain!r}"
+            )
+        if self.client_timeout is not None:
+            check_real("client_timeout", self.client_timeout, low=0.0, high=TIMEOUT_LIMIT)
 
     def replace(self, **changes: Any) -> "RunConfig":
         """A copy with ``changes`` (common fields or ``options``).
