@@ -62,13 +62,14 @@ def main() -> None:
     args = parser.parse_args()
     plain = plain_round_seconds(config(args.scheme, "float", args.local_epochs))
     out: dict[str, object] = {"scheme": args.scheme, "plain_round_s": plain}
+    coding: dict[str, float] = {}
     for arithmetic in ("float", "modular"):
-        coding = codec_seconds_per_round(config(args.scheme, arithmetic, args.local_epochs))
-        out[f"{arithmetic}_coding_s_per_round"] = coding
-        out[f"{arithmetic}_round_time_ratio"] = (plain + coding) / plain
-    out["modular_over_float_coding"] = (
-        out["modular_coding_s_per_round"] / out["float_coding_s_per_round"]  # type: ignore[operator]
-    )
+        coding[arithmetic] = codec_seconds_per_round(
+            config(args.scheme, arithmetic, args.local_epochs)
+        )
+        out[f"{arithmetic}_coding_s_per_round"] = coding[arithmetic]
+        out[f"{arithmetic}_round_time_ratio"] = (plain + coding[arithmetic]) / plain
+    out["modular_over_float_coding"] = coding["modular"] / coding["float"]
     print(json.dumps(out))
 
 

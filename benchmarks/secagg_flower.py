@@ -37,11 +37,11 @@ from immersion_secagg.flower_secagg import (
 
 def errors(run: AggregationRun, updates: FixedUpdates, n_users: int, rounds: int) -> dict:
     """Max and RMS error of the run's sums against the exact sums over the same contributors."""
-    done = [t for t in range(rounds) if run.sums[t] is not None]
+    done = {t: total for t in range(rounds) if (total := run.sums[t]) is not None}
     if not done:
         return {}
     exact = exact_sums(updates, n_users, rounds, run.contributors)
-    diffs = np.concatenate([np.ravel(run.sums[t] - exact[t]) for t in done])  # type: ignore[operator]
+    diffs = np.concatenate([np.ravel(total - exact[t]) for t, total in done.items()])
     return {"max": float(np.max(np.abs(diffs))), "rms": float(np.sqrt(np.mean(diffs**2)))}
 
 

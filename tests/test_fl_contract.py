@@ -4,9 +4,14 @@ Optax-style optimizers (a DP-SGD client as a chain), and files written before th
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib.util
 import json
 import math
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +23,7 @@ pytest.importorskip("sklearn")
 from immersion import InvalidArgumentError, PluginError  # noqa: E402
 from immersion.hookspecs import SchemeSpec  # noqa: E402
 from immersion.plugin_manager import registry  # noqa: E402
-from immersion_fl.config import NoOptions, RunConfig  # noqa: E402
+from immersion_fl.config import LegacyConfigWarning, NoOptions, RunConfig  # noqa: E402
 from immersion_fl.engine import run_federated  # noqa: E402
 from immersion_fl.optimizers import (  # noqa: E402
     AdamState,
@@ -36,8 +41,10 @@ from immersion_fl.schemes import SiflOptions  # noqa: E402
 from immersion_mpdp.options import MpdpOptions  # noqa: E402
 from immersion_secagg.options import DpSgdOptions  # noqa: E402
 
+ROOT = Path(__file__).parents[1]
 LEGACY = Path(__file__).parent / "data" / "legacy"
-ENGINE = Path(__file__).parents[1] / "plugins" / "immersion_fl" / "engine.py"
+#: The modules that state the scheme contract and its callers' side of it.
+CONTRACT = ("scheme", "engine", "federation", "optimizers", "config", "schemes", "modular")
 
 
 # ---------------------------------------------------------------------------------- scheme contract
@@ -54,17 +61,46 @@ def test_every_weight_averaging_scheme_implements_the_scheme_abc():
             assert isinstance(spec.factory(spec.options(), context), Scheme), name
 
 
-def test_engine_does_not_probe_capabilities():
-    """The engine calls the Scheme contract; it never asks hasattr/getattr what a scheme can do."""
-    tree = ast.parse(ENGINE.read_text())
+@pytest.mark.parametrize("module", ["engine", "federation", "flower_engine"])
+def test_engine_does_not_probe_capabilities(module):
+    """The engines call the Scheme contract and read typed options; they never ask
+    hasattr/getattr what a scheme or its options can do."""
+    path = ROOT / "plugins" / "immersion_fl" / f"{module}.py"
     probes = [
-        node.func.id
-        for node in ast.walk(tree)
+        f"{path.name}:{node.lineno} {node.func.id}"
+        for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id in ("hasattr", "getattr")
     ]
     assert probes == []
+
+
+def test_the_summary_reports_secure_aggregation_from_the_scheme():
+    cfg = RunConfig(scheme="sifl-m1", rounds=1, clients=2, hidden=(4,), compare_plain=False)
+    assert run_federated(cfg).summary()["secure_aggregation"] is False
+    secure = dataclasses.replace(cfg, options=SiflOptions(secure_aggregation=True))
+    assert run_federated(secure).summary()["secure_aggregation"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed")
+def test_the_scheme_contract_type_checks():
+    """mypy finds no error in the contract modules: the schemes' broadcast, upload and aggregate
+    types are the ones their ``Scheme[BroadcastT, UploadT, AggregateT]`` base declares (imported
+    modules are read for their types but not reported on)."""
+    files = [str(Path("plugins") / "immersion_fl" / f"{name}.py") for name in CONTRACT]
+    env = {**os.environ, "MYPYPATH": os.pathsep.join([str(ROOT / "sdk"), str(ROOT / "plugins")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--follow-imports=silent", *files],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Success: no issues found in 7 source files" in done.stdout
 
 
 def test_a_scheme_spec_takes_exactly_one_of_factory_and_runner():
@@ -97,6 +133,38 @@ def test_each_scheme_owns_its_options_and_they_validate_themselves():
         DpSgdOptions(sigma2=-1.0)
     with pytest.raises(InvalidArgumentError, match="rounds"):
         RunConfig(rounds=0)
+
+
+@pytest.mark.parametrize(
+    "field, bad",
+    [
+        ("lr", -1.0),
+        ("lr", math.nan),
+        ("split", "zzz"),
+        ("optimizer", ""),
+        ("model", 3),
+        ("dataset", ""),
+        ("hidden", "8,4"),
+        ("hidden", (8, 0)),
+        ("alpha", 0.0),
+        ("seed", -1),
+        ("compare_plain", "yes"),
+        ("client_timeout", -1.0),
+        ("client_timeout", math.inf),
+    ],
+)
+def test_every_common_field_is_checked_at_construction(field, bad):
+    with pytest.raises(InvalidArgumentError) as info:
+        RunConfig(**{field: bad})
+    assert info.value.argument == field
+
+
+def test_an_unregistered_optimizer_is_refused_where_the_run_starts():
+    """The optimizer registry is looked up at the edge (engine, CLI), not in the configuration."""
+    cfg = RunConfig(scheme="fedavg", optimizer="nope", rounds=1, clients=2, hidden=(4,))
+    with pytest.raises(InvalidArgumentError, match="unknown optimizer 'nope'") as info:
+        run_federated(cfg)
+    assert info.value.argument == "optimizer"
 
 
 def test_configurations_round_trip_and_flat_ones_migrate():
@@ -135,6 +203,35 @@ def test_a_checkpoint_written_before_the_options_split_resumes_to_the_same_run(t
     assert result.diff_vs_plain == expected["diff_vs_plain"]
     saved = json.loads(np.load(folder / "state.npz")["meta"].tobytes().decode())
     assert json.loads(saved["cfg"])["format"] == 2  # rewritten in the new format
+
+
+@pytest.mark.parametrize("field, value", [("epsilon", 2.0), ("grad_clip", 5.0)])
+def test_a_format1_checkpoint_with_another_schemes_field_set_resumes_and_warns(
+    tmp_path, field, value
+):
+    """The pre-split code ignored other schemes' fields (``--scheme sifl-m2 --epsilon 2``): the
+    migration drops them with a warning naming them; new input keeps refusing them."""
+    expected = json.loads((LEGACY / "checkpoint-sifl-m2.expected.json").read_text())
+    folder = tmp_path / "ckpt"
+    shutil.copytree(LEGACY / "checkpoint-sifl-m2", folder)
+    with np.load(folder / "state.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(arrays["meta"].tobytes().decode())
+    legacy_cfg = json.loads(meta["cfg"])
+    assert "format" not in legacy_cfg and legacy_cfg[field] != value
+    legacy_cfg[field] = value
+    meta["cfg"] = json.dumps(legacy_cfg)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(folder / "state.npz", **arrays)
+
+    cfg = RunConfig.from_flat(expected["config"])
+    with pytest.warns(LegacyConfigWarning, match=f"{field}={value!r}"):
+        result = run_federated(cfg, checkpoint=folder, resume=True)
+    assert result.accuracy == expected["accuracy"]
+    assert result.diff_vs_plain == expected["diff_vs_plain"]
+    with pytest.raises(InvalidArgumentError, match="not to scheme 'sifl-m2'") as info:
+        RunConfig.from_flat(legacy_cfg)  # the same dictionary as new input is refused
+    assert info.value.argument == field
 
 
 # --------------------------------------------------------------------------------------- optimizers

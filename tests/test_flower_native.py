@@ -134,6 +134,30 @@ def test_wrapper_and_mod_equal_plain_fedavg_every_round(scheme):
         assert strategy.privacy()["epsilon_local"] == pytest.approx(1.0)
 
 
+def test_every_registered_flower_wrapper_runs_its_own_scheme():
+    """Each scheme spec's ``flower.strategy`` wraps with that spec's scheme (not a shared default),
+    and its ``flower.mod`` completes the rounds to plain FedAvg."""
+    from immersion.backends import make_backend
+    from immersion.plugin_manager import registry
+    from immersion_fl.scheme import SchemeContext
+
+    backend = make_backend("torch", dtype="float64")
+    specs = {n: s for n, s in registry().fl_schemes.items() if s.flower.strategy is not None}
+    assert {"sifl-m1", "sifl-m2", "sifl-rm"} <= set(specs)
+    plain = _run(FedAvg(min_available_nodes=3, min_train_nodes=3), 2, None)
+    for name, spec in specs.items():
+        strategy = spec.flower.strategy(
+            FedAvg(min_available_nodes=3, min_train_nodes=3), min_samples=25, rng=1
+        )
+        assert strategy.scheme_name == name
+        assert spec.flower.mod is not None, name
+        private = _run(strategy, 2, spec.flower.mod)
+        reference = spec.factory(spec.options(), SchemeContext(backend, np.random.default_rng(0)))
+        assert type(strategy.scheme) is type(reference), name
+        for a, b in zip(plain, private, strict=True):
+            assert np.abs(a - b).max() < 1e-12, name
+
+
 def test_the_mod_refuses_an_unwrapped_server_and_nodes_without_a_kit():
     msg = Message(
         content=RecordDict(

@@ -1105,9 +1105,7 @@ JSON_SCALARS = st.one_of(
 )
 SIML_META = {
     "model": st.sampled_from(["resnet", "mlp64", "", 3, "os:getcwd", "math:pi"]),
-    "feature_shape": st.one_of(
-        st.lists(st.integers(-2, 10**9), max_size=4), st.text(max_size=3)
-    ),
+    "feature_shape": st.one_of(st.lists(st.integers(-2, 10**9), max_size=4), st.text(max_size=3)),
     "n_targets": st.one_of(st.integers(-5, 10**12), st.text(max_size=3), st.none()),
     "loss": st.one_of(st.sampled_from(["cross_entropy", "mse", "hinge"]), JSON_SCALARS),
     "parameters": st.one_of(

@@ -63,7 +63,10 @@ def _advantage(first: np.ndarray, second: np.ndarray) -> float:
     Advantage: ``|P(test | first) - P(test | second)|``, maximised over the tests.
     """
     bits = np.abs(_bits(first).mean(axis=0) - _bits(second).mean(axis=0)).max()
-    size = lambda w: np.abs(w.view(np.int64).astype(np.float64))[:, None] < 2.0 ** np.arange(64)  # noqa: E731
+
+    def size(w: np.ndarray) -> np.ndarray:
+        return np.abs(w.view(np.int64).astype(np.float64))[:, None] < 2.0 ** np.arange(64)
+
     return float(max(bits, np.abs(size(first).mean(axis=0) - size(second).mean(axis=0)).max()))
 
 

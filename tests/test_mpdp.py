@@ -27,7 +27,13 @@ from immersion_mpdp.ddp import (  # noqa: E402
     sum_uploads,
 )
 from immersion_mpdp.lmt import autograd_lmt, local_model_training  # noqa: E402
-from immersion_mpdp.mlp import forward, init_weights, mse_gradient, one_hot, weights_from_module  # noqa: E402
+from immersion_mpdp.mlp import (  # noqa: E402
+    forward,
+    init_weights,
+    mse_gradient,
+    one_hot,
+    weights_from_module,
+)
 from immersion_mpdp.perturbation import draw_keys, perturb, recover  # noqa: E402
 
 SIZES = {"L2": (12, 7, 4), "L3": (12, 9, 7, 4), "L4": (12, 9, 8, 7, 4)}

@@ -11,6 +11,7 @@ audit's attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from immersion.hookspecs import (
@@ -50,7 +51,11 @@ def immersion_register_fl_schemes() -> list[SchemeSpec]:
     from . import schemes
     from .config import NoOptions
 
-    sifl = FlowerHooks(strategy=_sifl_strategy, mod=_sifl_mod)
+    def sifl(name: str) -> FlowerHooks:
+        # one wrapper per scheme: the registered name is the scheme the wrapper runs (the mod is
+        # the same for all three: it reads the scheme's client kit from the server's messages)
+        return FlowerHooks(strategy=partial(_sifl_strategy, scheme=name), mod=_sifl_mod)
+
     return [
         SchemeSpec(
             name="fedavg",
@@ -63,29 +68,29 @@ def immersion_register_fl_schemes() -> list[SchemeSpec]:
             description="SIFL M1: server coding (seed 000 Algorithm 1)",
             options=schemes.SiflOptions,
             factory=schemes.sifl_m1_scheme,
-            flower=sifl,
+            flower=sifl("sifl-m1"),
         ),
         SchemeSpec(
             name="sifl-m2",
             description="SIFL M2: server and aggregator coding (Algorithm 2)",
             options=schemes.SiflOptions,
             factory=schemes.sifl_m2_scheme,
-            flower=sifl,
+            flower=sifl("sifl-m2"),
         ),
         SchemeSpec(
             name="sifl-rm",
             description="random-matrix SIFL (seed 003)",
             options=schemes.SiflOptions,
             factory=schemes.sifl_rm_scheme,
-            flower=sifl,
+            flower=sifl("sifl-rm"),
         ),
     ]
 
 
-def _sifl_strategy(strategy: Strategy, **options: Any) -> SiflStrategy:
+def _sifl_strategy(strategy: Strategy, *, scheme: str, **options: Any) -> SiflStrategy:
     from .flower_native import SiflStrategy
 
-    return SiflStrategy(strategy, **options)
+    return SiflStrategy(strategy, scheme, **options)
 
 
 def _sifl_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:

@@ -8,7 +8,8 @@ fields every scheme shares plus one such object.
 
 Serialised configurations (checkpoints, Flower messages, Flower run configs) are versioned:
 format 2 is ``{"format": 2, "run": {...}, "options": {...}}``; format 1 (before the options were
-split off) was one flat dictionary of 29 fields and is migrated by :meth:`RunConfig.from_flat`.
+split off) was one flat dictionary of 30 fields (29 before ``client_noise``) and is migrated by
+:meth:`RunConfig.from_format1`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ import dataclasses
 import json
 import math
 import numbers
+import threading
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, TypeVar
 
+import numpy as np
 from immersion import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -178,6 +182,11 @@ class NoOptions(SchemeOptions):
     """A scheme without options (plain FedAvg)."""
 
 
+#: The ways of splitting the data among the clients (:func:`immersion_fl.data.split_clients`).
+SPLITS = ("iid", "dirichlet")
+#: Client timeouts must stay below this (the largest wait ``threading`` accepts, included).
+TIMEOUT_LIMIT = math.nextafter(threading.TIMEOUT_MAX, math.inf)
+
 #: The common fields (what every scheme shares), in order.
 COMMON_FIELDS = (
     "scheme",
@@ -261,10 +270,36 @@ class RunConfig:
                 f"scheme {self.scheme!r} takes {expected.__name__}, "
                 f"got {type(self.options).__name__}",
             )
-        if not isinstance(self.hidden, tuple):
-            object.__setattr__(self, "hidden", tuple(self.hidden))
+        self._check_common()
+
+    def _check_common(self) -> None:
+        """Refuse a bad common field, naming it. ``optimizer``, ``model`` and ``dataset`` are
+        names resolved where the run starts (the optimizer and model registries, import paths):
+        here they need only be non-empty strings."""
+        for name in ("optimizer", "model", "dataset"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidArgumentError(name, f"expected a non-empty name, got {value!r}")
+        check_real("lr", self.lr, low=0.0)
+        if isinstance(self.hidden, (str, bytes)) or not isinstance(self.hidden, (tuple, list)):
+            raise InvalidArgumentError(
+                "hidden", f"expected a sequence of layer sizes, got {self.hidden!r}"
+            )
+        object.__setattr__(self, "hidden", tuple(self.hidden))
+        for size in self.hidden:
+            check_int("hidden", size, 1)
         for name in ("clients", "rounds", "local_epochs", "batch_size"):
             check_int(name, getattr(self, name), 1)
+        if self.split not in SPLITS:
+            raise InvalidArgumentError("split", f"expected one of {SPLITS}, got {self.split!r}")
+        check_real("alpha", self.alpha, low=0.0)
+        check_int("seed", self.seed, 0)
+        if not isinstance(self.compare_plain, (bool, np.bool_)):
+            raise InvalidArgumentError(
+                "compare_plain", f"expected True or False, got {self.compare_plain!r}"
+            )
+        if self.client_timeout is not None:
+            check_real("client_timeout", self.client_timeout, low=0.0, high=TIMEOUT_LIMIT)
 
     def replace(self, **changes: Any) -> "RunConfig":
         """A copy with ``changes`` (common fields or ``options``).
@@ -303,7 +338,7 @@ class RunConfig:
                 "config", f"expected a JSON object, got {type(raw).__name__}"
             )
         if "format" not in raw:
-            return cls.from_flat(raw)
+            return cls.from_format1(raw)
         if raw["format"] != CONFIG_FORMAT:
             raise InvalidArgumentError("config", f"unknown configuration format {raw['format']!r}")
         run = dict(raw["run"])
@@ -334,20 +369,65 @@ class RunConfig:
             run["hidden"] = tuple(run["hidden"])
         scheme = run.get("scheme", cls.scheme)
         option_cls = options_class(scheme)
-        owners = flag_owners()
-        unknown = sorted(set(flags) - set(owners))
-        if unknown:
-            raise InvalidArgumentError("config", f"unknown keys {unknown}")
-        own = option_cls.accepted_flags()
-        for flag, value in flags.items():
-            if flag not in own and any(_sets_option(owner, flag, value) for owner in owners[flag]):
-                users = sorted(
-                    name for name, spec in _schemes().items() if spec.options in owners[flag]
-                )
-                raise InvalidArgumentError(
-                    flag, f"applies to {', '.join(users)}, not to scheme {scheme!r}"
-                )
+        foreign = _foreign_flags(scheme, flags)
+        if foreign:
+            flag, users = next(iter(foreign.items()))
+            raise InvalidArgumentError(
+                flag, f"applies to {', '.join(users)}, not to scheme {scheme!r}"
+            )
         return cls(**run, options=option_cls.from_flags(flags))
+
+    @classmethod
+    def from_format1(cls, flat: Mapping[str, Any]) -> "RunConfig":
+        """Migrate a format-1 configuration: one flat dictionary of every field (what checkpoints
+        held before the scheme options were split off).
+
+        The code that wrote such a file ignored the fields of other schemes (``epsilon`` or
+        ``grad_clip`` of a SIFL run): set to other than their defaults, they are dropped here with
+        a :class:`LegacyConfigWarning` naming them, where :meth:`from_flat` (new input) refuses
+        them. Unknown keys are refused in both.
+
+        Parameters
+        ----------
+        flat:
+            Field name -> value, as the file holds them.
+        """
+        flags = dict(flat)
+        scheme = flags.get("scheme", cls.scheme)
+        options_class(scheme)  # an unknown scheme is refused, naming it
+        foreign = _foreign_flags(scheme, {k: v for k, v in flags.items() if k not in COMMON_FIELDS})
+        if foreign:
+            dropped = ", ".join(
+                f"{flag}={flags.pop(flag)!r} ({'/'.join(users)})" for flag, users in foreign.items()
+            )
+            warnings.warn(
+                f"format-1 configuration of scheme {scheme!r}: dropped the fields of other "
+                f"schemes, which that version ignored: {dropped}",
+                LegacyConfigWarning,
+                stacklevel=2,
+            )
+        return cls.from_flat(flags)
+
+
+class LegacyConfigWarning(UserWarning):
+    """A format-1 configuration held values this version drops (:meth:`RunConfig.from_format1`)."""
+
+
+def _foreign_flags(scheme: str, flags: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The flags in ``flags`` that ``scheme``'s options do not take but set away from the
+    defaults of the schemes that do, each with those schemes' names (unknown flags raise)."""
+    owners = flag_owners()
+    unknown = sorted(set(flags) - set(owners))
+    if unknown:
+        raise InvalidArgumentError("config", f"unknown keys {unknown}")
+    own = options_class(scheme).accepted_flags()
+    foreign: dict[str, list[str]] = {}
+    for flag, value in flags.items():
+        if flag not in own and any(_sets_option(owner, flag, value) for owner in owners[flag]):
+            foreign[flag] = sorted(
+                name for name, spec in _schemes().items() if _options_of(spec) in owners[flag]
+            )
+    return foreign
 
 
 def options_class(scheme: str) -> type[SchemeOptions]:
@@ -362,7 +442,17 @@ def options_class(scheme: str) -> type[SchemeOptions]:
 
     if not isinstance(scheme, str):
         raise InvalidArgumentError("scheme", f"expected a scheme name, got {scheme!r}")
-    return registry().fl_scheme(scheme).options
+    return _options_of(registry().fl_scheme(scheme))
+
+
+def _options_of(spec: SchemeSpec) -> type[SchemeOptions]:
+    """``spec.options``, refused (naming the scheme) unless it derives from SchemeOptions."""
+    cls = spec.options
+    if not (isinstance(cls, type) and issubclass(cls, SchemeOptions)):
+        from immersion.errors import PluginError
+
+        raise PluginError(f"scheme {spec.name!r}: options must derive from SchemeOptions")
+    return cls
 
 
 def _schemes() -> dict[str, SchemeSpec]:
@@ -375,9 +465,10 @@ def flag_owners() -> dict[str, list[type[SchemeOptions]]]:
     """Every flag some registered scheme's options accept, with the option classes that take it."""
     out: dict[str, list[type[SchemeOptions]]] = {}
     for spec in _schemes().values():
-        for flag in spec.options.accepted_flags():
-            if spec.options not in out.setdefault(flag, []):
-                out[flag].append(spec.options)
+        owner = _options_of(spec)
+        for flag in owner.accepted_flags():
+            if owner not in out.setdefault(flag, []):
+                out[flag].append(owner)
     return out
 
 

@@ -14,6 +14,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -33,7 +34,7 @@ from .federation import (
     task_from_config,
     uses_user_code,
 )
-from .scheme import Scheme
+from .scheme import AggregateT, AnyScheme, BroadcastT, Scheme, UploadT
 
 if TYPE_CHECKING:
     import torch
@@ -74,7 +75,7 @@ class _Recording:
 
 
 def _round(
-    scheme: Scheme,
+    scheme: AnyScheme,
     clients: list[Client],
     sizes: list[int],
     t: int,
@@ -119,7 +120,7 @@ def _round(
 
 
 def _plain_round(
-    scheme: Scheme,
+    scheme: Scheme[BroadcastT, UploadT, AggregateT],
     clients: list[Client],
     sizes: list[int],
     t: int,
@@ -132,13 +133,15 @@ def _plain_round(
     start = time.perf_counter()
     received = scheme.broadcast(t)
     pool = ThreadPoolExecutor(max_workers=1) if timeout_s is not None else None
-    uploads, kept, contributors = [], [], []
+    uploads: list[UploadT] = []
+    kept: list[int] = []
+    contributors: list[int] = []
     try:
         for client in clients:
             upload = run_client(
                 client.index,
                 t,
-                lambda c=client: scheme.client_upload(c, received, t),
+                partial(scheme.client_upload, client, received, t),
                 plan=plan,
                 timeout_s=timeout_s,
                 expected_shape=scheme.upload_shape,
@@ -265,6 +268,10 @@ def run_federated(
         End after that many rounds (to simulate an interruption).
     task:
         The learning problem (default: :func:`task_from_config`).
+    reference_drift:
+        Also run plain FedAvg summing its uploads in reverse order beside the plain twin and
+        record ``max |w_fedavg - w_fedavg_reversed|`` per round (``RunResult.reference_drift``:
+        float64 chaos without any encoding; needs ``compare_plain``).
 
     Returns
     -------

@@ -22,7 +22,7 @@ from .config import RunConfig, SchemeOptions
 from .data import load_dataset, split_clients
 from .models import FlatModel, build_model
 from .optimizers import GradientTransformation
-from .scheme import Scheme, SchemeContext
+from .scheme import AnyScheme, SchemeContext
 from .schemes import FedAvg
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def optimizer_by_name(name: str, lr: float) -> GradientTransformation:
     return registry().optimizer(name).factory(lr)
 
 
-def make_scheme(name: str, options: SchemeOptions, context: SchemeContext) -> Scheme:
+def make_scheme(name: str, options: SchemeOptions, context: SchemeContext) -> AnyScheme:
     """A fresh weight-averaging scheme by its registered name (plugins may add schemes).
 
     Parameters
@@ -336,6 +336,9 @@ class RunResult:
         Per round, for integer schemes: ``max |w - w_fedavg|`` against float FedAvg (the
         quantisation carried through training; ``diff_vs_plain`` is then against the fixed-point
         twin).
+    secure_aggregation:
+        Whether the rounds ran as secure sums (the scheme's
+        :attr:`~immersion_fl.scheme.Scheme.secure_aggregation`).
     """
 
     config: RunConfig
@@ -356,6 +359,7 @@ class RunResult:
     one_step_error: list[float] = field(default_factory=list)
     reference_drift: list[float] = field(default_factory=list)
     diff_vs_float_plain: list[float] = field(default_factory=list)
+    secure_aggregation: bool = False
 
     def summary(self) -> dict[str, Any]:
         """The JSON object of ``immersion fl run --json``."""
@@ -397,7 +401,7 @@ class RunResult:
             "arithmetic": self.privacy.get("arithmetic", "float"),
             "dropped": self.dropped,
             "aborted_rounds": self.aborted,
-            "secure_aggregation": bool(getattr(self.config.options, "secure_aggregation", False)),
+            "secure_aggregation": self.secure_aggregation,
         }
 
 
@@ -427,11 +431,11 @@ class Server:
 
     cfg: RunConfig
     model: FlatModel
-    scheme: Scheme
-    plain: Scheme | None
+    scheme: AnyScheme
+    plain: AnyScheme | None
     test: tuple["torch.Tensor", "torch.Tensor"] | None
     result: RunResult
-    references: dict[str, Scheme] = field(default_factory=dict)
+    references: dict[str, AnyScheme] = field(default_factory=dict)
 
     @classmethod
     def create(
@@ -465,7 +469,7 @@ class Server:
         w0 = backend.asarray(task.w0)
         scheme.setup(w0)
         plain = scheme.plain_twin() if cfg.compare_plain and cfg.scheme != "fedavg" else None
-        references: dict[str, Scheme] = {}
+        references: dict[str, AnyScheme] = {}
         if plain is not None and not isinstance(plain, FedAvg):
             references["float"] = FedAvg()
         if plain is not None and reference_drift:
@@ -478,6 +482,7 @@ class Server:
             n_params=task.model.n_params,
             n_encoded=scheme.n_encoded,
             key_bytes=scheme.key_bytes,
+            secure_aggregation=scheme.secure_aggregation,
         )
         server = cls(cfg, task.model, scheme, plain, task.test, result, references)
         if client_sizes is not None:

@@ -39,7 +39,7 @@ from .federation import (
     task_from_config,
 )
 from .modular import FixedPointFedAvg, IntegerBroadcast, ModularClientKit
-from .scheme import Scheme
+from .scheme import AnyScheme
 from .schemes import ClientKit, client_upload
 from .secure import masked_upload, new_party
 
@@ -196,7 +196,7 @@ def serve(
     server.calibrate([sizes[i] for i in sorted(sizes)])
 
     def flower_round(
-        scheme: Scheme, name: str, t: int, dropped: list[dict[str, Any]], members: set[int]
+        scheme: AnyScheme, name: str, t: int, dropped: list[dict[str, Any]], members: set[int]
     ) -> tuple[float, list[int]]:
         start = time.perf_counter()
         payload = arrays_record(_broadcast_arrays(scheme.broadcast(t)))
@@ -327,7 +327,7 @@ def _bytes(array: "Array") -> bytes:
 def secure_flower_round(
     grid: "Grid",
     cfg: RunConfig,
-    scheme: Scheme,
+    scheme: AnyScheme,
     pid_of: dict[int, int],
     sizes: dict[int, int],
     t: int,
@@ -511,7 +511,8 @@ def secure_flower_sum(
         silent: dict[int, str] = {}
         for v, reply in answers.items():
             try:
-                got = {d: _bytes(reply.content["seeds"][str(d)]) for d in asked[v]}  # type: ignore[union-attr]
+                record = reply.content["seeds"]  # type: ignore[union-attr]
+                got = {d: _bytes(record[str(d)]) for d in asked[v]}
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 silent[v] = reply if isinstance(reply, str) else f"unreadable answer: {exc}"
                 continue

@@ -44,10 +44,14 @@ from .scheme import LocalTrainer, Scheme, SchemeContext
 
 if TYPE_CHECKING:
     import torch
+    from immersion.keys.modular import ModularBlockCode, ModularDenseCode
 
     from .schemes import SiflOptions
 
 IntegerMap = Callable[[np.ndarray], np.ndarray]
+#: What a modular aggregator hands the server: the integer weighted sum ``sum n_i u_i`` (coded by
+#: the aggregator in M2) and the total weight ``sum n_i``.
+IntegerAggregate = tuple[np.ndarray, int]
 #: Code arrays a client must not receive (they give the noise basis directly).
 MODULAR_NOISE_ARRAYS = frozenset({"noise_basis", "noise_left", "noise_pos"})
 
@@ -163,7 +167,9 @@ class ModularClientKit:
 
     @staticmethod
     def arrays(
-        code: Any, pi2_right: np.ndarray | None, fraction_bits: int
+        code: "ModularDenseCode | ModularBlockCode",
+        pi2_right: np.ndarray | None,
+        fraction_bits: int,
     ) -> dict[str, np.ndarray]:
         """The kit as arrays (sent once in the handshake); the noise basis is not among them.
 
@@ -230,16 +236,24 @@ class _IntegerUploads:
     """Uploads are ``uint64`` arrays summed modulo 2^64, so the sum is order-free."""
 
     @property
-    def upload_dtype(self) -> Any:
+    def upload_dtype(self) -> type[np.generic] | None:
         """Uploads are ``uint64`` arrays."""
         return np.uint64
 
-    def weighted_sum(self, uploads: list[Any], weights: list[int]) -> np.ndarray:
-        """``sum n_i u_i`` modulo 2^64 with the integer weights ``n_i``."""
+    def weighted_sum(self, uploads: list[np.ndarray], weights: list[int]) -> np.ndarray:
+        """``sum n_i u_i`` modulo 2^64 with the integer weights ``n_i``.
+
+        Parameters
+        ----------
+        uploads:
+            The clients' ``uint64`` uploads.
+        weights:
+            Their integer weights ``n_i = |D_i|``.
+        """
         return weighted_sum(uploads, weights)
 
 
-class FixedPointFedAvg(_IntegerUploads, Scheme):
+class FixedPointFedAvg(_IntegerUploads, Scheme["torch.Tensor", np.ndarray, IntegerAggregate]):
     """FedAvg on fixed-point integers: the exact plain twin of the modular schemes.
 
     Clients train from ``w = g 2^-f``; their models are quantised, ``q_i = q(w_i)``; the server
@@ -278,11 +292,11 @@ class FixedPointFedAvg(_IntegerUploads, Scheme):
         w_end = client.train(received, round_t)
         return encode_fixed(w_end.detach().cpu().numpy(), self.fraction_bits, name="w_end")
 
-    def aggregate(self, uploads: list[Any], weights: list[int]) -> Any:
+    def aggregate(self, uploads: list[np.ndarray], counts: list[int]) -> IntegerAggregate:
         """The integer sum and its total weight."""
-        return self.weighted_sum(uploads, weights), int(sum(weights))
+        return self.weighted_sum(uploads, counts), int(sum(counts))
 
-    def server_update(self, aggregated: Any) -> None:
+    def server_update(self, aggregated: IntegerAggregate) -> None:
         """``g = round(sum n_i q_i / sum n_i)``."""
         total, divisor = aggregated
         self.g = round_div(to_signed(total), divisor)
@@ -300,7 +314,7 @@ class FixedPointFedAvg(_IntegerUploads, Scheme):
         self.g = np.asarray(state["g"], dtype=np.int64)
 
 
-class ModularSiflM1(_IntegerUploads, Scheme):
+class ModularSiflM1(_IntegerUploads, Scheme[IntegerBroadcast, np.ndarray, IntegerAggregate]):
     """SIFL M1 (and the random-matrix SIFL, ``name="sifl-rm"``) modulo 2^64.
 
     Parameters
@@ -316,7 +330,6 @@ class ModularSiflM1(_IntegerUploads, Scheme):
     """
 
     name = "sifl-m1"
-    supports_client_noise = False
 
     def __init__(
         self,
@@ -330,7 +343,7 @@ class ModularSiflM1(_IntegerUploads, Scheme):
         self.extra = options.extra or default_extra
         self.fraction_bits = options.fraction_bits
         self.rng = context.rng
-        self.kit: ModularClientKit | None = None  # type: ignore[assignment]
+        self.kit: ModularClientKit | None = None
         self.g: np.ndarray = np.zeros(0, dtype=np.int64)
 
     @property
@@ -338,19 +351,20 @@ class ModularSiflM1(_IntegerUploads, Scheme):
         """As in :meth:`Scheme.model_norm_bound`: the clients' norm bound ``C``."""
         return self.options.clip
 
-    def plain_twin(self) -> Scheme:
+    def plain_twin(self) -> FixedPointFedAvg:
         """FedAvg on the same fixed-point integers (the exact reference)."""
         return FixedPointFedAvg(self.fraction_bits)
 
     def setup(self, w0: "torch.Tensor") -> None:
         """As in :meth:`Scheme.setup`: integer keys, and ``g = q(w0)``."""
         n = int(w0.numel())
-        kind = self.options.keys
-        if kind == "auto":
-            kind = "dense" if n + self.extra <= 512 else "block"
         self.code = draw_modular_code(
-            n, self.extra, kind=kind, block_size=self.options.block_size, rng=self.rng
-        )  # type: ignore[arg-type]
+            n,
+            self.extra,
+            kind=self.options.key_kind(n + self.extra),
+            block_size=self.options.block_size,
+            rng=self.rng,
+        )
         self._encode_noisy = self.code.noisy_encoder()
         self._decode = self.code.decoder()
         self.kit = ModularClientKit(self.code.encoder(), self._decode, self.fraction_bits)
@@ -368,17 +382,19 @@ class ModularSiflM1(_IntegerUploads, Scheme):
         """As in :meth:`Scheme.broadcast`: ``Pi1 g + N1 s``, fresh uniform ``s``."""
         return IntegerBroadcast(self._encode(self.g))
 
-    def client_upload(self, client: LocalTrainer, received: Any, round_t: int) -> np.ndarray:
+    def client_upload(
+        self, client: LocalTrainer, received: IntegerBroadcast, round_t: int
+    ) -> np.ndarray:
         """As in :meth:`Scheme.client_upload` (decode exactly, train, lift)."""
         assert self.kit is not None
         opened, w_start = self.kit.open(received)
         return self.kit.lift(opened, w_start, client.train(w_start, round_t))
 
-    def aggregate(self, uploads: list[Any], weights: list[int]) -> Any:
+    def aggregate(self, uploads: list[np.ndarray], counts: list[int]) -> IntegerAggregate:
         """The integer weighted sum (coded by the aggregator in M2) and its total weight."""
-        return self.aggregator_code(self.weighted_sum(uploads, weights)), int(sum(weights))
+        return self.aggregator_code(self.weighted_sum(uploads, counts)), int(sum(counts))
 
-    def server_update(self, aggregated: Any) -> None:
+    def server_update(self, aggregated: IntegerAggregate) -> None:
         """Decode ``sum n_i q_i`` exactly (eq. 21) and divide: ``g = round(. / sum n_i)``."""
         total, divisor = aggregated
         self.g = round_div(to_signed(self._decode(total)), divisor)
@@ -452,7 +468,7 @@ class ModularSiflM2(ModularSiflM1):
         r2 = uniform_noise(self._noise_rng, (self.p - 1, w_sum.shape[-1]))
         return self.pi2[:, None] * w_sum[None, :] + self.n2.T @ r2
 
-    def server_update(self, aggregated: Any) -> None:
+    def server_update(self, aggregated: IntegerAggregate) -> None:
         """Decode ``Pi1`` only, row by row (eq. 25); the clients divide by the total weight."""
         total, self.divisor = aggregated
         self.w_bar = self._decode(total)

@@ -2,11 +2,18 @@
 
 A round of any such scheme (seed 000 eq. 2 generalised): the server :meth:`~Scheme.broadcast`\\ s,
 every client computes its :meth:`~Scheme.client_upload` from what it received, the aggregator
-forms the weighted sum of the uploads and :meth:`~Scheme.aggregator_code`\\ s it, and the server
-folds the result into its state (:meth:`~Scheme.server_update`). :meth:`~Scheme.global_model` is
+:meth:`~Scheme.aggregate`\\ s the uploads (their weighted sum, then
+:meth:`~Scheme.aggregator_code`), and the server folds the result into its state
+(:meth:`~Scheme.server_update`). :meth:`~Scheme.global_model` is
 the decoded model a key holder would see. The optional capabilities have defaults here (no noise
-to design, no privacy figures, no key material, no client noise), so an engine calls them
+to design, no privacy figures, no key material, no secure sum), so an engine calls them
 unconditionally instead of probing.
+
+:class:`Scheme` is generic over what travels: ``Scheme[BroadcastT, UploadT, AggregateT]``. The
+float schemes are ``Scheme[Tensor, Tensor, Tensor]``
+(:class:`~immersion_fl.schemes.FedAvg` and its subclasses); the modular ones broadcast an
+:class:`~immersion_fl.modular.IntegerBroadcast`, upload ``uint64`` arrays and aggregate to the
+integer sum with its total weight (:mod:`immersion_fl.modular`).
 
 Schemes whose rounds do not fit (MP-DP, seed 001's schemes) register a ``runner`` instead
 (:class:`immersion.hookspecs.SchemeSpec`).
@@ -16,7 +23,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -24,7 +31,15 @@ if TYPE_CHECKING:
     import torch
     from immersion.backends import ArrayBackend
 
+    from .modular import ModularClientKit
     from .schemes import ClientKit
+
+#: What the server broadcasts (:meth:`Scheme.broadcast`).
+BroadcastT = TypeVar("BroadcastT")
+#: One client's upload (:meth:`Scheme.client_upload`).
+UploadT = TypeVar("UploadT")
+#: What the aggregator hands the server (:meth:`Scheme.aggregate`).
+AggregateT = TypeVar("AggregateT")
 
 
 class LocalTrainer(Protocol):
@@ -66,9 +81,10 @@ class SchemeContext:
     rng: np.random.Generator
 
 
-class Scheme(ABC):
+class Scheme(ABC, Generic[BroadcastT, UploadT, AggregateT]):
     """A weight-averaging federated scheme. Subclasses: :class:`~immersion_fl.schemes.FedAvg`,
-    :class:`~immersion_fl.schemes.SiflM1`, :class:`~immersion_fl.schemes.SiflM2`.
+    :class:`~immersion_fl.schemes.SiflM1`, :class:`~immersion_fl.schemes.SiflM2` (float,
+    ``Scheme[Tensor, Tensor, Tensor]``), and the modular ones of :mod:`immersion_fl.modular`.
 
     Examples
     --------
@@ -83,18 +99,18 @@ class Scheme(ABC):
 
     #: The registered name.
     name: str = ""
-    #: Whether each client may add noise of its own that decoding removes (``client_noise``).
-    supports_client_noise: ClassVar[bool] = False
 
     #: The size of an encoded model (the upload length).
     n_encoded: int = 0
     #: Bytes of key material the server holds.
     key_bytes: int = 0
-    #: What a client holds to run :meth:`client_upload` (SIFL's ``ClientKit``), or None.
-    kit: "ClientKit | None" = None
+    #: What a client holds to run :meth:`client_upload` (SIFL's ``ClientKit`` or
+    #: ``ModularClientKit``), or None.
+    kit: "ClientKit | ModularClientKit | None" = None
     #: Whether the engines run the aggregation as a secure sum (:mod:`immersion_fl.secure`):
-    #: :meth:`weighted_sum` is then computed from masked uploads, :meth:`aggregator_code` and
-    #: :meth:`server_update` run unchanged on the result.
+    #: the weighted sum of :meth:`aggregate` is then computed from masked uploads,
+    #: :meth:`aggregator_code` and :meth:`server_update` run unchanged on the result (float
+    #: schemes, whose aggregate is the coded weighted sum).
     secure_aggregation: bool = False
 
     @abstractmethod
@@ -108,7 +124,7 @@ class Scheme(ABC):
         """
 
     @abstractmethod
-    def broadcast(self, round_t: int) -> "torch.Tensor":
+    def broadcast(self, round_t: int) -> BroadcastT:
         """What the server sends every client in round ``round_t``.
 
         Parameters
@@ -118,9 +134,7 @@ class Scheme(ABC):
         """
 
     @abstractmethod
-    def client_upload(
-        self, client: LocalTrainer, received: "torch.Tensor", round_t: int
-    ) -> "torch.Tensor":
+    def client_upload(self, client: LocalTrainer, received: BroadcastT, round_t: int) -> UploadT:
         """One client's upload from the broadcast ``received`` (identical on every engine).
 
         Parameters
@@ -134,7 +148,7 @@ class Scheme(ABC):
         """
 
     @abstractmethod
-    def server_update(self, aggregated: "torch.Tensor") -> None:
+    def server_update(self, aggregated: AggregateT) -> None:
         """Fold the aggregator's output into the server state (e.g. decode, seed 000 eq. 21).
 
         Parameters
@@ -167,48 +181,35 @@ class Scheme(ABC):
         return (self.n_encoded,)
 
     @property
-    def upload_dtype(self) -> Any:
+    def upload_dtype(self) -> type[np.generic] | None:
         """The numpy dtype of integer uploads, or None for float tensors (the float schemes)."""
         return None
 
-    def weighted_sum(self, uploads: list["torch.Tensor"], weights: list[float]) -> "torch.Tensor":
-        """``sum_i a_i w_i`` with ``sum_i a_i = 1`` (the aggregation of seed 000 eq. 2).
-
-        Parameters
-        ----------
-        uploads:
-            The clients' uploads.
-        weights:
-            Their weights ``a_i = |D_i| / |D|`` (over the clients that answered).
-        """
-        return sum(  # type: ignore[return-value]  # sum() starts at 0
-            w * u for w, u in zip(weights, uploads, strict=True)
-        )
-
-    def aggregator_code(self, w_sum: "torch.Tensor") -> "torch.Tensor":
-        """What the aggregator forwards after summing (identity; SIFL M2 codes it, eq. 31).
-
-        Parameters
-        ----------
-        w_sum:
-            :meth:`weighted_sum`'s output.
-        """
-        return w_sum
-
-    def aggregate(self, uploads: list[Any], counts: list[int]) -> Any:
-        """:meth:`weighted_sum` with the weights ``n_i / sum n_i``, then :meth:`aggregator_code`.
+    @abstractmethod
+    def aggregate(self, uploads: list[UploadT], counts: list[int]) -> AggregateT:
+        """What the aggregator hands the server: the weighted sum of the uploads (seed 000 eq. 2),
+        coded by :meth:`aggregator_code` (float schemes: the weights ``n_i / sum n_i``; integer
+        schemes: the integers ``n_i`` and their total).
 
         Parameters
         ----------
         uploads:
             The surviving clients' uploads.
         counts:
-            Their dataset sizes ``n_i = |D_i|`` (integer schemes aggregate with these integers).
+            Their dataset sizes ``n_i = |D_i|``.
         """
-        total = sum(counts)
-        return self.aggregator_code(self.weighted_sum(uploads, [n / total for n in counts]))
 
-    def plain_twin(self) -> "Scheme":
+    def aggregator_code(self, w_sum: UploadT) -> UploadT:
+        """What the aggregator forwards after summing (identity; SIFL M2 codes it, eq. 31).
+
+        Parameters
+        ----------
+        w_sum:
+            The weighted sum of the uploads.
+        """
+        return w_sum
+
+    def plain_twin(self) -> "AnyScheme":
         """The plain reference this scheme must reproduce (plain FedAvg; integer schemes: FedAvg
         on the same fixed-point values)."""
         from .schemes import FedAvg
@@ -246,3 +247,8 @@ class Scheme(ABC):
     def model_norm_bound(self) -> float | None:
         """The norm bound clients project their local model onto (seed 000 Remark 3), or None."""
         return None
+
+
+#: A scheme whatever travels on its wire (what the engines hold: they pass each value from one
+#: method of the scheme to the next without looking inside).
+AnyScheme = Scheme[Any, Any, Any]

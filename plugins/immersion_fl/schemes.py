@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 import numpy as np
 from immersion import InvalidArgumentError
@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     import torch
     from immersion.backends import ArrayBackend
     from immersion.keys import StructuredCode
+
+    from .modular import ModularSiflM1, ModularSiflM2
 
 #: A linear map on tensors: ``Pi1`` (encode) or ``Pi1_left`` (decode) of a client kit.
 TensorMap = Callable[["torch.Tensor"], "torch.Tensor"]
@@ -147,6 +149,8 @@ class ClientKit:
         )
         from immersion.keys.structured import MixParams, OrthogonalTransform
 
+        enc: TensorMap
+        dec: TensorMap
         if "pi" in arrays:
             enc, dec = DenseEncoder(arrays["pi"], backend), DenseDecoder(arrays["pi_left"], backend)
         else:
@@ -337,6 +341,19 @@ class SiflOptions(SchemeOptions):
         if self.arithmetic == "modular":
             self._check_modular()
 
+    def key_kind(self, n_total: int) -> Literal["dense", "block"]:
+        """The key structure for ``n_total`` immersed entries: ``keys``, with ``"auto"`` dense up
+        to 512 entries and block above.
+
+        Parameters
+        ----------
+        n_total:
+            ``n~``, the encoded length.
+        """
+        if self.keys == "dense" or (self.keys == "auto" and n_total <= 512):
+            return "dense"
+        return "block"
+
     def _check_modular(self) -> None:
         """Options that only the float coding uses are refused, naming them."""
         defaults = SiflOptions()
@@ -361,8 +378,14 @@ class SiflOptions(SchemeOptions):
             raise InvalidArgumentError("client_noise", "only the local engine supports it")
 
 
-class FedAvg(Scheme):
+class FedAvg(Scheme["torch.Tensor", "torch.Tensor", "torch.Tensor"]):
     """Plain federated averaging (seed 000 eq. 2): the reference every scheme is compared with.
+
+    Parameters
+    ----------
+    reverse_sum:
+        Add the weighted uploads last to first (:meth:`weighted_sum`): the same average up to
+        float64 rounding, the reference drift of a run (``run_federated(reference_drift=True)``).
 
     Examples
     --------
@@ -382,11 +405,31 @@ class FedAvg(Scheme):
         self.reverse_sum = reverse_sum
 
     def weighted_sum(self, uploads: list["torch.Tensor"], weights: list[float]) -> "torch.Tensor":
-        """As in :meth:`Scheme.weighted_sum <immersion_fl.scheme.Scheme.weighted_sum>`; with
-        ``reverse_sum`` the terms are added last to first (the reference drift of a run)."""
+        """``sum_i a_i w_i`` with ``sum_i a_i = 1`` (the aggregation of seed 000 eq. 2); with
+        ``reverse_sum`` the terms are added last to first (the reference drift of a run).
+
+        Parameters
+        ----------
+        uploads:
+            The clients' uploads.
+        weights:
+            Their weights ``a_i = |D_i| / |D|`` (over the clients that answered).
+        """
+        terms = [w * u for w, u in zip(weights, uploads, strict=True)]
         if self.reverse_sum:
-            return super().weighted_sum(uploads[::-1], weights[::-1])
-        return super().weighted_sum(uploads, weights)
+            terms.reverse()
+        return sum(terms, _torch().zeros_like(terms[0]))  # 0 + t_0 + t_1 + ..., as sum() adds
+
+    def aggregate(self, uploads: list["torch.Tensor"], counts: list[int]) -> "torch.Tensor":
+        """:meth:`weighted_sum` with the weights ``n_i / sum n_i``, then :meth:`aggregator_code`.
+
+        Parameters
+        ----------
+        uploads, counts:
+            As in :meth:`Scheme.aggregate <immersion_fl.scheme.Scheme.aggregate>`.
+        """
+        total = sum(counts)
+        return self.aggregator_code(self.weighted_sum(uploads, [n / total for n in counts]))
 
     def setup(self, w0: "torch.Tensor") -> None:
         """Keep a copy of the initial model.
@@ -470,7 +513,6 @@ class SiflM1(FedAvg):
     """
 
     name = "sifl-m1"
-    supports_client_noise: ClassVar[bool] = True
     #: What every client holds (set by :meth:`setup`).
     kit: ClientKit
 
@@ -508,9 +550,7 @@ class SiflM1(FedAvg):
             As in :meth:`Scheme.setup <immersion_fl.scheme.Scheme.setup>`.
         """
         n = int(w0.numel())
-        kind = self.options.keys
-        if kind == "auto":
-            kind = "dense" if n + self.extra <= 512 else "block"
+        kind = self.options.key_kind(n + self.extra)
         dense_bytes = 3 * 8 * (n + self.extra) ** 2  # Pi1, Pi1_left and N1 as dense matrices
         if kind == "dense" and dense_bytes > DENSE_KEY_BYTES:
             raise InvalidArgumentError(
@@ -521,7 +561,7 @@ class SiflM1(FedAvg):
             )
         self.code = draw_code(
             n, self.extra, kind=kind, block_size=self.options.block_size, rng=self.rng
-        )  # type: ignore[arg-type]
+        )
         be = self.backend
         self._encode = self.code.encoder(be)
         self._decode = self.code.decoder(be)
@@ -866,7 +906,7 @@ def fedavg_scheme(options: NoOptions, context: SchemeContext) -> FedAvg:
     return FedAvg()
 
 
-def sifl_m1_scheme(options: SiflOptions, context: SchemeContext) -> Scheme:
+def sifl_m1_scheme(options: SiflOptions, context: SchemeContext) -> SiflM1 | ModularSiflM1:
     """SIFL M1 with the paper's ``n~ - n = 201`` by default (float or modular arithmetic).
 
     Parameters
@@ -881,7 +921,7 @@ def sifl_m1_scheme(options: SiflOptions, context: SchemeContext) -> Scheme:
     return SiflM1(options, context)
 
 
-def sifl_m2_scheme(options: SiflOptions, context: SchemeContext) -> Scheme:
+def sifl_m2_scheme(options: SiflOptions, context: SchemeContext) -> SiflM2 | ModularSiflM2:
     """SIFL M2 with ``options.p`` aggregator columns (float or modular arithmetic).
 
     Parameters
@@ -896,7 +936,7 @@ def sifl_m2_scheme(options: SiflOptions, context: SchemeContext) -> Scheme:
     return SiflM2(options, context, name="sifl-m2")
 
 
-def sifl_rm_scheme(options: SiflOptions, context: SchemeContext) -> Scheme:
+def sifl_rm_scheme(options: SiflOptions, context: SchemeContext) -> SiflM1 | ModularSiflM1:
     """Random-matrix SIFL (seed 003): ``m = n + 1``, a fresh offset each round; float: unit
     scale and no DP figures; modular: uniform noise (per-element epsilon 0).
 

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     import torch
 
     from .client import Client
-    from .scheme import Scheme
+    from .scheme import AnyScheme
 
 LOG = logging.getLogger("immersion.fl")
 
@@ -253,7 +253,7 @@ def given_up(round_t: int) -> SecureAggregationError:
 
 
 def local_round(
-    scheme: "Scheme",
+    scheme: "AnyScheme",
     clients: list["Client"],
     sizes: list[int],
     t: int,

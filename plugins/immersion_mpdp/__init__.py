@@ -16,14 +16,19 @@ Registers the federated scheme ``mpdp`` (``immersion fl run --scheme mpdp``) and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Callable
 
 from immersion._lazy import lazy_attributes
 from immersion.hookspecs import AttackSpec, FlowerHooks, SchemeSpec, hookimpl
 
 if TYPE_CHECKING:
+    from flwr.app import Context, Message
+    from flwr.serverapp import Grid
+    from immersion_fl.config import RunConfig
+    from immersion_fl.faults import FaultPlan
+
     from .calibration import Calibration, calibrate
-    from .engine import TrainingDivergedError
+    from .engine import MpdpResult, TrainingDivergedError
     from .lmt import LocalResult, local_model_training
     from .mlp import forward, init_weights, mse_gradient, one_hot
     from .perturbation import PerturbedModel, ServerKeys, draw_keys, perturb, recover
@@ -75,13 +80,19 @@ def immersion_register_fl_schemes() -> list[SchemeSpec]:
     ]
 
 
-def _flower_server(grid: Any, cfg: Any, **kwargs: Any) -> Any:
+def _flower_server(
+    grid: Grid,
+    cfg: RunConfig,
+    *,
+    plan: FaultPlan,
+    progress: Callable[[str], None] | None,
+) -> MpdpResult:
     from .flower_engine import serve
 
-    return serve(grid, cfg, **kwargs)
+    return serve(grid, cfg, plan=plan, progress=progress)
 
 
-def _flower_client(msg: Any, context: Any) -> Any:
+def _flower_client(msg: Message, context: Context) -> Message:
     from .flower_engine import client_train
 
     return client_train(msg, context)

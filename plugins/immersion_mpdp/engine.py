@@ -340,7 +340,7 @@ def mpdp_round(
                 if server.noise.words == 1:
                     too_large.append(k)
                 problem = f"raised {type(exc).__name__}: {exc}"
-            except Exception as exc:  # noqa: BLE001 - a failing client is left out, its noise recovered
+            except Exception as exc:  # noqa: BLE001 - left out, its noise recovered
                 problem = f"raised {type(exc).__name__}: {exc}"
             if problem:
                 LOG.warning("round %d: client %d left out: %s", t, k, problem)

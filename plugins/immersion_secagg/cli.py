@@ -94,7 +94,11 @@ def secagg(
             raise click.UsageError(
                 "--theorem 2 needs exactly one of --lambda-min or --lambda-sum (and no --sigma2)"
             )
-        total = lambda_sum if lambda_sum is not None else users * float(lambda_min)  # type: ignore[arg-type]
+        if lambda_sum is not None:
+            total = lambda_sum
+        else:
+            assert lambda_min is not None  # exactly one of the two, checked above
+            total = users * float(lambda_min)
         result = guarantee("2", s, delta, rounds=rounds, min_eig_sum=total)
         rdp2 = rdp_theorem2(2.0, s, total)
         extra = {"lambda_sum": total}

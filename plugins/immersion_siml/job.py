@@ -354,7 +354,12 @@ def encode_training(
     x0 = dynamics.initial_state(backend.asarray(w0))
     rows = layout.rows(backend.asarray(features), backend.asarray(targets))
     if bits is None:
-        user = Immersion(keys=keys, target=target, backend=backend, noise_rng=noise_rng)  # type: ignore[arg-type]
+        user = Immersion(
+            keys=keys,
+            target=target,  # type: ignore[arg-type]  # a TargetOptimizer serves as the target
+            backend=backend,
+            noise_rng=noise_rng,
+        )
         return user, user.encode_input(rows), user.encode_state(x0), x0
     modular = ModularImmersion(
         keys=keys,

@@ -8,14 +8,17 @@ vectors of 10^5-10^6 entries (``benchmarks/bench_codec.py``, ``immersion bench c
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 
 from .coding import Immersion, immerse
 
 #: (n_state, keys) settings: small and medium dense, 1000 both ways, and 100,000 with block keys.
-DEFAULT_SIZES: tuple[tuple[int, str], ...] = (
+#: A key structure of :func:`~immersion.immerse` (``keys=``).
+KeyKind = Literal["auto", "dense", "block"]
+
+DEFAULT_SIZES: tuple[tuple[int, KeyKind], ...] = (
     (3, "dense"),
     (100, "dense"),
     (1000, "dense"),
@@ -170,7 +173,7 @@ def transform_profile(
 
 def bench_core(
     *,
-    sizes: tuple[tuple[int, str], ...] = DEFAULT_SIZES,
+    sizes: tuple[tuple[int, KeyKind], ...] = DEFAULT_SIZES,
     steps: int = 200,
     repeats: int = 3,
     seed: int = 0,
@@ -188,7 +191,7 @@ def bench_core(
             if progress:
                 progress(f"n_state={n} keys={kind} workload={name}")
             t_build = time.perf_counter()
-            imm = immerse(f, g, n_state=n, n_input=n, n_output=n, keys=kind, rng=seed)  # type: ignore[arg-type]
+            imm = immerse(f, g, n_state=n, n_input=n, n_output=n, keys=kind, rng=seed)
             build_s = time.perf_counter() - t_build
             x = rng.standard_normal(n) * 0.1
             y = rng.standard_normal(n) * 0.1

@@ -32,6 +32,20 @@ class Immersion:
     """User-side handle: secret keys, encoder, decoder and the privacy/precision report.
 
     Created by :func:`immerse`; ``imm.target`` is what goes to the cloud.
+
+    Parameters
+    ----------
+    keys:
+        The secret keys (their noise law draws the input noise).
+    target:
+        The cloud-side algorithm built on the same keys.
+    backend:
+        The array backend of encoding and decoding.
+    noise_rng:
+        The generator of the input noise ``s_k``.
+    input_gain:
+        How much ``f`` and ``g`` amplify a small error in ``y`` (>= 1; estimated by
+        :func:`immerse`), for the report's decode-error estimate.
     """
 
     keys: Any  # Keys (float arithmetic) or ModularKeys
@@ -61,7 +75,11 @@ class Immersion:
         self._state_enc = keys.state_code.encoder(backend)
         self._state_dec = keys.state_code.decoder(backend)
         self._output_dec = keys.output_code.decoder(backend)
-        self._mask = keys.mask.operator(keys.input_code, keys.output_code, backend)  # type: ignore[arg-type]
+        self._mask = keys.mask.operator(
+            keys.input_code,  # type: ignore[arg-type]
+            keys.output_code,  # type: ignore[arg-type]
+            backend,
+        )
         # small dense codes: the noise is encoded a block of samples ahead
         self._signal_enc: Callable[[Any], Any] | None = (
             self._input_enc.signal
@@ -79,7 +97,13 @@ class Immersion:
         return v.backend_array(self.backend, name, value, last_dim=last_dim)
 
     def encode_state(self, state: Any) -> Any:
-        """``x~0 = Pi2 x0`` (seed 002: the state starts on the manifold, without noise)."""
+        """``x~0 = Pi2 x0`` (seed 002: the state starts on the manifold, without noise).
+
+        Parameters
+        ----------
+        state:
+            ``x0``, of size ``n_state``.
+        """
         return v.finite_result(
             self.backend,
             "state",
@@ -88,8 +112,13 @@ class Immersion:
         )
 
     def encode_input(self, y: Any) -> Any:
-        """``y~ = Pi1 y + N1 s`` with fresh noise ``s`` on every call (eq. 16); ``y`` may be
-        batched."""
+        """``y~ = Pi1 y + N1 s`` with fresh noise ``s`` on every call (eq. 16).
+
+        Parameters
+        ----------
+        y:
+            The input, of size ``n_input`` in its last dimension (may be batched).
+        """
         arr = self._array("y", y, self.n_input)
         blocks = self._noise_blocks or self._start_noise_blocks()
         lead = tuple(arr.shape[:-1])
@@ -118,7 +147,15 @@ class Immersion:
         return blocks
 
     def decode_output(self, encoded_output: Any, encoded_input: Any) -> Any:
-        """``u = Pi3_left (u~ - Pi4 y~)`` (eq. 18), with the ``y~`` the output was computed from."""
+        """``u = Pi3_left (u~ - Pi4 y~)`` (eq. 18).
+
+        Parameters
+        ----------
+        encoded_output:
+            ``u~`` as the cloud returned it.
+        encoded_input:
+            The ``y~`` it was computed from.
+        """
         ut = self._array("encoded_output", encoded_output, self.target.n_output_encoded)
         yt = self._array("encoded_input", encoded_input, self.target.n_input_encoded)
         return v.finite_result(
@@ -126,7 +163,13 @@ class Immersion:
         )
 
     def decode_state(self, encoded_state: Any) -> Any:
-        """``x = Pi2_left x~``."""
+        """``x = Pi2_left x~``.
+
+        Parameters
+        ----------
+        encoded_state:
+            ``x~``.
+        """
         decoded = self._state_dec(
             self._array("encoded_state", encoded_state, self.target.n_state_encoded)
         )

@@ -20,7 +20,17 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """An array backend: ``factory(dtype=..., device=...)`` returns an ``ArrayBackend``."""
+    """An array backend.
+
+    Parameters
+    ----------
+    name:
+        The registered name (``make_backend(name)``).
+    factory:
+        ``factory(dtype=..., device=...)`` returns an ``ArrayBackend``.
+    description:
+        One line for ``immersion plugins``.
+    """
 
     name: str
     factory: Callable[..., Any]
@@ -29,8 +39,21 @@ class BackendSpec:
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
-    """A dynamical algorithm ready to immerse: ``build(**params)`` returns an object with
-    ``f``, ``g``, ``n_state``, ``n_input``, ``n_output`` and ``initial_state``."""
+    """A dynamical algorithm ready to immerse.
+
+    Parameters
+    ----------
+    name:
+        The registered name.
+    build:
+        ``build(**params)`` returns an object with ``f``, ``g``, ``n_state``, ``n_input``,
+        ``n_output`` and ``initial_state``.
+    description:
+        One line for ``immersion plugins``.
+    defaults:
+        Suggested ``params`` for ``build`` (a record for listings; the registry does not pass
+        them: ``build`` keeps its own defaults).
+    """
 
     name: str
     build: Callable[..., Any]
@@ -104,8 +127,18 @@ class SchemeSpec:
 
 @dataclass(frozen=True)
 class OptimizerSpec:
-    """An optimizer: ``factory(lr)`` returns an ``(init, update)`` gradient transformation
-    (``immersion_fl.optimizers.GradientTransformation``, Optax style)."""
+    """An optimizer of federated clients and target optimizers.
+
+    Parameters
+    ----------
+    name:
+        The registered name (``immersion fl run --optimizer``).
+    factory:
+        ``factory(lr)`` returns an ``(init, update)`` gradient transformation
+        (``immersion_fl.optimizers.GradientTransformation``, Optax style).
+    description:
+        One line for ``immersion plugins``.
+    """
 
     name: str
     factory: Callable[..., Any]
@@ -114,7 +147,17 @@ class OptimizerSpec:
 
 @dataclass(frozen=True)
 class CommandSpec:
-    """A CLI command group a plugin contributes (a ``click.Command``), mounted under ``parent``."""
+    """A CLI command a plugin contributes.
+
+    Parameters
+    ----------
+    name:
+        The command's name on the command line.
+    command:
+        The ``click.Command`` (or group).
+    parent:
+        The group it is mounted under (``""``: the top level, ``"bench"``: ``immersion bench``).
+    """
 
     name: str
     command: Any
@@ -123,8 +166,20 @@ class CommandSpec:
 
 @dataclass(frozen=True)
 class AttackSpec:
-    """An attack for ``immersion audit``: ``run(quick=..., seed=...)`` returns a list of
-    :class:`immersion.audit.AttackResult` (one per scheme and setting, mitigations included)."""
+    """An attack for ``immersion audit``.
+
+    Parameters
+    ----------
+    name:
+        The registered name (``immersion audit --attack``).
+    schemes:
+        The schemes it attacks.
+    run:
+        ``run(quick=..., seed=...)`` returns a list of :class:`immersion.audit.AttackResult`
+        (one per scheme and setting, mitigations included).
+    description:
+        One line: what it shows and which mitigations it measures.
+    """
 
     name: str
     schemes: tuple[str, ...]

@@ -310,6 +310,35 @@ def draw_keys(
     no ``fraction_bits``: the fixed-point scale is not part of the keys, it is set when they are
     used, ``immerse(..., keys=keys, arithmetic="modular", fraction_bits=f)`` (default 32).
 
+    Parameters
+    ----------
+    n_state, n_input, n_output:
+        Dimensions of x, y and u.
+    extra_state, extra_input, extra_output:
+        Added dimensions (>= 1): the immersed sizes are ``n + extra``.
+    epsilon_input, epsilon_output:
+        Per-element DP targets for y~ and u~ (seed 002 Theorem 1; seed 000 Theorem 2 if Gaussian).
+    sensitivity_input, sensitivity_output:
+        Sensitivities of y and u (L1 for Laplace, L2 for Gaussian).
+    noise, delta_input, delta_output, noise_mean:
+        Law of ``s_k``: Laplace (default, scale designed from epsilon) or Gaussian (needs deltas,
+        default 1e-5); ``noise_mean`` is the mean ``mu`` of ``s_k``.
+    keys:
+        ``"dense"``, ``"block"`` (structured, for large dimensions) or ``"auto"`` (dense up to
+        512 immersed entries).
+    block_size:
+        Block size of structured keys; default 32 for float keys, 16 for integer keys.
+    arithmetic:
+        ``"float"`` (float64 keys, designed noise) or ``"modular"`` (integer keys modulo 2^64).
+    rng, secure:
+        Seed or Generator for the keys and the noise law; ``secure=True`` draws from 256 bits of
+        OS entropy.
+
+    Returns
+    -------
+    Keys or ModularKeys
+        The keys with their noise law.
+
     Examples
     --------
     >>> keys = draw_keys(3, 1, 1, epsilon_input=1e-2, rng=0)

@@ -117,7 +117,7 @@ class ModularImmersion(Immersion):
         noise_rng: np.random.Generator,
         fraction_bits: int,
     ) -> None:
-        self.keys, self.target, self.backend = keys, target, target.backend  # type: ignore[assignment]
+        self.keys, self.target, self.backend = keys, target, target.backend
         self.fraction_bits = fraction_bits
         self.n_state, self.n_input, self.n_output = (
             keys.state_code.n_signal,

@@ -108,8 +108,8 @@ def estimate_input_gain(
                 be.to_numpy(f(x, y + direction, w)),
                 be.to_numpy(g(x, y + direction, w)),
             )
-        except Exception:  # noqa: BLE001 - f or g undefined next to the probe point: keep the gain so far
-            continue
+        except Exception:  # noqa: BLE001 - f or g undefined next to the probe point
+            continue  # keep the gain so far
         gain = max(
             gain,
             float(np.abs(moved_f - base_f).max()) / step,

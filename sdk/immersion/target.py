@@ -91,6 +91,15 @@ class TargetAlgorithm:
     ``step``: ``x~+ = Pi2 f(Pi2_left x~, Pi1_left y~, w)``;
     ``output``: ``u~ = Pi3 g(Pi2_left x~, Pi1_left y~, w) + Pi4 y~``.
     Holds no ``N1``, no ``Pi3_left`` and no noise generator (it pickles without them).
+
+    Parameters
+    ----------
+    f, g:
+        The checked state update and output of the algorithm.
+    keys:
+        The keys; only the public parts of eq. 17 are kept.
+    backend:
+        The array backend it computes with.
     """
 
     # encoders and decoders of one arithmetic (float here, modulo 2^64 in a ModularTarget)
@@ -135,7 +144,17 @@ class TargetAlgorithm:
         Pi3: np.ndarray,
         Pi4: np.ndarray,
     ) -> "TargetAlgorithm":
-        """A target from the five public dense matrices of eq. 17 (what a remote cloud receives)."""
+        """A target from the five public dense matrices of eq. 17 (what a remote cloud receives).
+
+        Parameters
+        ----------
+        f, g:
+            The checked state update and output of the algorithm.
+        backend:
+            The array backend it computes with.
+        Pi1_left, Pi2, Pi2_left, Pi3, Pi4:
+            The matrices of eq. 17, finite and 2-D, of matching shapes (each is named if not).
+        """
         shapes = {
             "Pi2": (Pi2_left.shape[1], f.n_out),
             "Pi2_left": (f.n_out, Pi2.shape[0]),
@@ -190,7 +209,15 @@ class TargetAlgorithm:
 
     def step(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
         """One step of the target dynamics; call it T times on one ``encoded_input`` for two time
-        scales."""
+        scales.
+
+        Parameters
+        ----------
+        encoded_state, encoded_input:
+            ``x~`` and ``y~``.
+        w:
+            The public signal, if ``f`` or ``g`` takes one (else None).
+        """
         self._check_public(w)
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
@@ -205,6 +232,13 @@ class TargetAlgorithm:
         path (one ``gemv`` per product, each vector tested for finiteness once); if an encoded
         result overflows, the checked path runs again (``f`` and ``g`` are called a second time)
         to name the culprit.
+
+        Parameters
+        ----------
+        encoded_state, encoded_input:
+            ``x~`` and ``y~``.
+        w:
+            The public signal, if ``f`` or ``g`` takes one (else None).
         """
         self._check_public(w)
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
@@ -243,7 +277,15 @@ class TargetAlgorithm:
         )
 
     def output(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
-        """The encoded output ``u~`` of the current state and input."""
+        """The encoded output ``u~`` of the current state and input.
+
+        Parameters
+        ----------
+        encoded_state, encoded_input:
+            ``x~`` and ``y~``.
+        w:
+            The public signal, if ``f`` or ``g`` takes one (else None).
+        """
         self._check_public(w)
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)

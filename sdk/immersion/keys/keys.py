@@ -32,6 +32,19 @@ class NoiseLaw:
     ``scale`` is the Laplace scale b (or the Gaussian standard deviation) and ``mean`` the mean
     ``mu`` of every entry of ``s_k``. Sensitivities are L1 for Laplace and L2 for Gaussian;
     deltas are 0 for Laplace.
+
+    Parameters
+    ----------
+    kind:
+        ``"laplace"`` or ``"gaussian"``.
+    scale:
+        The Laplace scale b, or the Gaussian standard deviation (> 0).
+    mean:
+        The mean ``mu`` of every entry of ``s_k``.
+    sensitivity_input, sensitivity_output:
+        The bounds of y and u the law was designed for (> 0).
+    delta_input, delta_output:
+        The deltas of the Gaussian design (0 for Laplace).
     """
 
     kind: NoiseKind
@@ -136,6 +149,18 @@ class Keys(KeyViews):
     The dense views ``Pi1 .. Pi4``, ``N1``, ``Pi1_left .. Pi3_left`` are numpy arrays (for block
     keys they are materialised on demand and refused when too large).
 
+    Parameters
+    ----------
+    input_code, state_code, output_code:
+        The codes of y (``Pi1``, ``Pi1_left``, ``N1``), x (``Pi2``, ``Pi2_left``) and u
+        (``Pi3``, ``Pi3_left``).
+    mask:
+        ``Pi4``, the input mask of the output (eq. 17).
+    noise:
+        The law of ``s_k``, or None before it is designed (:meth:`with_noise`).
+    mask_is_generated:
+        Whether ``Pi4`` was drawn (it then carries noise only) rather than given by the user.
+
     Examples
     --------
     >>> keys = Keys.draw(n_state=3, n_input=1, n_output=1, extra_state=1, extra_input=2,
@@ -175,6 +200,19 @@ class Keys(KeyViews):
 
         ``kind="dense"`` uses one Haar-random orthogonal matrix per code (O(n^2) memory);
         ``kind="block"`` the structured factors of :mod:`.structured` (O(n b)).
+
+        Parameters
+        ----------
+        n_state, n_input, n_output:
+            Dimensions of x, y and u.
+        extra_state, extra_input, extra_output:
+            Added dimensions (>= 1): the immersed sizes are ``n + extra``.
+        kind:
+            ``"dense"`` or ``"block"``.
+        block_size:
+            Block size of ``kind="block"`` keys.
+        rng:
+            Seed or Generator.
         """
         gen = np.random.default_rng(rng)
         size_of = {
@@ -234,6 +272,21 @@ class Keys(KeyViews):
         basis of ``ker(Pi1_left)``. ``noise_scale=None`` lets :func:`immerse` design the noise
         from its epsilon targets; a given ``noise_scale`` is used as is, for data within the
         given sensitivities.
+
+        Parameters
+        ----------
+        Pi1, Pi2, Pi3:
+            Tall encoders of full column rank (y, x, u).
+        Pi4:
+            The input mask of the output, ``(n_output + extra_output, n_input + extra_input)``.
+        N1:
+            A basis of ``ker(Pi1_left)`` (None: an orthonormal one).
+        Pi1_left, Pi2_left, Pi3_left:
+            Left inverses (None: the pseudo-inverses).
+        noise, noise_scale, noise_mean:
+            The law of ``s_k`` (:class:`NoiseLaw`); ``noise_scale=None`` leaves it undesigned.
+        sensitivity_input, sensitivity_output, delta_input, delta_output:
+            The data bounds and deltas of a given ``noise_scale`` (:class:`NoiseLaw`).
         """
         from scipy.linalg import null_space
 
@@ -289,7 +342,15 @@ class Keys(KeyViews):
 
     def with_noise(self, law: NoiseLaw, *, mask_scale: float = 1.0) -> "Keys":
         """These keys with a designed noise law (and the generated mask rescaled by
-        ``mask_scale``)."""
+        ``mask_scale``).
+
+        Parameters
+        ----------
+        law:
+            The noise law.
+        mask_scale:
+            Factor on ``Pi4`` (1: unchanged).
+        """
         mask = self.mask
         if mask_scale != 1.0:
             mask = (
@@ -307,6 +368,11 @@ class Keys(KeyViews):
         Full column rank of ``Pi1..Pi3``, ``PiL Pi = I``, ``Pi1_left N1 = 0``, no zero row in ``N1``
         and ``N1`` of full column rank. Dense keys are checked directly; block keys by their
         construction plus the row statistics (no dense view needed).
+
+        Parameters
+        ----------
+        rtol:
+            Relative tolerance of the zero tests.
         """
         stats = self.input_stats
         if np.any(stats.l2_noise <= rtol * max(stats.l2_noise.max(), 1e-300)):
@@ -358,7 +424,10 @@ class Keys(KeyViews):
     @cached_property
     def mask_noise_row_norms(self) -> np.ndarray:
         """``||(Pi4 N1)^j||_2`` for every element j of u~."""
-        return self.mask.noise_row_norms(self.input_code, self.output_code)  # type: ignore[arg-type]
+        return self.mask.noise_row_norms(
+            self.input_code,  # type: ignore[arg-type]
+            self.output_code,  # type: ignore[arg-type]
+        )
 
     @cached_property
     def mask_noise_row_linf(self) -> np.ndarray:

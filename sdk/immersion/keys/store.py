@@ -34,6 +34,20 @@ def save_keys(
     Float keys are written in format 1 (``IMMERSION-KEYS-1``), integer keys of the modular
     arithmetic in format 2 (``IMMERSION-KEYS-2``); :func:`load_keys` reads both.
 
+    Parameters
+    ----------
+    keys:
+        Float or integer keys.
+    path:
+        The file to write.
+    overwrite:
+        Replace an existing file (otherwise an existing ``path`` is refused).
+
+    Returns
+    -------
+    Path
+        The file written.
+
     Examples
     --------
     >>> import tempfile, os
@@ -57,7 +71,18 @@ def save_keys(
 
 
 def load_keys(path: str | os.PathLike[str]) -> "Keys | ModularKeys":
-    """Read keys written by :func:`save_keys` (either format); refuse altered or foreign files."""
+    """Read keys written by :func:`save_keys` (either format); refuse altered or foreign files.
+
+    Parameters
+    ----------
+    path:
+        The key file.
+
+    Returns
+    -------
+    Keys or ModularKeys
+        The keys, after the integrity check (:class:`~immersion.KeyFileError` if it fails).
+    """
     source = as_path(path)
     try:
         with source.open("rb") as fh:
