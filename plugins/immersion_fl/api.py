@@ -19,10 +19,14 @@ from immersion import InvalidArgumentError
 from .config import RunConfig
 from .engine import FederatedTask, RunResult, progress_bar, run_federated
 from .models import FlatModel
+from .user_model import (  # check_module, client_tensors: importable from here too
+    check_module,
+    check_targets,
+    client_tensors,
+    require_torch,
+)
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     import torch
     from immersion.hookspecs import SchemeSpec
 
@@ -136,14 +140,14 @@ def run(
     >>> type(out.model) is type(net), out.history.diff_vs_plain[-1] < 1e-12
     (True, True)
     """
-    torch = _torch()
+    torch = require_torch()
     spec = _scheme_spec(scheme)
     options = _scheme_options(spec, scheme_options)
     check_module(model)
     clients = [
         client_tensors(i, item) for i, item in enumerate(_as_list(client_data, "client_data"))
     ]
-    _check_targets(clients)
+    check_targets(clients)
     test = client_tensors(-1, test_data, argument="test_data") if test_data is not None else None
     seed = _seed(rng)
     cfg = RunConfig(
@@ -190,48 +194,6 @@ def run(
     return FederatedResult(decoded, dict(history.privacy), history)
 
 
-def check_module(model: Any) -> None:
-    """Refuse what the federated schemes cannot train: not a module, no parameters, buffers,
-    parameters other than float64.
-
-    Parameters
-    ----------
-    model:
-        The user's module.
-    """
-    torch = _torch()
-    if not isinstance(model, torch.nn.Module):
-        raise InvalidArgumentError(
-            "model", f"expected a torch.nn.Module, got {type(model).__name__}"
-        )
-    params = list(model.named_parameters())
-    if not params:
-        raise InvalidArgumentError("model", "has no parameters to train")
-    buffers = [name for name, _ in model.named_buffers()]
-    if buffers:
-        raise InvalidArgumentError(
-            "model",
-            f"has buffers {buffers[:3]} (e.g. BatchNorm running statistics), which federated "
-            "averaging of parameters does not carry; use a module without buffers (e.g. "
-            "GroupNorm/LayerNorm instead of BatchNorm)",
-        )
-    wrong = [f"{name} ({p.dtype})" for name, p in params if p.dtype != torch.float64]
-    if wrong:
-        raise InvalidArgumentError(
-            "model", f"parameters must be float64 (call model.double()); got {wrong[:3]}"
-        )
-
-
-def _torch() -> ModuleType:
-    try:
-        import torch
-    except ImportError:
-        from immersion import OptionalDependencyError
-
-        raise OptionalDependencyError("torch", "torch", "immersion_fl.run") from None
-    return torch
-
-
 def _scheme_spec(scheme: object) -> SchemeSpec:
     from immersion.plugin_manager import registry
 
@@ -262,85 +224,6 @@ def _as_list(value: Any, argument: str) -> list[Any]:
     if not items:
         raise InvalidArgumentError(argument, "expected at least one client")
     return items
-
-
-def client_tensors(
-    index: int, item: Any, *, argument: str = "client_data"
-) -> tuple["torch.Tensor", "torch.Tensor"]:
-    """``(X, Y)`` as float64 inputs and targets (int64 labels or float64 rows), checked.
-
-    Parameters
-    ----------
-    index:
-        The client's index for messages (-1: not a client's data).
-    item:
-        An ``(X, Y)`` pair of arrays or tensors, or a torch ``Dataset`` of ``(x, y)`` items.
-    argument:
-        The argument name for errors.
-
-    Returns
-    -------
-    tuple of torch.Tensor
-        ``X`` as float64 and ``Y`` as int64 class indices or float64 rows.
-    """
-    torch = _torch()
-    where = f"client {index}" if index >= 0 else argument
-    if isinstance(item, torch.utils.data.Dataset) and not isinstance(item, tuple):
-        try:
-            pairs = [item[i] for i in range(len(item))]  # type: ignore[arg-type]
-            x = torch.stack([torch.as_tensor(p[0]) for p in pairs])
-            y = torch.stack([torch.as_tensor(p[1]) for p in pairs])
-        except Exception as exc:  # noqa: BLE001 - any dataset that does not give (x, y) items
-            raise InvalidArgumentError(
-                argument, f"{where}: a Dataset must give (x, y) items ({exc})"
-            ) from None
-    elif isinstance(item, (tuple, list)) and len(item) == 2:
-        x, y = (
-            torch.as_tensor(np.asarray(v) if not isinstance(v, torch.Tensor) else v) for v in item
-        )
-    else:
-        raise InvalidArgumentError(argument, f"{where}: expected an (X, Y) pair or a torch Dataset")
-    if x.ndim < 1 or len(x) == 0:
-        raise InvalidArgumentError(argument, f"{where}: X is empty")
-    if len(x) != len(y):
-        raise InvalidArgumentError(argument, f"{where}: X has {len(x)} rows but Y has {len(y)}")
-    if not (x.is_floating_point() or x.dtype in (torch.int64, torch.int32, torch.uint8)):
-        raise InvalidArgumentError(argument, f"{where}: X must be numeric, got {x.dtype}")
-    x = x.to(torch.float64)
-    if not bool(torch.isfinite(x).all()):
-        raise InvalidArgumentError(argument, f"{where}: X contains NaN or inf")
-    if y.ndim == 1 and not y.is_floating_point():
-        y = y.to(torch.long)
-        if bool((y < 0).any()):
-            raise InvalidArgumentError(argument, f"{where}: class indices in Y must be >= 0")
-    elif y.ndim == 2:
-        y = y.to(torch.float64)
-        if not bool(torch.isfinite(y).all()) or bool((y < 0).any()):
-            raise InvalidArgumentError(
-                argument, f"{where}: Y rows must be finite probabilities (>= 0)"
-            )
-    else:
-        raise InvalidArgumentError(
-            argument,
-            f"{where}: Y must be 1-D class indices or 2-D probability rows, "
-            f"got shape {tuple(y.shape)}",
-        )
-    return x, y
-
-
-def _check_targets(clients: list[tuple["torch.Tensor", "torch.Tensor"]]) -> None:
-    kinds = {(y.ndim, y.shape[1] if y.ndim == 2 else None) for _, y in clients}
-    if len(kinds) > 1:
-        raise InvalidArgumentError(
-            "client_data",
-            f"every client's Y must be of one kind (labels or rows of one "
-            f"width); got {sorted(kinds, key=str)}",
-        )
-    shapes = {tuple(x.shape[1:]) for x, _ in clients}
-    if len(shapes) > 1:
-        raise InvalidArgumentError(
-            "client_data", f"every client's X must have one sample shape; got {sorted(shapes)}"
-        )
 
 
 def _seed(rng: object) -> int:

@@ -24,6 +24,7 @@ from .models import FlatModel, build_model
 from .optimizers import GradientTransformation
 from .scheme import Scheme, SchemeContext
 from .schemes import FedAvg
+from .user_model import check_module, client_tensors
 
 if TYPE_CHECKING:
     import torch
@@ -251,8 +252,6 @@ def user_task(cfg: RunConfig) -> FederatedTask:
     import torch
     from immersion.imports import call_loader, is_import_path
 
-    from .api import check_module, client_tensors
-
     if _user_dataset(cfg.dataset):
         loaded = call_loader(cfg.dataset, argument="dataset")
         if not isinstance(loaded, (tuple, list)) or len(loaded) not in (2, 4):
@@ -464,7 +463,11 @@ class Server:
         scheme = make_scheme(cfg.scheme, cfg.options, context)
         w0 = backend.asarray(task.w0)
         scheme.setup(w0)
-        plain = scheme.plain_twin() if cfg.compare_plain and cfg.scheme != "fedavg" else None
+        plain = (
+            (scheme.plain_twin() or FedAvg())
+            if cfg.compare_plain and cfg.scheme != "fedavg"
+            else None
+        )
         references: dict[str, Scheme] = {}
         if plain is not None and not isinstance(plain, FedAvg):
             references["float"] = FedAvg()
