@@ -242,6 +242,60 @@ def test_bad_input_is_refused_by_name(case):
     assert info.value.argument == argument
 
 
+class SumHead(nn.Module):
+    """One number per sample: not a row of class logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x).sum(1)
+
+
+@pytest.mark.parametrize(
+    "case, argument, words",
+    [
+        ("input width", "client_data", "cannot take samples of shape (5,)"),
+        ("label range", "client_data", "class index 3, but the model outputs 3 logits"),
+        ("row width", "client_data", "Y has 4 columns"),
+        ("output shape", "model", "one row of class logits per sample"),
+        ("test width", "test_data", "cannot take samples of shape (6,)"),
+    ],
+)
+def test_shapes_that_do_not_fit_are_refused_before_any_round(case, argument, words):
+    """One forward pass on two samples, before any round: a module whose input width does not
+    fit X, or whose outputs do not fit Y, is refused by name (not left to fail every client)."""
+    rng = np.random.default_rng(0)
+    data, kw = [_tabular(rng, 10), _tabular(rng, 10)], {}
+    model = SoftplusMLP().double()  # 5 inputs, 4 outputs
+    if case == "input width":
+        model = nn.Sequential(nn.Linear(7, 4)).double()
+    elif case == "label range":
+        model = nn.Sequential(nn.Linear(5, 3)).double()
+        data = [(x, y.argmax(1)) for x, y in data]
+        data[1] = (data[1][0], np.full(10, 3))  # classes 0..3 for a 3-logit module
+    elif case == "row width":
+        model = nn.Sequential(nn.Linear(5, 3)).double()
+    elif case == "output shape":
+        model = SumHead().double()
+    else:
+        kw = {"test_data": (rng.normal(size=(4, 6)), np.zeros(4, dtype=int))}
+    with pytest.raises(InvalidArgumentError) as info:
+        immersion_fl.run(
+            model,
+            data,
+            scheme="sifl-m1",
+            lr=0.1,
+            rounds=1,
+            local_epochs=1,
+            batch_size=4,
+            rng=0,
+            **kw,
+        )
+    assert info.value.argument == argument and words in str(info.value), str(info.value)
+
+
 def test_mpdp_runs_on_a_users_bias_free_mlp_and_equals_fedsgd_without_noise():
     """Seed 004 covers bias-free ReLU MLPs trained with the MSE to one-hot targets (FedSGD)."""
     rng = np.random.default_rng(5)

@@ -21,6 +21,7 @@ from .engine import FederatedTask, RunResult, progress_bar, run_federated
 from .models import FlatModel
 from .user_model import (  # check_module, client_tensors: importable from here too
     check_module,
+    check_outputs,
     check_targets,
     client_tensors,
     require_torch,
@@ -148,7 +149,10 @@ def run(
         client_tensors(i, item) for i, item in enumerate(_as_list(client_data, "client_data"))
     ]
     check_targets(clients)
+    check_outputs(model, clients)
     test = client_tensors(-1, test_data, argument="test_data") if test_data is not None else None
+    if test is not None:
+        check_outputs(model, [test], argument="test_data")
     seed = _seed(rng)
     cfg = RunConfig(
         scheme=scheme,

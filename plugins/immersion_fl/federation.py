@@ -24,7 +24,7 @@ from .models import FlatModel, build_model
 from .optimizers import GradientTransformation
 from .scheme import Scheme, SchemeContext
 from .schemes import FedAvg
-from .user_model import check_module, client_tensors
+from .user_model import check_module, check_outputs, client_tensors
 
 if TYPE_CHECKING:
     import torch
@@ -291,6 +291,9 @@ def user_task(cfg: RunConfig) -> FederatedTask:
             )
         )
         w0 = model.initial_vector(cfg.seed)
+    check_outputs(model.module, [(x, y)], argument="dataset")
+    if test is not None:
+        check_outputs(model.module, [test], argument="dataset")
     labels = (y.argmax(1) if y.ndim == 2 else y).numpy()
     parts = split_clients(labels, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed)
     return FederatedTask(model, [(x[idx], y[idx]) for idx in parts], w0, test)

@@ -1,6 +1,6 @@
 """The user's module and data, checked: what :func:`immersion_fl.run` and the runner's
 ``--model pkg.mod:fn`` / ``--dataset pkg.mod:fn`` take (:func:`check_module`,
-:func:`client_tensors`, :func:`check_targets`).
+:func:`client_tensors`, :func:`check_targets`, :func:`check_outputs`).
 
 A leaf of the package: it imports neither the engines nor :mod:`immersion_fl.api` (which
 re-exports these names), so :mod:`immersion_fl.federation` can use it without an import cycle.
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     import torch
 
-__all__ = ["check_module", "check_targets", "client_tensors", "require_torch"]
+__all__ = ["check_module", "check_outputs", "check_targets", "client_tensors", "require_torch"]
 
 
 def check_module(model: Any) -> None:
@@ -148,3 +148,57 @@ def check_targets(clients: list[tuple["torch.Tensor", "torch.Tensor"]]) -> None:
         raise InvalidArgumentError(
             "client_data", f"every client's X must have one sample shape; got {sorted(shapes)}"
         )
+
+
+def check_outputs(
+    model: "torch.nn.Module",
+    data: list[tuple["torch.Tensor", "torch.Tensor"]],
+    *,
+    argument: str = "client_data",
+) -> None:
+    """Run the module once on two samples: refuse inputs it cannot take and outputs that do not
+    fit the targets (one logit per class: as many as ``Y``'s columns, more than its largest class
+    index), naming ``argument`` (or ``model`` for an output that is not one row per sample).
+
+    Parameters
+    ----------
+    model:
+        The user's module (checked by :func:`check_module`).
+    data:
+        ``(X, Y)`` pairs from :func:`client_tensors` (every client's, or the held-out data).
+    argument:
+        The argument name of ``data`` for errors.
+    """
+    torch = require_torch()
+    x = data[0][0][:2]
+    where = (lambda i: f"client {i}: ") if argument == "client_data" else (lambda i: "")
+    try:
+        with torch.no_grad():
+            out = model(x)
+    except Exception as exc:  # noqa: BLE001 - any error of the user's forward on these samples
+        raise InvalidArgumentError(
+            argument,
+            f"the model cannot take samples of shape {tuple(x.shape[1:])} "
+            f"({type(exc).__name__}: {exc})",
+        ) from None
+    shape = tuple(getattr(out, "shape", ()))
+    if not isinstance(out, torch.Tensor) or len(shape) != 2 or shape[0] != len(x):
+        raise InvalidArgumentError(
+            "model",
+            f"its output for {len(x)} samples must be one row of class logits per sample, "
+            f"got {type(out).__name__} of shape {shape}",
+        )
+    classes = shape[1]
+    for i, (_, y) in enumerate(data):
+        if y.ndim == 2 and y.shape[1] != classes:
+            raise InvalidArgumentError(
+                argument,
+                f"{where(i)}Y has {y.shape[1]} columns, but the model's output for {len(x)} "
+                f"samples has shape {shape} (one column per class)",
+            )
+        if y.ndim == 1 and int(y.max()) >= classes:
+            raise InvalidArgumentError(
+                argument,
+                f"{where(i)}Y has class index {int(y.max())}, but the model outputs {classes} "
+                f"logits (classes 0 to {classes - 1})",
+            )
