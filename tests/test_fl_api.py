@@ -404,6 +404,15 @@ def load():
     x = rng.normal(size=(90, 6))
     y = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0.5).astype(int)
     return x[:72], y[:72], x[72:], y[72:]
+
+
+def wide():
+    return nn.Sequential(nn.Linear(7, 3)).double()
+
+
+def uneven():
+    x, y, _, _ = load()
+    return x, y[:-1]
 """
 
 
@@ -448,6 +457,40 @@ def test_the_cli_takes_a_users_model_and_dataset_as_import_paths(tmp_path, monke
         main, ["fl", "run", "--model", "user_fl_code:missing", "--rounds", "1"]
     )
     assert bad.exit_code != 0 and "model" in bad.output and "missing" in bad.output
+
+
+@pytest.mark.parametrize(
+    "model, dataset, extra, named",
+    [
+        ("user_fl_code:wide", "user_fl_code:load", [], "dataset"),  # 7 inputs for 6 features
+        ("user_fl_code:missing", "user_fl_code:load", [], "model"),
+        ("user_fl_code:build", "user_fl_code:absent", [], "dataset"),
+        ("user_fl_code:build", "digits", [], "dataset"),  # 64 pixels for a 6-feature module
+        ("user_fl_code:build", "user_fl_code:uneven", [], "dataset"),
+        (  # round 0 fails on every client
+            "user_fl_code:build",
+            "user_fl_code:load",
+            ["--inject-fault", "0:0:raise", "--inject-fault", "1:0:raise"],
+            "every client failed",
+        ),
+    ],
+)
+def test_cli_bad_input_leaves_nothing_on_disk(tmp_path, monkeypatch, model, dataset, extra, named):
+    """A run refused before its first round ends writes neither the --checkpoint folder nor
+    the --plot folder."""
+    from click.testing import CliRunner
+    from immersion.cli import main
+
+    (tmp_path / "user_fl_code.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    args = ["fl", "run", "--model", model, "--dataset", dataset, "--clients", "2"]
+    args += ["--rounds", "2", "--checkpoint", str(work / "ckpt"), "--plot", str(work / "plots")]
+    res = CliRunner().invoke(main, args + extra)
+    assert res.exit_code != 0, res.output
+    assert named in res.output.strip().splitlines()[-1], res.output
+    assert list(work.iterdir()) == []
 
 
 def test_a_device_torch_cannot_use_is_refused_by_name():
