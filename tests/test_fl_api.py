@@ -197,7 +197,18 @@ def test_shuffled_batches_are_reproducible_from_rng_and_integer_labels_work():
 
 
 @pytest.mark.parametrize(
-    "case", ["buffers", "float32", "lengths", "scheme", "option", "dense", "module", "labels"]
+    "case",
+    [
+        "buffers",
+        "float32",
+        "lengths",
+        "test lengths",
+        "scheme",
+        "option",
+        "dense",
+        "module",
+        "labels",
+    ],
 )
 def test_bad_input_is_refused_by_name(case):
     rng = np.random.default_rng(0)
@@ -206,6 +217,7 @@ def test_bad_input_is_refused_by_name(case):
         "buffers": "model",
         "float32": "model",
         "lengths": "client_data",
+        "test lengths": "test_data",
         "scheme": "scheme",
         "option": "graph",
         "dense": "keys",
@@ -218,6 +230,8 @@ def test_bad_input_is_refused_by_name(case):
         model = SoftplusMLP().float()
     elif case == "lengths":
         data[1] = (data[1][0], data[1][1][:-1])
+    elif case == "test lengths":
+        kw = {"test_data": (data[0][0], data[0][1][:-1])}
     elif case == "option":
         kw = {"graph": "complete"}  # an MP-DP option given to SIFL
     elif case == "dense":
@@ -240,6 +254,9 @@ def test_bad_input_is_refused_by_name(case):
             **kw,
         )
     assert info.value.argument == argument
+    assert not str(info.value).startswith(f"{argument}: {argument}:"), str(info.value)
+    if "lengths" in case:
+        assert str(info.value).endswith("X has 10 rows but Y has 9"), str(info.value)
 
 
 class SumHead(nn.Module):
@@ -466,7 +483,12 @@ def test_the_cli_takes_a_users_model_and_dataset_as_import_paths(tmp_path, monke
         ("user_fl_code:missing", "user_fl_code:load", [], "model"),
         ("user_fl_code:build", "user_fl_code:absent", [], "dataset"),
         ("user_fl_code:build", "digits", [], "dataset"),  # 64 pixels for a 6-feature module
-        ("user_fl_code:build", "user_fl_code:uneven", [], "dataset"),
+        (
+            "user_fl_code:build",
+            "user_fl_code:uneven",
+            [],
+            "Error: dataset: user_fl_code:uneven: X has 72 rows but Y has 71",
+        ),
         (  # round 0 fails on every client
             "user_fl_code:build",
             "user_fl_code:load",
@@ -489,7 +511,10 @@ def test_cli_bad_input_leaves_nothing_on_disk(tmp_path, monkeypatch, model, data
     args += ["--rounds", "2", "--checkpoint", str(work / "ckpt"), "--plot", str(work / "plots")]
     res = CliRunner().invoke(main, args + extra)
     assert res.exit_code != 0, res.output
-    assert named in res.output.strip().splitlines()[-1], res.output
+    last = res.output.strip().splitlines()[-1]
+    assert named in last, res.output
+    fields = last.removeprefix("Error: ").split(": ")
+    assert fields[0] != fields[1], last  # the argument is named once
     assert list(work.iterdir()) == []
 
 

@@ -258,9 +258,13 @@ def user_task(cfg: RunConfig) -> FederatedTask:
             raise InvalidArgumentError(
                 "dataset", f"{cfg.dataset} must return (X, Y) or (X, Y, X_test, Y_test)"
             )
-        x, y = client_tensors(-1, tuple(loaded[:2]), argument="dataset")
+        x, y = client_tensors(-1, tuple(loaded[:2]), argument="dataset", part=cfg.dataset)
         test = (
-            client_tensors(-1, tuple(loaded[2:]), argument="dataset") if len(loaded) == 4 else None
+            client_tensors(
+                -1, tuple(loaded[2:]), argument="dataset", part=f"{cfg.dataset} (test split)"
+            )
+            if len(loaded) == 4
+            else None
         )
     else:
         data = load_dataset(cfg.dataset, seed=cfg.seed)

@@ -65,7 +65,7 @@ def require_torch() -> ModuleType:
 
 
 def client_tensors(
-    index: int, item: Any, *, argument: str = "client_data"
+    index: int, item: Any, *, argument: str = "client_data", part: str = ""
 ) -> tuple["torch.Tensor", "torch.Tensor"]:
     """``(X, Y)`` as float64 inputs and targets (int64 labels or float64 rows), checked.
 
@@ -76,7 +76,10 @@ def client_tensors(
     item:
         An ``(X, Y)`` pair of arrays or tensors, or a torch ``Dataset`` of ``(x, y)`` items.
     argument:
-        The argument name for errors.
+        The argument name errors start with.
+    part:
+        What the data is, after the argument name in errors (e.g. the loader and split), when
+        it is not a client's (``index`` -1); empty: nothing.
 
     Returns
     -------
@@ -84,7 +87,7 @@ def client_tensors(
         ``X`` as float64 and ``Y`` as int64 class indices or float64 rows.
     """
     torch = require_torch()
-    where = f"client {index}" if index >= 0 else argument
+    where = f"client {index}: " if index >= 0 else f"{part}: " if part else ""
     if isinstance(item, torch.utils.data.Dataset) and not isinstance(item, tuple):
         try:
             pairs = [item[i] for i in range(len(item))]  # type: ignore[arg-type]
@@ -92,37 +95,37 @@ def client_tensors(
             y = torch.stack([torch.as_tensor(p[1]) for p in pairs])
         except Exception as exc:  # noqa: BLE001 - any dataset that does not give (x, y) items
             raise InvalidArgumentError(
-                argument, f"{where}: a Dataset must give (x, y) items ({exc})"
+                argument, f"{where}a Dataset must give (x, y) items ({exc})"
             ) from None
     elif isinstance(item, (tuple, list)) and len(item) == 2:
         x, y = (
             torch.as_tensor(np.asarray(v) if not isinstance(v, torch.Tensor) else v) for v in item
         )
     else:
-        raise InvalidArgumentError(argument, f"{where}: expected an (X, Y) pair or a torch Dataset")
+        raise InvalidArgumentError(argument, f"{where}expected an (X, Y) pair or a torch Dataset")
     if x.ndim < 1 or len(x) == 0:
-        raise InvalidArgumentError(argument, f"{where}: X is empty")
+        raise InvalidArgumentError(argument, f"{where}X is empty")
     if len(x) != len(y):
-        raise InvalidArgumentError(argument, f"{where}: X has {len(x)} rows but Y has {len(y)}")
+        raise InvalidArgumentError(argument, f"{where}X has {len(x)} rows but Y has {len(y)}")
     if not (x.is_floating_point() or x.dtype in (torch.int64, torch.int32, torch.uint8)):
-        raise InvalidArgumentError(argument, f"{where}: X must be numeric, got {x.dtype}")
+        raise InvalidArgumentError(argument, f"{where}X must be numeric, got {x.dtype}")
     x = x.to(torch.float64)
     if not bool(torch.isfinite(x).all()):
-        raise InvalidArgumentError(argument, f"{where}: X contains NaN or inf")
+        raise InvalidArgumentError(argument, f"{where}X contains NaN or inf")
     if y.ndim == 1 and not y.is_floating_point():
         y = y.to(torch.long)
         if bool((y < 0).any()):
-            raise InvalidArgumentError(argument, f"{where}: class indices in Y must be >= 0")
+            raise InvalidArgumentError(argument, f"{where}class indices in Y must be >= 0")
     elif y.ndim == 2:
         y = y.to(torch.float64)
         if not bool(torch.isfinite(y).all()) or bool((y < 0).any()):
             raise InvalidArgumentError(
-                argument, f"{where}: Y rows must be finite probabilities (>= 0)"
+                argument, f"{where}Y rows must be finite probabilities (>= 0)"
             )
     else:
         raise InvalidArgumentError(
             argument,
-            f"{where}: Y must be 1-D class indices or 2-D probability rows, "
+            f"{where}Y must be 1-D class indices or 2-D probability rows, "
             f"got shape {tuple(y.shape)}",
         )
     return x, y
