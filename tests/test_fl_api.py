@@ -537,6 +537,31 @@ def test_a_device_torch_cannot_use_is_refused_by_name():
     assert info.value.argument == "device"
 
 
+@pytest.mark.slow
+def test_the_flower_engine_runs_a_users_module_like_the_local_engine():
+    """engine="flower" (Flower's simulation runtime) on a module and data of this file: the same
+    decoded model as engine="local", and FedAvg every round."""
+    pytest.importorskip("flwr")
+    rng = np.random.default_rng(8)
+    data = [_tabular(rng, n) for n in (14, 11)]
+    model = SoftplusMLP(6).double()
+    kw = dict(
+        scheme="sifl-m1",
+        lr=0.1,
+        rounds=2,
+        local_epochs=1,
+        batch_size=5,
+        shuffle=False,
+        rng=4,
+        compare_plain=True,
+    )
+    local = immersion_fl.run(model, data, engine="local", **kw)
+    flower = immersion_fl.run(model, data, engine="flower", **kw)
+    assert type(flower.model) is SoftplusMLP
+    assert len(flower.history.diff_vs_plain) == 2 and max(flower.history.diff_vs_plain) < 1e-9
+    assert float((_vector(flower.model) - _vector(local.model)).abs().max()) < 1e-9
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("scheme", ["sifl-m1", "sifl-m2"])
 def test_cuda_runs_decode_to_the_cpu_run(scheme):
