@@ -313,6 +313,40 @@ def test_shapes_that_do_not_fit_are_refused_before_any_round(case, argument, wor
     assert info.value.argument == argument and words in str(info.value), str(info.value)
 
 
+def test_reference_drift_is_recorded_every_round_when_asked():
+    """reference_drift=True: plain FedAvg against itself summed in reverse order, per round, in
+    the history and the summary; the run itself is unchanged. Refused where nothing records it."""
+    rng = np.random.default_rng(9)
+    data = [_tabular(rng, n) for n in (9, 12, 10)]
+    model = SoftplusMLP().double()
+    kw = dict(
+        optimizer="adam",
+        lr=0.01,
+        rounds=3,
+        local_epochs=1,
+        batch_size=4,
+        shuffle=False,
+        rng=2,
+        compare_plain=True,
+    )
+    drift = immersion_fl.run(model, data, scheme="sifl-m1", reference_drift=True, **kw)
+    plain = immersion_fl.run(model, data, scheme="sifl-m1", **kw)
+    assert len(drift.history.reference_drift) == 3 and max(drift.history.reference_drift) < 1e-12
+    assert drift.summary()["reference_drift_per_round"] == drift.history.reference_drift
+    assert plain.history.reference_drift == [] and plain.summary()["reference_drift_max"] is None
+    assert torch.equal(_vector(drift.model), _vector(plain.model))
+    for scheme, extra in (
+        ("sifl-m1", {"compare_plain": False}),
+        ("fedavg", {}),
+        ("gd-dp", {}),
+        ("sifl-m1", {"reference_drift": 1}),
+    ):
+        args = {**kw, "reference_drift": True, **extra}
+        with pytest.raises(InvalidArgumentError) as info:
+            immersion_fl.run(model, data, scheme=scheme, **args)
+        assert info.value.argument == "reference_drift", (scheme, extra)
+
+
 def test_mpdp_runs_on_a_users_bias_free_mlp_and_equals_fedsgd_without_noise():
     """Seed 004 covers bias-free ReLU MLPs trained with the MSE to one-hot targets (FedSGD)."""
     rng = np.random.default_rng(5)
@@ -554,12 +588,16 @@ def test_the_flower_engine_runs_a_users_module_like_the_local_engine():
         shuffle=False,
         rng=4,
         compare_plain=True,
+        reference_drift=True,
     )
     local = immersion_fl.run(model, data, engine="local", **kw)
     flower = immersion_fl.run(model, data, engine="flower", **kw)
     assert type(flower.model) is SoftplusMLP
     assert len(flower.history.diff_vs_plain) == 2 and max(flower.history.diff_vs_plain) < 1e-9
     assert float((_vector(flower.model) - _vector(local.model)).abs().max()) < 1e-9
+    # the reference drift is recorded on Flower too (the one-step error is the local engine's)
+    assert len(flower.history.reference_drift) == 2 and max(flower.history.reference_drift) < 1e-9
+    assert len(local.history.one_step_error) == 2 and flower.history.one_step_error == []
 
 
 @pytest.mark.gpu

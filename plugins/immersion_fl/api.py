@@ -46,7 +46,8 @@ class FederatedResult:
         The scheme's privacy figures (per-element epsilons, noise law, ...; empty for FedAvg).
     history:
         Per-round figures (accuracy with ``test_data``, distance to plain FedAvg with
-        ``compare_plain``, round times, dropped clients).
+        ``compare_plain``, the reference drift with ``reference_drift``, round times, dropped
+        clients).
     """
 
     model: "torch.nn.Module"
@@ -73,6 +74,7 @@ def run(
     rng: int | np.random.Generator | None = None,
     test_data: tuple[Any, Any] | None = None,
     compare_plain: bool = False,
+    reference_drift: bool = False,
     client_timeout: float | None = None,
     progress: bool | Callable[[str], None] = False,
     device: str | None = None,
@@ -112,6 +114,11 @@ def run(
         Held-out ``(X, Y)`` to report accuracy every round.
     compare_plain:
         Also run plain FedAvg in lockstep and report the distance every round.
+    reference_drift:
+        Also run plain FedAvg summing its uploads in reverse order, and report its distance to
+        plain FedAvg every round (``history.reference_drift``: the float64 drift of FedAvg
+        against itself, next to the scheme's). Needs ``compare_plain`` and a weight-averaging
+        scheme other than ``fedavg``; local and Flower engines.
     client_timeout:
         Seconds a client may take before it is left out of a round.
     progress:
@@ -172,6 +179,7 @@ def run(
     )
     if not isinstance(shuffle, bool):
         raise InvalidArgumentError("shuffle", f"expected True or False, got {shuffle!r}")
+    _check_reference_drift(reference_drift, spec, compare_plain)
     working = copy.deepcopy(model)
     w0 = torch.nn.utils.parameters_to_vector(working.parameters()).detach().clone()
     task = FederatedTask(FlatModel(working), clients, w0, test, shuffle)
@@ -189,13 +197,31 @@ def run(
             )
         task = task.to(device)
     report = progress_bar(rounds) if progress is True else (progress or None)
-    history = run_federated(cfg, engine=engine, progress=report, task=task)
+    history = run_federated(
+        cfg, engine=engine, progress=report, task=task, reference_drift=reference_drift
+    )
     decoded = copy.deepcopy(model)
     torch.nn.utils.vector_to_parameters(
         torch.as_tensor(history.final_model, dtype=torch.float64).detach().cpu().reshape(-1),
         decoded.parameters(),
     )
     return FederatedResult(decoded, dict(history.privacy), history)
+
+
+def _check_reference_drift(value: object, spec: SchemeSpec, compare_plain: bool) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError("reference_drift", f"expected True or False, got {value!r}")
+    if not value:
+        return
+    if spec.factory is None or spec.name == "fedavg":
+        raise InvalidArgumentError(
+            "reference_drift",
+            f"is measured beside a weight-averaging scheme's plain twin; {spec.name!r} has none",
+        )
+    if compare_plain is not True:
+        raise InvalidArgumentError(
+            "reference_drift", "needs compare_plain=True (it is measured beside plain FedAvg)"
+        )
 
 
 def _scheme_spec(scheme: object) -> SchemeSpec:
