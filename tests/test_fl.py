@@ -207,6 +207,31 @@ def test_failing_clients_are_left_out_and_the_round_completes(caplog):
     )  # the faults did change the run
 
 
+@pytest.mark.parametrize("secure_aggregation", [False, True])
+def test_every_client_failing_raises_the_named_error(secure_aggregation):
+    """Every client fails in round 1 (local engine, with and without secure aggregation): the run
+    stops with ``immersion_fl.EveryClientFailedError`` (an ImmersionError), naming the round."""
+    import immersion_fl
+    from immersion import ImmersionError
+    from immersion_fl.faults import FaultPlan
+
+    plan = FaultPlan({(0, 1): "raise", (1, 1): "malformed", (2, 1): "wrong-shape"})
+    cfg = RunConfig.from_flat(
+        dict(
+            scheme="sifl-m1",
+            hidden=(8,),
+            clients=3,
+            rounds=2,
+            seed=1,
+            secure_aggregation=secure_aggregation,
+        )
+    )
+    with pytest.raises(immersion_fl.EveryClientFailedError, match="round 1: every client") as info:
+        run_federated(cfg, faults=plan)
+    assert isinstance(info.value, ImmersionError)
+    assert not issubclass(immersion_fl.EveryClientFailedError, RuntimeError)
+
+
 def test_resume_from_a_checkpoint_gives_the_uninterrupted_result(tmp_path):
     cfg = RunConfig(
         scheme="sifl-m2", optimizer="momentum", hidden=(16,), clients=3, rounds=4, seed=6

@@ -197,7 +197,18 @@ def test_shuffled_batches_are_reproducible_from_rng_and_integer_labels_work():
 
 
 @pytest.mark.parametrize(
-    "case", ["buffers", "float32", "lengths", "scheme", "option", "dense", "module", "labels"]
+    "case",
+    [
+        "buffers",
+        "float32",
+        "lengths",
+        "test lengths",
+        "scheme",
+        "option",
+        "dense",
+        "module",
+        "labels",
+    ],
 )
 def test_bad_input_is_refused_by_name(case):
     rng = np.random.default_rng(0)
@@ -206,6 +217,7 @@ def test_bad_input_is_refused_by_name(case):
         "buffers": "model",
         "float32": "model",
         "lengths": "client_data",
+        "test lengths": "test_data",
         "scheme": "scheme",
         "option": "graph",
         "dense": "keys",
@@ -218,6 +230,8 @@ def test_bad_input_is_refused_by_name(case):
         model = SoftplusMLP().float()
     elif case == "lengths":
         data[1] = (data[1][0], data[1][1][:-1])
+    elif case == "test lengths":
+        kw = {"test_data": (data[0][0], data[0][1][:-1])}
     elif case == "option":
         kw = {"graph": "complete"}  # an MP-DP option given to SIFL
     elif case == "dense":
@@ -240,6 +254,97 @@ def test_bad_input_is_refused_by_name(case):
             **kw,
         )
     assert info.value.argument == argument
+    assert not str(info.value).startswith(f"{argument}: {argument}:"), str(info.value)
+    if "lengths" in case:
+        assert str(info.value).endswith("X has 10 rows but Y has 9"), str(info.value)
+
+
+class SumHead(nn.Module):
+    """One number per sample: not a row of class logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x).sum(1)
+
+
+@pytest.mark.parametrize(
+    "case, argument, words",
+    [
+        ("input width", "client_data", "cannot take samples of shape (5,)"),
+        ("label range", "client_data", "class index 3, but the model outputs 3 logits"),
+        ("row width", "client_data", "Y has 4 columns"),
+        ("output shape", "model", "one row of class logits per sample"),
+        ("test width", "test_data", "cannot take samples of shape (6,)"),
+    ],
+)
+def test_shapes_that_do_not_fit_are_refused_before_any_round(case, argument, words):
+    """One forward pass on two samples, before any round: a module whose input width does not
+    fit X, or whose outputs do not fit Y, is refused by name (not left to fail every client)."""
+    rng = np.random.default_rng(0)
+    data, kw = [_tabular(rng, 10), _tabular(rng, 10)], {}
+    model = SoftplusMLP().double()  # 5 inputs, 4 outputs
+    if case == "input width":
+        model = nn.Sequential(nn.Linear(7, 4)).double()
+    elif case == "label range":
+        model = nn.Sequential(nn.Linear(5, 3)).double()
+        data = [(x, y.argmax(1)) for x, y in data]
+        data[1] = (data[1][0], np.full(10, 3))  # classes 0..3 for a 3-logit module
+    elif case == "row width":
+        model = nn.Sequential(nn.Linear(5, 3)).double()
+    elif case == "output shape":
+        model = SumHead().double()
+    else:
+        kw = {"test_data": (rng.normal(size=(4, 6)), np.zeros(4, dtype=int))}
+    with pytest.raises(InvalidArgumentError) as info:
+        immersion_fl.run(
+            model,
+            data,
+            scheme="sifl-m1",
+            lr=0.1,
+            rounds=1,
+            local_epochs=1,
+            batch_size=4,
+            rng=0,
+            **kw,
+        )
+    assert info.value.argument == argument and words in str(info.value), str(info.value)
+
+
+def test_reference_drift_is_recorded_every_round_when_asked():
+    """reference_drift=True: plain FedAvg against itself summed in reverse order, per round, in
+    the history and the summary; the run itself is unchanged. Refused where nothing records it."""
+    rng = np.random.default_rng(9)
+    data = [_tabular(rng, n) for n in (9, 12, 10)]
+    model = SoftplusMLP().double()
+    kw = dict(
+        optimizer="adam",
+        lr=0.01,
+        rounds=3,
+        local_epochs=1,
+        batch_size=4,
+        shuffle=False,
+        rng=2,
+        compare_plain=True,
+    )
+    drift = immersion_fl.run(model, data, scheme="sifl-m1", reference_drift=True, **kw)
+    plain = immersion_fl.run(model, data, scheme="sifl-m1", **kw)
+    assert len(drift.history.reference_drift) == 3 and max(drift.history.reference_drift) < 1e-12
+    assert drift.summary()["reference_drift_per_round"] == drift.history.reference_drift
+    assert plain.history.reference_drift == [] and plain.summary()["reference_drift_max"] is None
+    assert torch.equal(_vector(drift.model), _vector(plain.model))
+    for scheme, extra in (
+        ("sifl-m1", {"compare_plain": False}),
+        ("fedavg", {}),
+        ("gd-dp", {}),
+        ("sifl-m1", {"reference_drift": 1}),
+    ):
+        args = {**kw, "reference_drift": True, **extra}
+        with pytest.raises(InvalidArgumentError) as info:
+            immersion_fl.run(model, data, scheme=scheme, **args)
+        assert info.value.argument == "reference_drift", (scheme, extra)
 
 
 def test_mpdp_runs_on_a_users_bias_free_mlp_and_equals_fedsgd_without_noise():
@@ -350,6 +455,15 @@ def load():
     x = rng.normal(size=(90, 6))
     y = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0.5).astype(int)
     return x[:72], y[:72], x[72:], y[72:]
+
+
+def wide():
+    return nn.Sequential(nn.Linear(7, 3)).double()
+
+
+def uneven():
+    x, y, _, _ = load()
+    return x, y[:-1]
 """
 
 
@@ -396,6 +510,48 @@ def test_the_cli_takes_a_users_model_and_dataset_as_import_paths(tmp_path, monke
     assert bad.exit_code != 0 and "model" in bad.output and "missing" in bad.output
 
 
+@pytest.mark.parametrize(
+    "model, dataset, extra, named",
+    [
+        ("user_fl_code:wide", "user_fl_code:load", [], "dataset"),  # 7 inputs for 6 features
+        ("user_fl_code:missing", "user_fl_code:load", [], "model"),
+        ("user_fl_code:build", "user_fl_code:absent", [], "dataset"),
+        ("user_fl_code:build", "digits", [], "dataset"),  # 64 pixels for a 6-feature module
+        (
+            "user_fl_code:build",
+            "user_fl_code:uneven",
+            [],
+            "Error: dataset: user_fl_code:uneven: X has 72 rows but Y has 71",
+        ),
+        (  # round 0 fails on every client
+            "user_fl_code:build",
+            "user_fl_code:load",
+            ["--inject-fault", "0:0:raise", "--inject-fault", "1:0:raise"],
+            "every client failed",
+        ),
+    ],
+)
+def test_cli_bad_input_leaves_nothing_on_disk(tmp_path, monkeypatch, model, dataset, extra, named):
+    """A run refused before its first round ends writes neither the --checkpoint folder nor
+    the --plot folder."""
+    from click.testing import CliRunner
+    from immersion.cli import main
+
+    (tmp_path / "user_fl_code.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    args = ["fl", "run", "--model", model, "--dataset", dataset, "--clients", "2"]
+    args += ["--rounds", "2", "--checkpoint", str(work / "ckpt"), "--plot", str(work / "plots")]
+    res = CliRunner().invoke(main, args + extra)
+    assert res.exit_code != 0, res.output
+    last = res.output.strip().splitlines()[-1]
+    assert named in last, res.output
+    fields = last.removeprefix("Error: ").split(": ")
+    assert fields[0] != fields[1], last  # the argument is named once
+    assert list(work.iterdir()) == []
+
+
 def test_a_device_torch_cannot_use_is_refused_by_name():
     rng = np.random.default_rng(0)
     if torch.cuda.is_available():
@@ -413,6 +569,35 @@ def test_a_device_torch_cannot_use_is_refused_by_name():
             device="cuda",
         )
     assert info.value.argument == "device"
+
+
+@pytest.mark.slow
+def test_the_flower_engine_runs_a_users_module_like_the_local_engine():
+    """engine="flower" (Flower's simulation runtime) on a module and data of this file: the same
+    decoded model as engine="local", and FedAvg every round."""
+    pytest.importorskip("flwr")
+    rng = np.random.default_rng(8)
+    data = [_tabular(rng, n) for n in (14, 11)]
+    model = SoftplusMLP(6).double()
+    kw = dict(
+        scheme="sifl-m1",
+        lr=0.1,
+        rounds=2,
+        local_epochs=1,
+        batch_size=5,
+        shuffle=False,
+        rng=4,
+        compare_plain=True,
+        reference_drift=True,
+    )
+    local = immersion_fl.run(model, data, engine="local", **kw)
+    flower = immersion_fl.run(model, data, engine="flower", **kw)
+    assert type(flower.model) is SoftplusMLP
+    assert len(flower.history.diff_vs_plain) == 2 and max(flower.history.diff_vs_plain) < 1e-9
+    assert float((_vector(flower.model) - _vector(local.model)).abs().max()) < 1e-9
+    # the reference drift is recorded on Flower too (the one-step error is the local engine's)
+    assert len(flower.history.reference_drift) == 2 and max(flower.history.reference_drift) < 1e-9
+    assert len(local.history.one_step_error) == 2 and flower.history.one_step_error == []
 
 
 @pytest.mark.gpu

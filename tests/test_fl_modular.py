@@ -88,7 +88,8 @@ def test_a_modular_checkpoint_resumes_to_the_same_integers(tmp_path):
     assert resumed.diff_vs_plain == [0.0] * 3
 
 
-def test_the_python_api_takes_modular_arithmetic():
+@pytest.mark.parametrize("scheme", ["sifl-m1", "sifl-m2", "sifl-rm"])
+def test_the_python_api_takes_modular_arithmetic(scheme):
     rng = np.random.default_rng(0)
     net = torch.nn.Sequential(
         torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)
@@ -97,7 +98,7 @@ def test_the_python_api_takes_modular_arithmetic():
     out = immersion_fl.run(
         net,
         data,
-        scheme="sifl-m1",
+        scheme=scheme,
         lr=0.1,
         rounds=3,
         local_epochs=2,
@@ -158,9 +159,10 @@ def test_fixed_point_fedavg_is_fedavg_on_quantised_models():
 
 
 @pytest.mark.slow
-def test_the_flower_engine_equals_the_local_engine_bit_for_bit():
+@pytest.mark.parametrize("scheme", ["sifl-m1", "sifl-m2", "sifl-rm"])
+def test_the_flower_engine_equals_the_local_engine_bit_for_bit(scheme):
     pytest.importorskip("flwr")
-    cfg = _cfg("sifl-m2", clients=3, rounds=2)
+    cfg = _cfg(scheme, clients=3, rounds=2)
     local, flower = run_federated(cfg), run_federated(cfg, engine="flower")
     assert flower.diff_vs_plain == [0.0, 0.0]
     assert torch.equal(local.final_model, flower.final_model)

@@ -146,11 +146,12 @@ def test_the_python_api_and_the_cli_take_the_option():
 
 
 @pytest.mark.slow
-def test_flower_engine_secure_aggregation_equals_fedavg_and_the_local_engine():
+@pytest.mark.parametrize("scheme", SIFL)
+def test_flower_engine_secure_aggregation_equals_fedavg_and_the_local_engine(scheme):
     """The same protocol over Flower messages (advertise, masked train, reveal), with the same
     faults: FedAvg within 1e-9, the same decisions and the same model as the local engine."""
     pytest.importorskip("flwr")
-    cfg = _cfg("sifl-m2")
+    cfg = _cfg(scheme)
     flower = run_federated(cfg, engine="flower", faults=FAULTS)
     local = run_federated(cfg, faults=FAULTS)
     assert max(flower.diff_vs_plain) <= 1e-9

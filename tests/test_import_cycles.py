@@ -1,13 +1,16 @@
-"""No import cycles between the module pairs that had them (issue 15, part 4).
+"""No import cycles in the packages that had them (issues 13 and 15).
 
 Static: every ``import`` / ``from ... import`` statement counts, lazy ones inside functions too
-(a cycle through a function-level import still ties the two modules together); only imports under
-``if TYPE_CHECKING:`` are left out (they never run).
+(a cycle through a function-level import still ties the modules together); only imports under
+``if TYPE_CHECKING:`` are left out (they never run). Cycles are looked for through the whole
+import graph, not only between two modules: ``a`` importing ``b`` lazily, ``b`` importing ``c``
+and ``c`` importing ``a`` is a cycle.
 """
 
 from __future__ import annotations
 
 import ast
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -15,12 +18,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = [ROOT / "sdk" / "immersion", *sorted((ROOT / "plugins").glob("immersion_*"))]
 
-#: Pairs that imported each other (issue 15); each must stay apart.
+#: Pairs that imported each other (issue 15); neither may reach the other and be reached back.
 BROKEN_CYCLES = [
     ("immersion_mpdp.engine", "immersion_mpdp.flower_engine"),
     ("immersion.keys.keys", "immersion.keys.store"),
     ("immersion_fl.engine", "immersion_fl.flower_engine"),
+    ("immersion_fl.flower_engine", "immersion_fl.federation"),  # through api -> engine (issue 13)
 ]
+
+#: Packages in which no module may lie on an import cycle.
+ACYCLIC = ["immersion_fl", "immersion_mpdp", "immersion.keys"]
 
 
 def _module_files() -> dict[str, Path]:
@@ -62,18 +69,68 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return {m for m in found if m in modules and m != name}
 
 
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules it imports at run time (:func:`imports_of`)."""
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def import_path(graph: dict[str, set[str]], start: str, goal: str) -> list[str] | None:
+    """A shortest chain of imports from ``start`` to ``goal`` (``[start, ..., goal]``, at least
+    one step), or None if ``start`` cannot reach ``goal``."""
+    parent: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for nxt in sorted(graph.get(node, ())):
+            if nxt in parent:
+                continue
+            parent[nxt] = node
+            if nxt == goal:
+                chain = [goal]
+                while chain[-1] != start or len(chain) == 1:
+                    chain.append(parent[chain[-1]])
+                return chain[::-1]
+            queue.append(nxt)
+    return None
+
+
 @pytest.mark.parametrize("pair", BROKEN_CYCLES, ids=" <-> ".join)
-def test_the_pair_does_not_import_both_ways(pair):
+def test_the_pair_is_not_on_one_cycle(pair):
     modules = _module_files()
     a, b = pair
     assert a in modules and b in modules
-    both = b in imports_of(a, modules[a], modules) and a in imports_of(b, modules[b], modules)
-    assert not both, f"{a} and {b} import each other"
+    graph = import_graph(modules)
+    there, back = import_path(graph, a, b), import_path(graph, b, a)
+    assert not (there and back), " -> ".join(there + back[1:])
+
+
+@pytest.mark.parametrize("package", ACYCLIC)
+def test_no_module_of_the_package_is_on_an_import_cycle(package):
+    modules = _module_files()
+    graph = import_graph(modules)
+    own = [m for m in modules if m == package or m.startswith(package + ".")]
+    assert len(own) > 3
+    cycles = [" -> ".join(c) for m in sorted(own) if (c := import_path(graph, m, m))]
+    assert not cycles
+
+
+def test_the_user_model_helpers_are_a_leaf_and_still_importable_from_api():
+    """``federation`` takes ``check_module`` / ``client_tensors`` from ``user_model``, which
+    reaches neither engine nor api; ``immersion_fl.api`` still exports them."""
+    modules = _module_files()
+    graph = import_graph(modules)
+    for far in ("immersion_fl.engine", "immersion_fl.api", "immersion_fl.federation"):
+        assert import_path(graph, "immersion_fl.user_model", far) is None
+    pytest.importorskip("torch")
+    from immersion_fl import api, user_model
+
+    assert api.check_module is user_model.check_module
+    assert api.client_tensors is user_model.client_tensors
 
 
 def test_the_checker_sees_a_lazy_import_cycle(tmp_path):
     """The checker's own control: a function-level import both ways is a cycle, a TYPE_CHECKING
-    one is not."""
+    one is not, and a cycle of three through a lazy import is found with its path."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -82,10 +139,18 @@ def test_the_checker_sees_a_lazy_import_cycle(tmp_path):
     (pkg / "c.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import g\n"
     )
-    modules = {"pkg": pkg / "__init__.py", **{f"pkg.{m}": pkg / f"{m}.py" for m in "abc"}}
+    (pkg / "d.py").write_text("from . import e\n")
+    (pkg / "e.py").write_text("import pkg.f\n")
+    (pkg / "f.py").write_text("def h():\n    from .d import x\n")
+    modules = {"pkg": pkg / "__init__.py", **{f"pkg.{m}": pkg / f"{m}.py" for m in "abcdef"}}
     assert imports_of("pkg.a", modules["pkg.a"], modules) == {"pkg.b"}
     assert imports_of("pkg.b", modules["pkg.b"], modules) == {"pkg.a"}
     assert imports_of("pkg.c", modules["pkg.c"], modules) == set()
+    graph = import_graph(modules)
+    assert import_path(graph, "pkg.d", "pkg.d") == ["pkg.d", "pkg.e", "pkg.f", "pkg.d"]
+    assert import_path(graph, "pkg.d", "pkg.f") == ["pkg.d", "pkg.e", "pkg.f"]
+    assert import_path(graph, "pkg.c", "pkg.c") is None
+    assert import_path(graph, "pkg.a", "pkg.e") is None
 
 
 def test_no_plugin_imports_another_plugins_private_helpers():

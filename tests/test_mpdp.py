@@ -343,6 +343,25 @@ def test_round_aborted_when_a_survivor_does_not_reveal_then_retried():
     assert max(res.diff_vs_plain) < 1e-9  # the retry aggregates clients 1 and 3
 
 
+def test_a_round_aborted_every_attempt_raises_the_named_error(monkeypatch):
+    """Recovery keeps failing (one attempt allowed here): SecureAggregationError, not a plain
+    RuntimeError."""
+    import immersion_fl
+    from immersion_mpdp import engine
+
+    monkeypatch.setattr(engine, "MAX_ATTEMPTS", 1)
+    with pytest.raises(immersion_fl.SecureAggregationError, match="round 1: aborted 1 times"):
+        run_federated(_cfg(), faults=FaultPlan({(0, 1): "raise", (2, 1): "no-recovery"}))
+
+
+def test_every_client_failing_raises_the_named_error():
+    import immersion_fl
+
+    plan = FaultPlan({(k, 0): "raise" for k in range(4)})
+    with pytest.raises(immersion_fl.EveryClientFailedError, match="round 0"):
+        run_federated(_cfg(), faults=plan)
+
+
 def test_noise_on_reports_privacy_and_measured_sensitivity():
     out = run_federated(_cfg(noise="on", epsilon=3.0, rounds=2)).summary()
     assert out["epsilon"] == 3.0 and out["delta"] == 1e-5 and out["epsilon_total"] == 6.0

@@ -299,6 +299,30 @@ def test_statespace_on_the_torch_backend(ct):
     assert np.abs(imm.decode_state(xt).numpy() - x).max() < TOL
 
 
+@pytest.mark.gpu
+def test_statespace_on_cuda_equals_the_numpy_decode(ct, device="cuda"):
+    """device="cuda": keys, encodings and the cloud's products live on the GPU; every decoded
+    output and the decoded state equal those of the same controller immersed with numpy."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    A, B = _stable(rng, 4, 0.9), rng.standard_normal((4, 2))
+    C, D = rng.standard_normal((2, 4)), rng.standard_normal((2, 2))
+    ctrl = ct.ss(A, B, C, D, dt=True)
+    gpu = immerse_system(ctrl, backend="torch", dtype="float64", device=device, rng=0)
+    cpu = immerse_system(ctrl, rng=0)
+    xt_gpu, xt_cpu = gpu.encode_state(np.ones(4)), cpu.encode_state(np.ones(4))
+    assert isinstance(xt_gpu, torch.Tensor) and xt_gpu.device.type == device
+    for k in range(50):
+        y = np.array([np.cos(k), np.sin(0.3 * k)])
+        yt_gpu, yt_cpu = gpu.encode_input(y), cpu.encode_input(y)
+        ut_gpu, xt_gpu = gpu.target.advance(xt_gpu, yt_gpu)
+        ut_cpu, xt_cpu = cpu.target.advance(xt_cpu, yt_cpu)
+        u_gpu = gpu.decode_output(ut_gpu, yt_gpu).cpu().numpy()
+        assert np.abs(u_gpu - cpu.decode_output(ut_cpu, yt_cpu)).max() < TOL
+    x_gpu = gpu.decode_state(xt_gpu).cpu().numpy()
+    assert np.abs(x_gpu - cpu.decode_state(xt_cpu)).max() < TOL
+
+
 def test_targets_pickle_and_keep_decoding(ct):
     pi = _saturated_pi(ct)
     for system in (pi, ct.ss([[0.5]], [[1.0]], [[2.0]], [[0.0]], dt=True)):

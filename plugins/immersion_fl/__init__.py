@@ -30,7 +30,14 @@ if TYPE_CHECKING:
 
     from .flower_native import SiflStrategy
 
-__all__ = ["run", "FederatedResult", "SiflStrategy", "sifl_mod"]
+__all__ = [
+    "run",
+    "FederatedResult",
+    "SiflStrategy",
+    "sifl_mod",
+    "EveryClientFailedError",
+    "SecureAggregationError",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -43,6 +50,14 @@ def __getattr__(name: str) -> Any:
         from . import flower_native
 
         return getattr(flower_native, name)
+    if name == "EveryClientFailedError":
+        from . import federation
+
+        return federation.EveryClientFailedError
+    if name == "SecureAggregationError":
+        from . import secure
+
+        return secure.SecureAggregationError
     raise AttributeError(f"module 'immersion_fl' has no attribute {name!r}")
 
 

@@ -19,10 +19,15 @@ from immersion import InvalidArgumentError
 from .config import RunConfig
 from .engine import FederatedTask, RunResult, progress_bar, run_federated
 from .models import FlatModel
+from .user_model import (  # check_module, client_tensors: importable from here too
+    check_module,
+    check_outputs,
+    check_targets,
+    client_tensors,
+    require_torch,
+)
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     import torch
     from immersion.hookspecs import SchemeSpec
 
@@ -41,7 +46,8 @@ class FederatedResult:
         The scheme's privacy figures (per-element epsilons, noise law, ...; empty for FedAvg).
     history:
         Per-round figures (accuracy with ``test_data``, distance to plain FedAvg with
-        ``compare_plain``, round times, dropped clients).
+        ``compare_plain``, the reference drift with ``reference_drift``, round times, dropped
+        clients).
     """
 
     model: "torch.nn.Module"
@@ -68,6 +74,7 @@ def run(
     rng: int | np.random.Generator | None = None,
     test_data: tuple[Any, Any] | None = None,
     compare_plain: bool = False,
+    reference_drift: bool = False,
     client_timeout: float | None = None,
     progress: bool | Callable[[str], None] = False,
     device: str | None = None,
@@ -107,6 +114,11 @@ def run(
         Held-out ``(X, Y)`` to report accuracy every round.
     compare_plain:
         Also run plain FedAvg in lockstep and report the distance every round.
+    reference_drift:
+        Also run plain FedAvg summing its uploads in reverse order, and report its distance to
+        plain FedAvg every round (``history.reference_drift``: the float64 drift of FedAvg
+        against itself, next to the scheme's). Needs ``compare_plain`` and a weight-averaging
+        scheme other than ``fedavg``; local and Flower engines.
     client_timeout:
         Seconds a client may take before it is left out of a round.
     progress:
@@ -136,15 +148,18 @@ def run(
     >>> type(out.model) is type(net), out.history.diff_vs_plain[-1] < 1e-12
     (True, True)
     """
-    torch = _torch()
+    torch = require_torch()
     spec = _scheme_spec(scheme)
     options = _scheme_options(spec, scheme_options)
     check_module(model)
     clients = [
         client_tensors(i, item) for i, item in enumerate(_as_list(client_data, "client_data"))
     ]
-    _check_targets(clients)
+    check_targets(clients)
+    check_outputs(model, clients)
     test = client_tensors(-1, test_data, argument="test_data") if test_data is not None else None
+    if test is not None:
+        check_outputs(model, [test], argument="test_data")
     seed = _seed(rng)
     cfg = RunConfig(
         scheme=scheme,
@@ -164,6 +179,7 @@ def run(
     )
     if not isinstance(shuffle, bool):
         raise InvalidArgumentError("shuffle", f"expected True or False, got {shuffle!r}")
+    _check_reference_drift(reference_drift, spec, compare_plain)
     working = copy.deepcopy(model)
     w0 = torch.nn.utils.parameters_to_vector(working.parameters()).detach().clone()
     task = FederatedTask(FlatModel(working), clients, w0, test, shuffle)
@@ -181,7 +197,9 @@ def run(
             )
         task = task.to(device)
     report = progress_bar(rounds) if progress is True else (progress or None)
-    history = run_federated(cfg, engine=engine, progress=report, task=task)
+    history = run_federated(
+        cfg, engine=engine, progress=report, task=task, reference_drift=reference_drift
+    )
     decoded = copy.deepcopy(model)
     torch.nn.utils.vector_to_parameters(
         torch.as_tensor(history.final_model, dtype=torch.float64).detach().cpu().reshape(-1),
@@ -190,46 +208,20 @@ def run(
     return FederatedResult(decoded, dict(history.privacy), history)
 
 
-def check_module(model: Any) -> None:
-    """Refuse what the federated schemes cannot train: not a module, no parameters, buffers,
-    parameters other than float64.
-
-    Parameters
-    ----------
-    model:
-        The user's module.
-    """
-    torch = _torch()
-    if not isinstance(model, torch.nn.Module):
+def _check_reference_drift(value: object, spec: SchemeSpec, compare_plain: bool) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError("reference_drift", f"expected True or False, got {value!r}")
+    if not value:
+        return
+    if spec.factory is None or spec.name == "fedavg":
         raise InvalidArgumentError(
-            "model", f"expected a torch.nn.Module, got {type(model).__name__}"
+            "reference_drift",
+            f"is measured beside a weight-averaging scheme's plain twin; {spec.name!r} has none",
         )
-    params = list(model.named_parameters())
-    if not params:
-        raise InvalidArgumentError("model", "has no parameters to train")
-    buffers = [name for name, _ in model.named_buffers()]
-    if buffers:
+    if compare_plain is not True:
         raise InvalidArgumentError(
-            "model",
-            f"has buffers {buffers[:3]} (e.g. BatchNorm running statistics), which federated "
-            "averaging of parameters does not carry; use a module without buffers (e.g. "
-            "GroupNorm/LayerNorm instead of BatchNorm)",
+            "reference_drift", "needs compare_plain=True (it is measured beside plain FedAvg)"
         )
-    wrong = [f"{name} ({p.dtype})" for name, p in params if p.dtype != torch.float64]
-    if wrong:
-        raise InvalidArgumentError(
-            "model", f"parameters must be float64 (call model.double()); got {wrong[:3]}"
-        )
-
-
-def _torch() -> ModuleType:
-    try:
-        import torch
-    except ImportError:
-        from immersion import OptionalDependencyError
-
-        raise OptionalDependencyError("torch", "torch", "immersion_fl.run") from None
-    return torch
 
 
 def _scheme_spec(scheme: object) -> SchemeSpec:
@@ -262,85 +254,6 @@ def _as_list(value: Any, argument: str) -> list[Any]:
     if not items:
         raise InvalidArgumentError(argument, "expected at least one client")
     return items
-
-
-def client_tensors(
-    index: int, item: Any, *, argument: str = "client_data"
-) -> tuple["torch.Tensor", "torch.Tensor"]:
-    """``(X, Y)`` as float64 inputs and targets (int64 labels or float64 rows), checked.
-
-    Parameters
-    ----------
-    index:
-        The client's index for messages (-1: not a client's data).
-    item:
-        An ``(X, Y)`` pair of arrays or tensors, or a torch ``Dataset`` of ``(x, y)`` items.
-    argument:
-        The argument name for errors.
-
-    Returns
-    -------
-    tuple of torch.Tensor
-        ``X`` as float64 and ``Y`` as int64 class indices or float64 rows.
-    """
-    torch = _torch()
-    where = f"client {index}" if index >= 0 else argument
-    if isinstance(item, torch.utils.data.Dataset) and not isinstance(item, tuple):
-        try:
-            pairs = [item[i] for i in range(len(item))]  # type: ignore[arg-type]
-            x = torch.stack([torch.as_tensor(p[0]) for p in pairs])
-            y = torch.stack([torch.as_tensor(p[1]) for p in pairs])
-        except Exception as exc:  # noqa: BLE001 - any dataset that does not give (x, y) items
-            raise InvalidArgumentError(
-                argument, f"{where}: a Dataset must give (x, y) items ({exc})"
-            ) from None
-    elif isinstance(item, (tuple, list)) and len(item) == 2:
-        x, y = (
-            torch.as_tensor(np.asarray(v) if not isinstance(v, torch.Tensor) else v) for v in item
-        )
-    else:
-        raise InvalidArgumentError(argument, f"{where}: expected an (X, Y) pair or a torch Dataset")
-    if x.ndim < 1 or len(x) == 0:
-        raise InvalidArgumentError(argument, f"{where}: X is empty")
-    if len(x) != len(y):
-        raise InvalidArgumentError(argument, f"{where}: X has {len(x)} rows but Y has {len(y)}")
-    if not (x.is_floating_point() or x.dtype in (torch.int64, torch.int32, torch.uint8)):
-        raise InvalidArgumentError(argument, f"{where}: X must be numeric, got {x.dtype}")
-    x = x.to(torch.float64)
-    if not bool(torch.isfinite(x).all()):
-        raise InvalidArgumentError(argument, f"{where}: X contains NaN or inf")
-    if y.ndim == 1 and not y.is_floating_point():
-        y = y.to(torch.long)
-        if bool((y < 0).any()):
-            raise InvalidArgumentError(argument, f"{where}: class indices in Y must be >= 0")
-    elif y.ndim == 2:
-        y = y.to(torch.float64)
-        if not bool(torch.isfinite(y).all()) or bool((y < 0).any()):
-            raise InvalidArgumentError(
-                argument, f"{where}: Y rows must be finite probabilities (>= 0)"
-            )
-    else:
-        raise InvalidArgumentError(
-            argument,
-            f"{where}: Y must be 1-D class indices or 2-D probability rows, "
-            f"got shape {tuple(y.shape)}",
-        )
-    return x, y
-
-
-def _check_targets(clients: list[tuple["torch.Tensor", "torch.Tensor"]]) -> None:
-    kinds = {(y.ndim, y.shape[1] if y.ndim == 2 else None) for _, y in clients}
-    if len(kinds) > 1:
-        raise InvalidArgumentError(
-            "client_data",
-            f"every client's Y must be of one kind (labels or rows of one "
-            f"width); got {sorted(kinds, key=str)}",
-        )
-    shapes = {tuple(x.shape[1:]) for x, _ in clients}
-    if len(shapes) > 1:
-        raise InvalidArgumentError(
-            "client_data", f"every client's X must have one sample shape; got {sorted(shapes)}"
-        )
 
 
 def _seed(rng: object) -> int:

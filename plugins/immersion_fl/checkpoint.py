@@ -48,7 +48,8 @@ class Checkpoint:
     Parameters
     ----------
     folder:
-        The checkpoint folder (created, owner-only).
+        The checkpoint folder, created owner-only at the first save (a run that fails before
+        its first round ends leaves nothing on disk).
     cfg:
         The run; a checkpoint of another configuration is refused on load.
     """
@@ -57,8 +58,6 @@ class Checkpoint:
         self.folder = folder
         self.cfg = cfg
         self.cfg_json = cfg.to_json()
-        folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(folder, 0o700)
 
     def _keys(self, server: Server) -> dict[str, np.ndarray]:
         return server.scheme.key_arrays()
@@ -73,6 +72,8 @@ class Checkpoint:
         next_round:
             The round a resumed run starts with.
         """
+        self.folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.folder, 0o700)
         keys = self._keys(server)
         if keys and not (self.folder / "keys.npz").exists():
             write_private(self.folder / "keys.npz", npz_bytes(keys), prefix=".ckpt-")

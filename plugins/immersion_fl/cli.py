@@ -232,7 +232,7 @@ def fl_group() -> None:
     default=True,
     show_default=True,
     help="Also run FedAvg summing its uploads in reverse order: the float64 drift any two FedAvg "
-    "runs show, next to the scheme's (local engine, with --compare-plain).",
+    "runs show, next to the scheme's (with --compare-plain).",
 )
 @click.option(
     "--client-timeout",
@@ -285,7 +285,7 @@ def fl_run(
             faults=FaultPlan.parse(inject),
             checkpoint=checkpoint,
             resume=resume,
-            reference_drift=reference_drift and engine == "local" and cfg.compare_plain,
+            reference_drift=reference_drift and cfg.compare_plain,
         )
     except EveryClientFailedError as exc:  # e.g. an --lr so large that training diverges
         raise click.ClickException(

@@ -269,9 +269,8 @@ def run_federated(
     task:
         The learning problem (default: :func:`task_from_config`).
     reference_drift:
-        Also run plain FedAvg summing its uploads in reverse order beside the plain twin and
-        record ``max |w_fedavg - w_fedavg_reversed|`` per round (``RunResult.reference_drift``:
-        float64 chaos without any encoding; needs ``compare_plain``).
+        Also run plain FedAvg summing its uploads in reverse order, beside the plain twin
+        (``compare_plain``; weight-averaging schemes, both engines): ``reference_drift`` per round.
 
     Returns
     -------
@@ -296,7 +295,9 @@ def run_federated(
 
         if checkpoint is not None or resume or stop_after is not None:
             raise InvalidArgumentError("checkpoint", "checkpoints work with engine='local'")
-        return run_flower(cfg, progress=progress, faults=plan, task=task)
+        return run_flower(
+            cfg, progress=progress, faults=plan, task=task, reference_drift=reference_drift
+        )
     if engine != "local":
         raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
     task = task or task_from_config(cfg)

@@ -24,6 +24,7 @@ from .models import FlatModel, build_model
 from .optimizers import GradientTransformation
 from .scheme import AnyScheme, SchemeContext
 from .schemes import FedAvg
+from .user_model import check_module, check_outputs, client_tensors
 
 if TYPE_CHECKING:
     import torch
@@ -251,17 +252,19 @@ def user_task(cfg: RunConfig) -> FederatedTask:
     import torch
     from immersion.imports import call_loader, is_import_path
 
-    from .api import check_module, client_tensors
-
     if _user_dataset(cfg.dataset):
         loaded = call_loader(cfg.dataset, argument="dataset")
         if not isinstance(loaded, (tuple, list)) or len(loaded) not in (2, 4):
             raise InvalidArgumentError(
                 "dataset", f"{cfg.dataset} must return (X, Y) or (X, Y, X_test, Y_test)"
             )
-        x, y = client_tensors(-1, tuple(loaded[:2]), argument="dataset")
+        x, y = client_tensors(-1, tuple(loaded[:2]), argument="dataset", part=cfg.dataset)
         test = (
-            client_tensors(-1, tuple(loaded[2:]), argument="dataset") if len(loaded) == 4 else None
+            client_tensors(
+                -1, tuple(loaded[2:]), argument="dataset", part=f"{cfg.dataset} (test split)"
+            )
+            if len(loaded) == 4
+            else None
         )
     else:
         data = load_dataset(cfg.dataset, seed=cfg.seed)
@@ -292,6 +295,9 @@ def user_task(cfg: RunConfig) -> FederatedTask:
             )
         )
         w0 = model.initial_vector(cfg.seed)
+    check_outputs(model.module, [(x, y)], argument="dataset")
+    if test is not None:
+        check_outputs(model.module, [test], argument="dataset")
     labels = (y.argmax(1) if y.ndim == 2 else y).numpy()
     parts = split_clients(labels, cfg.clients, split=cfg.split, alpha=cfg.alpha, seed=cfg.seed)
     return FederatedTask(model, [(x[idx], y[idx]) for idx in parts], w0, test)
@@ -468,7 +474,11 @@ class Server:
         scheme = make_scheme(cfg.scheme, cfg.options, context)
         w0 = backend.asarray(task.w0)
         scheme.setup(w0)
-        plain = scheme.plain_twin() if cfg.compare_plain and cfg.scheme != "fedavg" else None
+        plain = (
+            (scheme.plain_twin() or FedAvg())
+            if cfg.compare_plain and cfg.scheme != "fedavg"
+            else None
+        )
         references: dict[str, AnyScheme] = {}
         if plain is not None and not isinstance(plain, FedAvg):
             references["float"] = FedAvg()

@@ -144,6 +144,7 @@ def serve(
     plan: FaultPlan,
     progress: Callable[[str], None] | None,
     task: FederatedTask | None = None,
+    reference_drift: bool = False,
 ) -> RunResult:
     """The ServerApp's work for ``cfg`` (simulation and deployment runtimes alike).
 
@@ -159,14 +160,18 @@ def serve(
         Called with one line per round.
     task:
         A user's learning problem (default: :func:`~immersion_fl.engine.task_from_config`).
+    reference_drift:
+        Also run plain FedAvg summing its uploads in reverse order (with ``compare_plain``), as
+        the local engine does. The one-step error is not recorded here: it needs the clients'
+        plain local models, which the nodes do not send.
     """
 
     flwr_app = _flwr()[0]
     ConfigRecord, Message, RecordDict = flwr_app.ConfigRecord, flwr_app.Message, flwr_app.RecordDict
     nodes = await_nodes(grid, cfg.clients)
-    server = Server.create(
-        cfg, task or task_from_config(cfg)
-    )  # keys drawn; noise calibrated after |D_i|
+    server = Server.create(  # keys drawn; noise calibrated after |D_i|
+        cfg, task or task_from_config(cfg), reference_drift=reference_drift
+    )
     clip = server.scheme.model_norm_bound
     handshake = ConfigRecord(
         {
@@ -252,7 +257,8 @@ def serve(
             if server.plain is not None
             else None
         )
-        for reference in server.references.values():  # float FedAvg beside an integer scheme
+        # float FedAvg beside an integer scheme; FedAvg summing in reverse (reference drift)
+        for reference in server.references.values():
             flower_round(reference, reference.name, t, [], set(contributors))
         server.record(t, seconds, seconds_plain, progress)
     server.result.final_model = server.scheme.global_model()
@@ -778,6 +784,7 @@ def run_flower(
     server_work: Callable[..., Any] | None = None,
     client_work: Callable[[Message, Context], Message] | None = None,
     task: FederatedTask | None = None,
+    reference_drift: bool = False,
 ) -> Any:
     """Run ``cfg`` on Flower's simulation runtime (Ray backend) with ``cfg.clients`` virtual nodes
     (Ray gets no more CPUs than there are nodes).
@@ -789,6 +796,8 @@ def run_flower(
     task:
         A user's model and data: the nodes train on its client data (then neither
         ``server_work`` nor ``client_work`` may be given).
+    reference_drift:
+        As in :func:`serve` (then ``server_work`` may not be given).
 
     Returns
     -------
@@ -797,13 +806,17 @@ def run_flower(
     """
     _, _, _, simulation = _flwr()
     sink: dict[str, Any] = {}
-    if task is not None:
-        if server_work is not None or client_work is not None:
-            raise ValueError("task replaces the default server and client work")
-        user_task = task
+    if task is not None and client_work is not None:
+        raise ValueError("task replaces the default client work")
+    user_task = task
+    if task is not None or reference_drift:
+        if server_work is not None:
+            raise ValueError("task and reference_drift replace the default server work")
 
         def server_work(grid: "Grid", cfg: RunConfig, **kwargs: Any) -> RunResult:
-            return serve(grid, cfg, task=user_task, **kwargs)
+            return serve(grid, cfg, task=user_task, reference_drift=reference_drift, **kwargs)
+
+    if user_task is not None:
 
         def client_for(cfg: RunConfig, index: int, clip: float | None) -> Client:
             return user_task.client(cfg, index, optimizer_by_name(cfg.optimizer, cfg.lr), clip)

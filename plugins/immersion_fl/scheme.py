@@ -209,12 +209,10 @@ class Scheme(ABC, Generic[BroadcastT, UploadT, AggregateT]):
         """
         return w_sum
 
-    def plain_twin(self) -> "AnyScheme":
-        """The plain reference this scheme must reproduce (plain FedAvg; integer schemes: FedAvg
-        on the same fixed-point values)."""
-        from .schemes import FedAvg
-
-        return FedAvg()
+    def plain_twin(self) -> "AnyScheme | None":
+        """The plain reference this scheme must reproduce: None for plain FedAvg (the server
+        builds it); integer schemes return FedAvg on the same fixed-point values."""
+        return None
 
     def design_noise(self, sizes: list[int]) -> None:  # noqa: B027 - an optional capability
         """Calibrate the round noise from the clients' dataset sizes (nothing to design here).

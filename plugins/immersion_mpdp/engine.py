@@ -20,6 +20,7 @@ from immersion.securesum import FixedPointRangeError, reveal_requests, revealed_
 from immersion_fl.data import load_dataset, split_clients
 from immersion_fl.engine import EveryClientFailedError, FederatedTask, RunConfig, RunResult
 from immersion_fl.faults import FaultPlan
+from immersion_fl.secure import SecureAggregationError
 
 from .calibration import Calibration, calibrate
 from .ddp import Layout, NoiseSettings, Upload
@@ -370,7 +371,7 @@ def mpdp_round(
             clients[k].forget(t)
         server.noise = one_word
         return sorted(uploads), [uploads[k] for k in sorted(uploads)]
-    raise RuntimeError(
+    raise SecureAggregationError(
         f"round {t}: aborted {MAX_ATTEMPTS} times; see the log for the clients that did not answer"
     )
 

@@ -44,6 +44,7 @@ from immersion_fl.engine import EveryClientFailedError, RunConfig
 from immersion_fl.faults import FaultPlan
 from immersion_fl.flower_engine import arrays_record as _arrays
 from immersion_fl.flower_engine import flwr_types as _flwr_types
+from immersion_fl.secure import SecureAggregationError
 
 from . import engine
 from .ddp import PURPOSES, NoiseSettings, Upload
@@ -215,7 +216,7 @@ def flower_round(
                 publics[k] = _as_bytes(answers[k].content["keys"]["public"])
         members = sorted(publics)
         if not members:
-            raise RuntimeError(f"round {t}: no node answered the key advertisement")
+            raise EveryClientFailedError(f"round {t}: no node answered the key advertisement")
         model, graph = server.begin_round(members)
         phase_s["server_mp"] = phase_s.get("server_mp", 0.0) + time.perf_counter() - tick
         model_arrays = model.arrays()
@@ -277,7 +278,7 @@ def flower_round(
         server.finish_round(uploads, revealed)
         phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
         return sorted(uploads), [uploads[k] for k in sorted(uploads)]
-    raise RuntimeError(
+    raise SecureAggregationError(
         f"round {t}: aborted {engine.MAX_ATTEMPTS} times; see the log for the clients that did "
         "not answer"
     )
