@@ -10,10 +10,8 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -186,44 +184,18 @@ def test_the_wrapper_refuses_bad_arguments_and_float32_models():
 
 
 # ------------------------------------------------------------------------------- the quickstart app
-def _app_copy(tmp_path: Path, name: str, patched: bool) -> Path:
-    app = tmp_path / name
-    shutil.copytree(QUICKSTART, app)
-    if patched:
-        subprocess.run(["git", "apply", "enable_sifl.patch"], cwd=app, check=True)
-    return app
+def _quickstart():
+    """benchmarks/flower_quickstart.py: copying, patching and simulating the quickstart app."""
+    spec = importlib.util.spec_from_file_location(
+        "flower_quickstart", QUICKSTART.parents[1] / "benchmarks" / "flower_quickstart.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-SIMULATE = """
-import sys
-from flwr.simulation import run_simulation
-from digitsexample import server_app, client_app
-server_app.DEFAULTS.update({{"final-model": sys.argv[1], "num-server-rounds": 2}})
-server_app.DEFAULTS.update({extra})
-run_simulation(server_app=server_app.app, client_app=client_app.app, num_supernodes=2,
-               backend_config={{"client_resources": {{"num_cpus": 1, "num_gpus": 0.0}},
-                               "init_args": {{"num_cpus": 2}}}})
-"""
-
-
-def _simulate(app: Path, out: Path, extra: str = "{}") -> dict:
-    env = {**os.environ, "PYTHONPATH": f"{app}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    command = [sys.executable, "-c", SIMULATE.format(extra=extra), str(out)]
-    try:  # a run takes ~15 s here; Ray's start-up has been seen to hang on a loaded CI machine
-        done = subprocess.run(
-            command, cwd=app, env=env, capture_output=True, text=True, timeout=180
-        )
-    except subprocess.TimeoutExpired:  # one retry: a hang in our code would hang again
-        done = subprocess.run(
-            command, cwd=app, env=env, capture_output=True, text=True, timeout=180
-        )
-    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
-    return torch.load(out)
-
-
-def _max_diff(a: dict, b: dict) -> float:
-    assert list(a) == list(b)
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
+quickstart = _quickstart()
+_app_copy, _simulate, _max_diff = quickstart.app_copy, quickstart.simulate, quickstart.max_diff
 
 
 def test_the_patch_is_at_most_ten_lines():
