@@ -1068,3 +1068,66 @@ def test_a_rekey_whose_state_overflows_is_refused_in_process_and_remotely(loopba
     moved = cloud.rekey(rot.current, xt)  # the session was not rotated: the real rekey applies
     assert relative_error(moved, rot.cloud.rekey(rotation, xt)) <= RTOL
     cloud.close()
+
+
+def test_a_reply_that_arrives_with_the_servers_close_is_taken(monkeypatch):
+    """A server that answers and then closes (a clean stop) signals both at once: the client
+    takes the answer instead of calling the connection dropped."""
+    import zmq
+
+    ctx = zmq.Context.instance()
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    channel = _channel(f"tcp://127.0.0.1:{port}")
+    poll = channel._poller.poll
+
+    def late_poll(timeout: int) -> list:  # both events are queued before the client looks
+        time.sleep(0.5)
+        return poll(timeout)
+
+    monkeypatch.setattr(channel._poller, "poll", late_poll)
+
+    def answer_then_close() -> None:
+        identity, empty, kind, rid, *_ = router.recv_multipart()
+        router.send_multipart([identity, empty, rid, wire.OK, b"answer"])
+        router.close(linger=1000)
+
+    server = threading.Thread(target=answer_then_close)
+    server.start()
+    try:
+        assert channel.request(wire.HELLO) == [b"answer"]
+    finally:
+        server.join(10)
+        channel.close()
+
+
+def test_one_failed_handshake_is_retried_and_a_persistent_one_blames_the_keys(
+    keyed_service, monkeypatch
+):
+    """A server killed mid-handshake fails one handshake (retried); a wrong server key fails
+    every one (AuthenticationError after a few quick attempts, not a timeout)."""
+    service, keys, _ = keyed_service
+    server_public, pair = _curve_of(keys, 0)
+    real = _Channel._connection_event
+    calls = {"n": 0}
+
+    def first_fails(self) -> str | None:
+        calls["n"] += 1
+        return "handshake" if calls["n"] == 1 else real(self)
+
+    monkeypatch.setattr(_Channel, "_connection_event", first_fails)
+    channel = _Channel(service.address, timeout_s=5.0, attempts=3, curve=(server_public, pair))
+    try:
+        assert channel.request(wire.HELLO)
+    finally:
+        channel.close()
+    monkeypatch.setattr(_Channel, "_connection_event", real)
+    impostor = _pair(Path(keys["clients"][1]["client_key"]))  # not the server's key pair
+    wrong = _Channel(service.address, timeout_s=30.0, attempts=5, curve=(impostor.public, pair))
+    start = time.monotonic()
+    try:
+        with pytest.raises(AuthenticationError, match="handshake"):
+            wrong.request(wire.HELLO)
+    finally:
+        wrong.close()
+    assert time.monotonic() - start < 30.0  # refused on the handshakes, not after timeouts

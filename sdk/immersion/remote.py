@@ -40,6 +40,10 @@ from .curve import CurveKeyPair, load_curve_public, load_curve_secret
 from .errors import ImmersionError, InvalidArgumentError, OptionalDependencyError
 from .remote_kinds import PUBLIC_MATRICES, kind_of, public_target_matrices
 
+#: Consecutive failed handshakes before the client blames the keys: a server killed in the middle
+#: of one fails a single handshake, a wrong server_key (or CURVE on one side only) fails them all.
+_HANDSHAKE_TRIES = 3
+
 __all__ = [
     "PUBLIC_MATRICES",
     "AuthenticationError",
@@ -238,7 +242,7 @@ class _Channel:
     def request(self, kind: bytes, *body: bytes, attempts: int | None = None) -> list[bytes]:
         """Send one request and return the reply body; raise the named error the server sent."""
         tries = self.attempts if attempts is None else attempts
-        dropped = 0
+        dropped = failed_handshakes = 0
         for _ in range(tries):
             self._next_id += 1
             rid = struct.pack("<Q", self._next_id)
@@ -251,6 +255,13 @@ class _Channel:
                 message = outcome[2].decode(errors="replace") if len(outcome) > 2 else "refused"
                 raise _ERRORS.get(code, RemoteError)(f"remote: {message}", code=code)
             dropped += outcome == "dropped"
+            # a server killed mid-handshake fails one handshake; a wrong key fails every one
+            failed_handshakes = failed_handshakes + 1 if outcome == "handshake" else 0
+            if failed_handshakes == min(tries, _HANDSHAKE_TRIES):
+                raise AuthenticationError(
+                    f"remote: the handshake with {self.address} failed: server_key is not that "
+                    "server's public key, or one side uses CurveZMQ keys and the other does not"
+                )
             self.close()  # a fresh socket: nothing stale is queued, the handshake is redone
             self._open()
         if dropped == tries:
@@ -264,28 +275,35 @@ class _Channel:
         )
 
     def _wait(self, rid: bytes) -> list[bytes] | str:
-        zmq = self._zmq
         deadline = time.monotonic() + self.timeout_s
         while (left := deadline - time.monotonic()) > 0:
             ready = dict(self._poller.poll(max(1, int(left * 1000))))
-            if self._monitor in ready and self._handshake_dropped():
-                return "dropped"
-            if self._sock in ready:
-                while True:
-                    try:
-                        frames = self._sock.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    if len(frames) >= 3 and frames[0] == b"" and frames[1] == rid:
-                        return frames[2:]  # anything else answers an earlier, abandoned attempt
+            # the reply first: a server that answers and then closes (a clean stop) signals
+            # both at once, and the answer must not be taken for a dropped connection
+            if self._sock in ready and (reply := self._reply(rid)) is not None:
+                return reply
+            if self._monitor in ready and (event := self._connection_event()) is not None:
+                return self._reply(rid) or event
         return "timeout"
 
-    def _handshake_dropped(self) -> bool:
-        """Read monitor events: raise on a failed handshake, True if the server dropped us."""
+    def _reply(self, rid: bytes) -> list[bytes] | None:
+        """The queued reply to request ``rid``, if any (earlier attempts' replies are dropped)."""
+        while True:
+            try:
+                frames = self._sock.recv_multipart(self._zmq.NOBLOCK)
+            except self._zmq.Again:
+                return None
+            if len(frames) >= 3 and frames[0] == b"" and frames[1] == rid:
+                return frames[2:]  # anything else answers an earlier, abandoned attempt
+
+    def _connection_event(self) -> str | None:
+        """Read monitor events: raise if the server refused our key; "handshake" if a handshake
+        failed otherwise (a wrong server key, or a server killed mid-handshake); "dropped" if
+        the server closed an established connection; None if nothing happened."""
         from zmq.utils.monitor import parse_monitor_message
 
         zmq = self._zmq
-        dropped = False
+        outcome = None
         while self._monitor.poll(0):
             event = parse_monitor_message(self._monitor.recv_multipart())["event"]
             if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
@@ -294,15 +312,12 @@ class _Channel:
                     "the server's clients folder)"
                 )
             if event in (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
-                raise AuthenticationError(
-                    f"remote: the handshake with {self.address} failed: server_key is not that "
-                    "server's public key, or one side uses CurveZMQ keys and the other does not"
-                )
+                return "handshake"
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._handshaken = True
             elif event == zmq.EVENT_DISCONNECTED and self._handshaken:
-                dropped = True
-        return dropped
+                outcome = "dropped"
+        return outcome
 
 
 class RemoteTarget:
