@@ -6,6 +6,7 @@ User side: :class:`Immersion` (keys, encoder, decoder, report). Cloud side:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Literal
 
 import numpy as np
@@ -19,13 +20,16 @@ from .keygen import (
     validated_arithmetic_design,
 )
 from .keys import Keys, ModularKeys
-from .keys.codes import DenseNoisyEncoder
+from .keys.codes import DenseNoisyEncoder, DenseUserSample
 from .noise_blocks import NoiseBlocks, block_rows
 from .privacy import PrivacyReport, privacy_report
 from .privacy.bounds import DecodeBounds, Decoded
 from .privacy.precision import refuse_infeasible_precision
 from .probing import estimate_input_gain, probe_both, uses_public
 from .target import CheckedFunction, TargetAlgorithm
+
+_FLOAT64 = np.dtype(np.float64)
+_isfinite = math.isfinite
 
 
 class Immersion:
@@ -35,6 +39,8 @@ class Immersion:
     """
 
     keys: Any  # Keys (float arithmetic) or ModularKeys
+    #: small dense keys on numpy float64: the matrices of the short paths (None: general paths)
+    _dense_user: DenseUserSample | None = None
     _input_enc: Callable[[Any, Any], Any]
     _state_enc: Callable[[Any], Any]
     _state_dec: Callable[[Any], Any]
@@ -69,6 +75,9 @@ class Immersion:
             and block_rows(keys.input_code.n_total) > 1
             else None
         )
+        self._dense_user = DenseUserSample.of(
+            self._signal_enc, self._mask, self._output_dec, self._state_dec
+        )
         self._report_args = dict(
             unit_roundoff=backend.unit_roundoff, dtype=backend.dtype_name, input_gain=input_gain
         )
@@ -90,6 +99,19 @@ class Immersion:
     def encode_input(self, y: Any) -> Any:
         """``y~ = Pi1 y + N1 s`` with fresh noise ``s`` on every call (eq. 16); ``y`` may be
         batched."""
+        d = self._dense_user
+        if (  # small dense keys, one float64 sample: one gemv, one finiteness test of y~
+            d is not None
+            and d.input is not None
+            and type(y) is np.ndarray
+            and y.dtype is _FLOAT64
+            and y.shape == d.y_shape
+            and _isfinite(sum(y.tolist()))  # NaN or inf (or a sum that overflows): general path
+        ):
+            encoded = y.dot(d.input) + (self._noise_blocks or self._start_noise_blocks()).next()
+            if _isfinite(sum(encoded.tolist())):
+                return encoded
+            return v.finite_result(self.backend, "y", encoded, "encoding it")
         arr = self._array("y", y, self.n_input)
         blocks = self._noise_blocks or self._start_noise_blocks()
         lead = tuple(arr.shape[:-1])
@@ -119,6 +141,20 @@ class Immersion:
 
     def decode_output(self, encoded_output: Any, encoded_input: Any) -> Any:
         """``u = Pi3_left (u~ - Pi4 y~)`` (eq. 18), with the ``y~`` the output was computed from."""
+        d = self._dense_user
+        if (  # small dense keys, one float64 sample: the products of the dense decoders
+            d is not None
+            and type(encoded_output) is np.ndarray
+            and type(encoded_input) is np.ndarray
+            and encoded_output.dtype is _FLOAT64
+            and encoded_input.dtype is _FLOAT64
+            and encoded_output.shape == d.ut_shape
+            and encoded_input.shape == d.yt_shape
+            and _isfinite(sum(encoded_output.tolist()) + sum(encoded_input.tolist()))
+        ):
+            u = (encoded_output - encoded_input.dot(d.mask)).dot(d.output_left)
+            if _isfinite(sum(u.tolist())):
+                return u  # else the checks below name the overflow
         ut = self._array("encoded_output", encoded_output, self.target.n_output_encoded)
         yt = self._array("encoded_input", encoded_input, self.target.n_input_encoded)
         return v.finite_result(
@@ -127,6 +163,17 @@ class Immersion:
 
     def decode_state(self, encoded_state: Any) -> Any:
         """``x = Pi2_left x~``."""
+        d = self._dense_user
+        if (
+            d is not None
+            and type(encoded_state) is np.ndarray
+            and encoded_state.dtype is _FLOAT64
+            and encoded_state.shape == d.xt_shape
+            and _isfinite(sum(encoded_state.tolist()))
+        ):
+            x = encoded_state.dot(d.state_left)
+            if _isfinite(sum(x.tolist())):
+                return x
         decoded = self._state_dec(
             self._array("encoded_state", encoded_state, self.target.n_state_encoded)
         )

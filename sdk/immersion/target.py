@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -14,6 +15,7 @@ from .keys.codes import DenseTargetSample
 from .target_codes import TargetCodes
 
 _FLOAT64 = np.dtype(np.float64)
+_isfinite = math.isfinite
 
 
 class CheckedFunction:
@@ -36,7 +38,17 @@ class CheckedFunction:
         )
 
     def __call__(self, x: Any, y: Any, w: Any) -> Any:
-        out = self.fn(x, y, w) if self.uses_public else self.fn(x, y)
+        return self.check(self.fn(x, y, w) if self.uses_public else self.fn(x, y))
+
+    def check(self, out: Any) -> Any:
+        """``out`` (what the function returned) as an array of the backend, shape ``(n_out,)``,
+        finite; else an error naming the function.
+
+        Parameters
+        ----------
+        out : Any
+            The function's result.
+        """
         if (  # the common case on numpy: a float64 vector of the right length
             type(out) is np.ndarray
             and out.dtype is _FLOAT64
@@ -99,8 +111,10 @@ class TargetAlgorithm:
     _input_in: Callable[[Any], Any]
     _output_out: Callable[[Any], Any]
     _mask: Callable[[Any], Any]
-    #: ``advance``'s path for small dense keys (None: the general path)
+    #: the matrices of small dense keys on numpy float64 (None: the general operators)
     _dense: DenseTargetSample | None = None
+    #: ``advance``'s short path: ``_dense`` when neither ``f`` nor ``g`` takes ``w``
+    _fast: DenseTargetSample | None = None
 
     def __init__(
         self, *, f: CheckedFunction, g: CheckedFunction, keys: Keys, backend: ArrayBackend
@@ -108,9 +122,10 @@ class TargetAlgorithm:
         self._f, self._g, self.backend = f, g, backend
         self._use_codes(TargetCodes.from_keys(keys, backend))
 
-    def _use_codes(self, codes: TargetCodes) -> None:
+    def _use_codes(self, codes: TargetCodes, dense: DenseTargetSample | None = None) -> None:
         """Take the encoded sizes and the five codes of eq. 17 from one shared object (and, when
-        all five are dense numpy float64 operators, their transposed matrices for the fast path)."""
+        all five are dense numpy float64 operators, their transposed matrices for the fast path:
+        ``dense`` when the caller already holds them)."""
         self.codes = codes
         self.n_state_encoded = codes.n_state_encoded
         self.n_input_encoded = codes.n_input_encoded
@@ -118,9 +133,37 @@ class TargetAlgorithm:
         self._state_in, self._state_out = codes.state_in, codes.state_out
         self._input_in, self._output_out = codes.input_in, codes.output_out
         self._mask = codes.mask
-        self._dense = DenseTargetSample.of(
+        self._dense = dense or DenseTargetSample.of(
             self._state_in, self._input_in, self._state_out, self._output_out, self._mask
         )
+        self._fast = None if self._dense is None or self.uses_public else self._dense
+
+    @classmethod
+    def from_dense(
+        cls,
+        *,
+        f: CheckedFunction,
+        g: CheckedFunction,
+        backend: ArrayBackend,
+        dense: DenseTargetSample,
+    ) -> "TargetAlgorithm":
+        """A target from the transposed matrices of keys this library drew (no checks, no copy:
+        the key pool of :mod:`immersion.rotation`; matrices received from elsewhere go through
+        :meth:`from_matrices`).
+
+        Parameters
+        ----------
+        f, g : CheckedFunction
+            The checked user functions.
+        backend : ArrayBackend
+            The numpy float64 backend.
+        dense : DenseTargetSample
+            ``Pi2_left^T, Pi1_left^T, Pi2^T, Pi3^T, Pi4^T``, C-contiguous float64.
+        """
+        self = cls.__new__(cls)
+        self._f, self._g, self.backend = f, g, backend
+        self._use_codes(TargetCodes.from_transposed(dense), dense)
+        return self
 
     @classmethod
     def from_matrices(
@@ -202,10 +245,35 @@ class TargetAlgorithm:
 
         Equal to ``(self.output(x~, y~, w), self.step(x~, y~, w))``, bit for bit; a controller
         in the cloud calls this once per sample. Small dense keys on numpy float64 take a short
-        path (one ``gemv`` per product, each vector tested for finiteness once); if an encoded
-        result overflows, the checked path runs again (``f`` and ``g`` are called a second time)
-        to name the culprit.
+        path: one ``gemv`` per product, ``x~`` and ``y~`` tested for finiteness together before
+        any arithmetic, and the two encoded results together once after (they carry any NaN or
+        inf that ``f`` or ``g`` returned, and any overflow). Where the second test fails, the
+        checks of the general path name the culprit from the values already computed.
         """
+        d = self._fast
+        if (
+            d is not None
+            and w is None
+            and type(encoded_state) is np.ndarray
+            and type(encoded_input) is np.ndarray
+            and encoded_state.dtype is _FLOAT64
+            and encoded_input.dtype is _FLOAT64
+            and encoded_state.shape == d.state_shape
+            and encoded_input.shape == d.input_shape
+            # the sum is finite unless an entry is NaN or inf (or it overflows: general path)
+            and _isfinite(sum(encoded_state.tolist()) + sum(encoded_input.tolist()))
+        ):
+            x, y = encoded_state.dot(d.state_left), encoded_input.dot(d.input_left)
+            gx, fx = self._g.fn(x, y), self._f.fn(x, y)
+            if not (type(gx) is np.ndarray and gx.dtype is _FLOAT64 and gx.shape == d.g_shape):
+                gx = self._checked(self._g, gx, x, y)
+            if not (type(fx) is np.ndarray and fx.dtype is _FLOAT64 and fx.shape == d.f_shape):
+                fx = self._checked(self._f, fx, x, y)
+            masked = encoded_input.dot(d.mask)
+            ut, xt_next = gx.dot(d.output) + masked, fx.dot(d.state)
+            if not _isfinite(sum(ut.tolist()) + sum(xt_next.tolist())):
+                self._name_culprit(x, y, gx, fx, masked, ut, xt_next)
+            return ut, xt_next
         self._check_public(w)
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
@@ -214,13 +282,39 @@ class TargetAlgorithm:
             x, y = self._state_in(xt), self._input_in(yt)
         else:
             x, y = xt.dot(dense.state_left), yt.dot(dense.input_left)
-            ut = self._call(self._g, x, y, w).dot(dense.output) + yt.dot(dense.mask)
-            xt_next = self._call(self._f, x, y, w).dot(dense.state)
-            if v.all_finite(ut) and v.all_finite(xt_next):
-                return ut, xt_next
         return self._encoded_output(self._call(self._g, x, y, w), yt), self._encoded_state(
             self._call(self._f, x, y, w)
         )
+
+    def _checked(self, fn: CheckedFunction, out: Any, x: Any, y: Any) -> Any:
+        """``fn.check(out)``; a NaN or inf in it is first traced to a decoding overflow, as
+        :meth:`_call` does."""
+        try:
+            return fn.check(out)
+        except NonFiniteError:
+            self._decoding_overflow(x, y)
+            raise
+
+    def _decoding_overflow(self, x: Any, y: Any) -> None:
+        for name, decoded in (("encoded_state", x), ("encoded_input", y)):
+            v.finite_result(self.backend, name, decoded, "decoding it")
+
+    def _name_culprit(
+        self, x: Any, y: Any, gx: Any, fx: Any, masked: Any, ut: Any, xt_next: Any
+    ) -> None:
+        """The checks of the general path, in its order, on the short path's values: raise
+        naming ``encoded_state``, ``encoded_input``, ``g`` or ``f`` (nothing when every entry is
+        finite: a sum that overflowed)."""
+        if not v.all_finite(gx):
+            self._decoding_overflow(x, y)
+            raise NonFiniteError(self._g.name, "returned NaN or inf")
+        if not v.all_finite(ut):
+            v.finite_result(self.backend, "encoded_input", masked, "its mask term Pi4 y~")
+            v.finite_result(self.backend, "g", ut, "its result, once encoded,")
+        if not v.all_finite(fx):
+            self._decoding_overflow(x, y)
+            raise NonFiniteError(self._f.name, "returned NaN or inf")
+        v.finite_result(self.backend, "f", xt_next, "its result, once encoded,")
 
     def reencode_state(self, encoded_state: Any, new_target: "TargetAlgorithm") -> Any:
         """``x~_new = Pi2_new Pi2_left x~`` for a key rotation: the same state under
@@ -229,6 +323,9 @@ class TargetAlgorithm:
         The cloud can apply this itself: it learns nothing new, as it decodes the state every step.
         """
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
+        old, new = self._dense, new_target._dense
+        if old is not None and new is not None and type(xt) is np.ndarray:
+            return xt.dot(old.state_left).dot(new.state)  # what the dense operators compute
         return new_target._state_out(self._state_in(xt))
 
     def output(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
@@ -247,8 +344,7 @@ class TargetAlgorithm:
         try:
             return fn(x, y, w)
         except NonFiniteError:
-            for name, decoded in (("encoded_state", x), ("encoded_input", y)):
-                v.finite_result(self.backend, name, decoded, "decoding it")
+            self._decoding_overflow(x, y)
             if w is not None and not _finite_public(self.backend, w):
                 raise NonFiniteError("w", "contains NaN or inf") from None
             raise
