@@ -7,6 +7,7 @@ User side: :class:`Immersion` (keys, encoder, decoder, report). Cloud side:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 import numpy as np
@@ -15,6 +16,7 @@ from . import _validation as v
 from .backends import ArrayBackend, make_backend
 from .errors import InvalidArgumentError
 from .keygen import (
+    NoiseTargets,
     draw_geometry,
     split_rng,
     validated_arithmetic_design,
@@ -41,6 +43,8 @@ class Immersion:
     keys: Any  # Keys (float arithmetic) or ModularKeys
     #: small dense keys on numpy float64: the matrices of the short paths (None: general paths)
     _dense_user: DenseUserSample | None = None
+    #: how :func:`immerse` designed these keys (None: modular arithmetic)
+    _design: "FloatDesign | None" = None
     _input_enc: Callable[[Any, Any], Any]
     _state_enc: Callable[[Any], Any]
     _state_dec: Callable[[Any], Any]
@@ -385,21 +389,79 @@ def immerse(
     point = probe_both(f_checked, g_checked, dims["n_state"], dims["n_input"], n_public, probe, be)
     input_gain = estimate_input_gain(f_checked, g_checked, point, be)
 
-    designed_here = not (isinstance(keys, Keys) and keys.noise is not None)
-    if isinstance(keys, Keys):
-        drawn = _checked_user_keys(keys, dims)
-    else:
-        drawn = draw_geometry(keys, dims, block_size, key_rng)
-    if designed_here:
-        drawn = targets.apply(drawn)
-    if tolerance is not None:
-        refuse_infeasible_precision(
-            drawn, be, tolerance, targets if designed_here else None, input_gain
+    design = FloatDesign(f_checked, g_checked, be, dims, targets, tolerance, input_gain, block_size)
+    return design.immerse(keys, key_rng, noise_rng)
+
+
+@dataclass(frozen=True, eq=False)
+class FloatDesign:
+    """What :func:`immerse` checked and measured once for float keys: enough to draw keys of the
+    same design again without probing ``f`` and ``g`` (key rotation,
+    :class:`~immersion.rotation.RotatingImmersion`).
+
+    Parameters
+    ----------
+    f, g : CheckedFunction
+        The user's functions with their checks.
+    backend : ArrayBackend
+        The array backend.
+    dims : dict
+        The six dimensions.
+    targets : NoiseTargets
+        The noise design's targets (epsilons, deltas, sensitivities, law).
+    tolerance : float or None
+        The precision check's tolerance (None: no check).
+    input_gain : float
+        The amplification of input errors by ``f`` and ``g`` measured at the probe point.
+    block_size : int
+        Block size of block keys.
+    """
+
+    f: CheckedFunction
+    g: CheckedFunction
+    backend: ArrayBackend
+    dims: dict[str, int]
+    targets: NoiseTargets
+    tolerance: float | None
+    input_gain: float
+    block_size: int
+
+    def immerse(self, keys: Any, key_rng: Any, noise_rng: Any) -> Immersion:
+        """The handle of keys of this design: ``keys`` is ``"auto"``, ``"dense"``, ``"block"``
+        (drawn from ``key_rng``) or a :class:`Keys` object; the noise comes from ``noise_rng``.
+
+        Parameters
+        ----------
+        keys : str or Keys
+            As for :func:`immerse`.
+        key_rng, noise_rng : numpy.random.Generator
+            The streams of the keys and of the encoding noise.
+        """
+        designed_here = not (isinstance(keys, Keys) and keys.noise is not None)
+        if isinstance(keys, Keys):
+            drawn = _checked_user_keys(keys, self.dims)
+        else:
+            drawn = draw_geometry(keys, self.dims, self.block_size, key_rng)
+        if designed_here:
+            drawn = self.targets.apply(drawn)
+        if self.tolerance is not None:
+            refuse_infeasible_precision(
+                drawn,
+                self.backend,
+                self.tolerance,
+                self.targets if designed_here else None,
+                self.input_gain,
+            )
+        target = TargetAlgorithm(f=self.f, g=self.g, keys=drawn, backend=self.backend)
+        imm = Immersion(
+            keys=drawn,
+            target=target,
+            backend=self.backend,
+            noise_rng=noise_rng,
+            input_gain=self.input_gain,
         )
-    target = TargetAlgorithm(f=f_checked, g=g_checked, keys=drawn, backend=be)
-    return Immersion(
-        keys=drawn, target=target, backend=be, noise_rng=noise_rng, input_gain=input_gain
-    )
+        imm._design = self
+        return imm
 
 
 def _immerse_modular(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -122,10 +123,9 @@ class TargetAlgorithm:
         self._f, self._g, self.backend = f, g, backend
         self._use_codes(TargetCodes.from_keys(keys, backend))
 
-    def _use_codes(self, codes: TargetCodes, dense: DenseTargetSample | None = None) -> None:
+    def _use_codes(self, codes: TargetCodes) -> None:
         """Take the encoded sizes and the five codes of eq. 17 from one shared object (and, when
-        all five are dense numpy float64 operators, their transposed matrices for the fast path:
-        ``dense`` when the caller already holds them)."""
+        all five are dense numpy float64 operators, their transposed matrices for the fast path)."""
         self.codes = codes
         self.n_state_encoded = codes.n_state_encoded
         self.n_input_encoded = codes.n_input_encoded
@@ -133,7 +133,7 @@ class TargetAlgorithm:
         self._state_in, self._state_out = codes.state_in, codes.state_out
         self._input_in, self._output_out = codes.input_in, codes.output_out
         self._mask = codes.mask
-        self._dense = dense or DenseTargetSample.of(
+        self._dense = DenseTargetSample.of(
             self._state_in, self._input_in, self._state_out, self._output_out, self._mask
         )
         self._fast = None if self._dense is None or self.uses_public else self._dense
@@ -148,8 +148,8 @@ class TargetAlgorithm:
         dense: DenseTargetSample,
     ) -> "TargetAlgorithm":
         """A target from the transposed matrices of keys this library drew (no checks, no copy:
-        the key pool of :mod:`immersion.rotation`; matrices received from elsewhere go through
-        :meth:`from_matrices`).
+        the key pool of :mod:`immersion.key_pool`; matrices received from elsewhere go through
+        :meth:`from_matrices`). The operators of the general path are made on first use.
 
         Parameters
         ----------
@@ -160,9 +160,11 @@ class TargetAlgorithm:
         dense : DenseTargetSample
             ``Pi2_left^T, Pi1_left^T, Pi2^T, Pi3^T, Pi4^T``, C-contiguous float64.
         """
-        self = cls.__new__(cls)
-        self._f, self._g, self.backend = f, g, backend
-        self._use_codes(TargetCodes.from_transposed(dense), dense)
+        self = _DenseTarget.__new__(_DenseTarget)
+        self._f, self._g, self.backend, self._dense = f, g, backend, dense
+        self.n_state_encoded, self.n_input_encoded = dense.state_shape[0], dense.input_shape[0]
+        self.n_output_encoded = dense.mask.shape[1]
+        self._fast = None if f.uses_public or g.uses_public else dense
         return self
 
     @classmethod
@@ -359,3 +361,33 @@ class TargetAlgorithm:
             v.finite_result(self.backend, "encoded_input", masked, "its mask term Pi4 y~")
             v.finite_result(self.backend, "g", out, "its result, once encoded,")
         return out
+
+
+class _DenseTarget(TargetAlgorithm):
+    """A target made by :meth:`TargetAlgorithm.from_dense`: its codes (the general path's
+    operators) are built from the transposed matrices on first use."""
+
+    @cached_property
+    def codes(self) -> TargetCodes:  # type: ignore[override]
+        assert self._dense is not None
+        return TargetCodes.from_transposed(self._dense)
+
+    @cached_property
+    def _state_in(self) -> Callable[[Any], Any]:  # type: ignore[override]
+        return self.codes.state_in
+
+    @cached_property
+    def _state_out(self) -> Callable[[Any], Any]:  # type: ignore[override]
+        return self.codes.state_out
+
+    @cached_property
+    def _input_in(self) -> Callable[[Any], Any]:  # type: ignore[override]
+        return self.codes.input_in
+
+    @cached_property
+    def _output_out(self) -> Callable[[Any], Any]:  # type: ignore[override]
+        return self.codes.output_out
+
+    @cached_property
+    def _mask(self) -> Callable[[Any], Any]:  # type: ignore[override]
+        return self.codes.mask

@@ -131,17 +131,14 @@ class DenseUserSample:
     """The user side's transposed matrices of seed 002 eqs. 16 and 18, for small dense keys on
     numpy float64 (what :class:`~immersion.coding.Immersion` needs per sample).
 
-    ``input`` (``Pi1^T``; None when the encoding noise is not encoded ahead) and ``noise``
-    (``N1^T`` scaled by the noise law's scale, or None when the noise comes encoded ahead) encode
+    ``input`` (``Pi1^T``; None when the encoding noise is not encoded ahead of time) encodes
     ``y``; ``mask`` (``Pi4^T``) and ``output_left`` (``Pi3_left^T``) decode ``u~``;
-    ``state_left`` (``Pi2_left^T``) decodes ``x~``. The shapes are those of ``y``, ``y~``, ``u~``
-    and ``x~``.
+    ``state_left`` (``Pi2_left^T``) decodes ``x~``. ``y_shape``, ``yt_shape``, ``ut_shape`` and
+    ``xt_shape`` are the shapes of ``y``, ``y~``, ``u~`` and ``x~``.
     """
 
     __slots__ = (
         "input",
-        "noise",
-        "offset",
         "mask",
         "output_left",
         "state_left",
@@ -157,14 +154,11 @@ class DenseUserSample:
         mask_t: np.ndarray,
         output_left_t: np.ndarray,
         state_left_t: np.ndarray,
-        *,
-        noise_t: np.ndarray | None = None,
-        offset: np.ndarray | None = None,
     ) -> None:
-        self.input, self.noise, self.offset = input_t, noise_t, offset
-        self.mask, self.output_left, self.state_left = mask_t, output_left_t, state_left_t
-        self.yt_shape, self.ut_shape = mask_t.shape[:1], output_left_t.shape[:1]
+        self.input, self.mask = input_t, mask_t
+        self.output_left, self.state_left = output_left_t, state_left_t
         self.y_shape = None if input_t is None else input_t.shape[:1]
+        self.yt_shape, self.ut_shape = mask_t.shape[:1], output_left_t.shape[:1]
         self.xt_shape = state_left_t.shape[:1]
 
     @classmethod
@@ -183,6 +177,13 @@ class DenseUserSample:
         if isinstance(input_signal, DenseEncoder) and input_signal._gemv:
             signal = input_signal.matrix_t if input_signal.matrix_t.dtype == np.float64 else None
         return cls(signal, *matrices)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
 
 
 class StructuredEncoder:
