@@ -22,9 +22,12 @@ alternate repeat by repeat, so that the load of a shared machine hits both alike
   proportion (``ratio_of_totals`` divides the summed times).
 
 Each figure is the median over repeats of per-sample times (``*_us``) and of the per-repeat
-ratios (``ratio``). With ``--baseline-ref`` the same measurements run on the ``sdk/`` and
-``plugins/`` of that git revision (``git archive``), in separate processes alternating with this
-tree, and the JSON carries both. The load average of the machine is printed with the figures.
+ratios (``ratio``); ``*_us_min`` and ``ratio_of_mins`` use the fastest repeat of each side (the
+one least disturbed by other processes on a loaded machine). With the default 512 samples, each
+rotating repeat at steady state includes one batch of key periods drawn ahead (256 rotations).
+With ``--baseline-ref`` the same measurements run on the ``sdk/`` and ``plugins/`` of that git
+revision (``git archive``), in separate processes alternating with this tree, and the JSON carries
+both. The load average of the machine is printed with the figures.
 """
 
 from __future__ import annotations
@@ -216,6 +219,9 @@ def _interleaved(
         "b_us": statistics.median(tb) / n * 1e6,
         "ratio": statistics.median(y / x for x, y in zip(ta, tb, strict=True)),
         "ratio_of_totals": sum(tb) / sum(ta),
+        "a_us_min": min(ta) / n * 1e6,
+        "b_us_min": min(tb) / n * 1e6,
+        "ratio_of_mins": min(tb) / min(ta),
     }
 
 
@@ -233,6 +239,9 @@ def measure(only: str | None, repeats: int, samples: int) -> dict[str, Any]:
                 "plain_us": r["a_us"],
                 "immersed_us": r["b_us"],
                 "ratio": r["ratio"],
+                "plain_us_min": r["a_us_min"],
+                "immersed_us_min": r["b_us_min"],
+                "ratio_of_mins": r["ratio_of_mins"],
                 "goal": LOOP_GOAL,
                 "met": r["ratio"] <= LOOP_GOAL,
             }
@@ -252,10 +261,11 @@ def measure(only: str | None, repeats: int, samples: int) -> dict[str, Any]:
                 "rotating_us": r["b_us"],
                 "ratio": r["ratio"],
                 "ratio_of_totals": r["ratio_of_totals"],
+                "ratio_of_mins": r["ratio_of_mins"],
                 "per_rotation_us": (r["b_us"] - r["a_us"]) * 2,
                 "rotate_keys_every": 2,
                 "goal": ROTATION_GOAL,
-                "met": r["ratio_of_totals"] <= ROTATION_GOAL,
+                "met": r["ratio"] <= ROTATION_GOAL,
             }
         out["rotation"] = rotation
     out["load_after"] = os.getloadavg()[0]

@@ -31,6 +31,7 @@ from .probing import estimate_input_gain, probe_both, uses_public
 from .target import CheckedFunction, TargetAlgorithm
 
 _FLOAT64 = np.dtype(np.float64)
+_ndarray = np.ndarray
 _isfinite = math.isfinite
 
 
@@ -107,7 +108,7 @@ class Immersion:
         if (  # small dense keys, one float64 sample: one gemv, one finiteness test of y~
             d is not None
             and d.input is not None
-            and type(y) is np.ndarray
+            and type(y) is _ndarray
             and y.dtype is _FLOAT64
             and y.shape == d.y_shape
             and _isfinite(sum(y.tolist()))  # NaN or inf (or a sum that overflows): general path
@@ -148,13 +149,13 @@ class Immersion:
         d = self._dense_user
         if (  # small dense keys, one float64 sample: the products of the dense decoders
             d is not None
-            and type(encoded_output) is np.ndarray
-            and type(encoded_input) is np.ndarray
+            and type(encoded_output) is _ndarray
+            and type(encoded_input) is _ndarray
             and encoded_output.dtype is _FLOAT64
             and encoded_input.dtype is _FLOAT64
             and encoded_output.shape == d.ut_shape
             and encoded_input.shape == d.yt_shape
-            and _isfinite(sum(encoded_output.tolist()) + sum(encoded_input.tolist()))
+            and _isfinite(sum(encoded_output.tolist() + encoded_input.tolist()))
         ):
             u = (encoded_output - encoded_input.dot(d.mask)).dot(d.output_left)
             if _isfinite(sum(u.tolist())):
@@ -170,7 +171,7 @@ class Immersion:
         d = self._dense_user
         if (
             d is not None
-            and type(encoded_state) is np.ndarray
+            and type(encoded_state) is _ndarray
             and encoded_state.dtype is _FLOAT64
             and encoded_state.shape == d.xt_shape
             and _isfinite(sum(encoded_state.tolist()))

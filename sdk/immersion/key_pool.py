@@ -44,6 +44,7 @@ from .privacy.theorems import gaussian_min_sigma_bar
 from .target import TargetAlgorithm
 
 _FLOAT64 = np.dtype(np.float64)
+_ndarray = np.ndarray
 _isfinite = math.isfinite
 _SIGNS = np.array([-1.0, 1.0])
 
@@ -323,7 +324,7 @@ class PooledImmersion(Immersion):
         """``y~ = Pi1 y + N1 s`` with fresh noise ``s`` on every call (eq. 16); ``y`` may be
         batched."""
         if (
-            type(y) is np.ndarray
+            type(y) is _ndarray
             and y.dtype is _FLOAT64
             and y.shape == self._signal_t.shape[:1]
             and _isfinite(sum(y.tolist()))

@@ -16,6 +16,7 @@ from .keys.codes import DenseTargetSample
 from .target_codes import TargetCodes
 
 _FLOAT64 = np.dtype(np.float64)
+_ndarray = np.ndarray
 _isfinite = math.isfinite
 
 
@@ -256,24 +257,24 @@ class TargetAlgorithm:
         if (
             d is not None
             and w is None
-            and type(encoded_state) is np.ndarray
-            and type(encoded_input) is np.ndarray
+            and type(encoded_state) is _ndarray
+            and type(encoded_input) is _ndarray
             and encoded_state.dtype is _FLOAT64
             and encoded_input.dtype is _FLOAT64
             and encoded_state.shape == d.state_shape
             and encoded_input.shape == d.input_shape
             # the sum is finite unless an entry is NaN or inf (or it overflows: general path)
-            and _isfinite(sum(encoded_state.tolist()) + sum(encoded_input.tolist()))
+            and _isfinite(sum(encoded_state.tolist() + encoded_input.tolist()))
         ):
             x, y = encoded_state.dot(d.state_left), encoded_input.dot(d.input_left)
             gx, fx = self._g.fn(x, y), self._f.fn(x, y)
-            if not (type(gx) is np.ndarray and gx.dtype is _FLOAT64 and gx.shape == d.g_shape):
+            if not (type(gx) is _ndarray and gx.dtype is _FLOAT64 and gx.shape == d.g_shape):
                 gx = self._checked(self._g, gx, x, y)
-            if not (type(fx) is np.ndarray and fx.dtype is _FLOAT64 and fx.shape == d.f_shape):
+            if not (type(fx) is _ndarray and fx.dtype is _FLOAT64 and fx.shape == d.f_shape):
                 fx = self._checked(self._f, fx, x, y)
             masked = encoded_input.dot(d.mask)
             ut, xt_next = gx.dot(d.output) + masked, fx.dot(d.state)
-            if not _isfinite(sum(ut.tolist()) + sum(xt_next.tolist())):
+            if not _isfinite(sum(ut.tolist() + xt_next.tolist())):
                 self._name_culprit(x, y, gx, fx, masked, ut, xt_next)
             return ut, xt_next
         self._check_public(w)
