@@ -248,10 +248,11 @@ class TargetAlgorithm:
 
         Equal to ``(self.output(x~, y~, w), self.step(x~, y~, w))``, bit for bit; a controller
         in the cloud calls this once per sample. Small dense keys on numpy float64 take a short
-        path: one ``gemv`` per product, ``x~`` and ``y~`` tested for finiteness together before
-        any arithmetic, and the two encoded results together once after (they carry any NaN or
-        inf that ``f`` or ``g`` returned, and any overflow). Where the second test fails, the
-        checks of the general path name the culprit from the values already computed.
+        path: one ``gemv`` per product; three finiteness tests, each over two vectors at once
+        (``x~`` and ``y~`` before any arithmetic; what ``g`` and ``f`` returned before it is
+        encoded; the two encoded results, for overflow). Where a test fails, the checks of the
+        general path name the culprit, in its order, from the values already computed (``f``
+        and ``g`` are called once).
         """
         d = self._fast
         if (
@@ -272,10 +273,12 @@ class TargetAlgorithm:
                 gx = self._checked(self._g, gx, x, y)
             if not (type(fx) is _ndarray and fx.dtype is _FLOAT64 and fx.shape == d.f_shape):
                 fx = self._checked(self._f, fx, x, y)
+            if not _isfinite(sum(gx.tolist() + fx.tolist())):  # before any product: no warning
+                self._name_culprit(x, y, gx, fx)
             masked = encoded_input.dot(d.mask)
             ut, xt_next = gx.dot(d.output) + masked, fx.dot(d.state)
             if not _isfinite(sum(ut.tolist() + xt_next.tolist())):
-                self._name_culprit(x, y, gx, fx, masked, ut, xt_next)
+                self._name_overflow(masked, ut, xt_next)
             return ut, xt_next
         self._check_public(w)
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
@@ -302,21 +305,20 @@ class TargetAlgorithm:
         for name, decoded in (("encoded_state", x), ("encoded_input", y)):
             v.finite_result(self.backend, name, decoded, "decoding it")
 
-    def _name_culprit(
-        self, x: Any, y: Any, gx: Any, fx: Any, masked: Any, ut: Any, xt_next: Any
-    ) -> None:
-        """The checks of the general path, in its order, on the short path's values: raise
-        naming ``encoded_state``, ``encoded_input``, ``g`` or ``f`` (nothing when every entry is
-        finite: a sum that overflowed)."""
-        if not v.all_finite(gx):
-            self._decoding_overflow(x, y)
-            raise NonFiniteError(self._g.name, "returned NaN or inf")
+    def _name_culprit(self, x: Any, y: Any, gx: Any, fx: Any) -> None:
+        """The general path's check of a NaN or inf that ``g`` or ``f`` returned, in its order
+        (``g`` first); nothing when both are finite (a sum that overflowed)."""
+        for fn, result in ((self._g, gx), (self._f, fx)):
+            if not v.all_finite(result):
+                self._decoding_overflow(x, y)
+                raise NonFiniteError(fn.name, "returned NaN or inf")
+
+    def _name_overflow(self, masked: Any, ut: Any, xt_next: Any) -> None:
+        """The general path's checks of the encoded results, in its order: raise naming
+        ``encoded_input``, ``g`` or ``f`` (nothing when every entry is finite)."""
         if not v.all_finite(ut):
             v.finite_result(self.backend, "encoded_input", masked, "its mask term Pi4 y~")
             v.finite_result(self.backend, "g", ut, "its result, once encoded,")
-        if not v.all_finite(fx):
-            self._decoding_overflow(x, y)
-            raise NonFiniteError(self._f.name, "returned NaN or inf")
         v.finite_result(self.backend, "f", xt_next, "its result, once encoded,")
 
     def reencode_state(self, encoded_state: Any, new_target: "TargetAlgorithm") -> Any:
