@@ -115,8 +115,9 @@ class TargetAlgorithm:
     _mask: Callable[[Any], Any]
     #: the matrices of small dense keys on numpy float64 (None: the general operators)
     _dense: DenseTargetSample | None = None
-    #: ``advance``'s short path: ``_dense`` when neither ``f`` nor ``g`` takes ``w``
-    _fast: DenseTargetSample | None = None
+    #: ``advance``'s short path when neither ``f`` nor ``g`` takes ``w``: ``_dense``'s matrices
+    #: and shapes, and the user's ``g`` and ``f`` (one tuple: one attribute load per sample)
+    _fast: tuple[Any, ...] | None = None
 
     def __init__(
         self, *, f: CheckedFunction, g: CheckedFunction, keys: Keys, backend: ArrayBackend
@@ -137,7 +138,20 @@ class TargetAlgorithm:
         self._dense = DenseTargetSample.of(
             self._state_in, self._input_in, self._state_out, self._output_out, self._mask
         )
-        self._fast = None if self._dense is None or self.uses_public else self._dense
+        self._fast = self._fast_parts(self._dense)
+
+    def _fast_parts(self, d: DenseTargetSample | None) -> tuple[Any, ...] | None:
+        if d is None or self.uses_public:
+            return None
+        matrices = (d.state_left, d.input_left, d.state, d.output, d.mask)
+        return matrices + (
+            d.state_shape,
+            d.input_shape,
+            d.f_shape,
+            d.g_shape,
+            self._g.fn,
+            self._f.fn,
+        )
 
     @classmethod
     def from_dense(
@@ -165,7 +179,7 @@ class TargetAlgorithm:
         self._f, self._g, self.backend, self._dense = f, g, backend, dense
         self.n_state_encoded, self.n_input_encoded = dense.state_shape[0], dense.input_shape[0]
         self.n_output_encoded = dense.mask.shape[1]
-        self._fast = None if f.uses_public or g.uses_public else dense
+        self._fast = self._fast_parts(dense)
         return self
 
     @classmethod
@@ -254,32 +268,32 @@ class TargetAlgorithm:
         general path name the culprit, in its order, from the values already computed (``f``
         and ``g`` are called once).
         """
-        d = self._fast
-        if (
-            d is not None
-            and w is None
-            and type(encoded_state) is _ndarray
-            and type(encoded_input) is _ndarray
-            and encoded_state.dtype is _FLOAT64
-            and encoded_input.dtype is _FLOAT64
-            and encoded_state.shape == d.state_shape
-            and encoded_input.shape == d.input_shape
-            # the sum is finite unless an entry is NaN or inf (or it overflows: general path)
-            and _isfinite(sum(encoded_state.tolist() + encoded_input.tolist()))
-        ):
-            x, y = encoded_state.dot(d.state_left), encoded_input.dot(d.input_left)
-            gx, fx = self._g.fn(x, y), self._f.fn(x, y)
-            if not (type(gx) is _ndarray and gx.dtype is _FLOAT64 and gx.shape == d.g_shape):
-                gx = self._checked(self._g, gx, x, y)
-            if not (type(fx) is _ndarray and fx.dtype is _FLOAT64 and fx.shape == d.f_shape):
-                fx = self._checked(self._f, fx, x, y)
-            if not _isfinite(sum(gx.tolist() + fx.tolist())):  # before any product: no warning
-                self._name_culprit(x, y, gx, fx)
-            masked = encoded_input.dot(d.mask)
-            ut, xt_next = gx.dot(d.output) + masked, fx.dot(d.state)
-            if not _isfinite(sum(ut.tolist() + xt_next.tolist())):
-                self._name_overflow(masked, ut, xt_next)
-            return ut, xt_next
+        fast = self._fast
+        if fast is not None and w is None:
+            state_left, input_left, state, output, mask, xs, ys, fs, gs, g, f = fast
+            if (
+                type(encoded_state) is _ndarray
+                and type(encoded_input) is _ndarray
+                and encoded_state.dtype is _FLOAT64
+                and encoded_input.dtype is _FLOAT64
+                and encoded_state.shape == xs
+                and encoded_input.shape == ys
+                # the sum is finite unless an entry is NaN or inf (or it overflows: general path)
+                and _isfinite(sum(encoded_state.tolist() + encoded_input.tolist()))
+            ):
+                x, y = encoded_state.dot(state_left), encoded_input.dot(input_left)
+                gx, fx = g(x, y), f(x, y)
+                if not (type(gx) is _ndarray and gx.dtype is _FLOAT64 and gx.shape == gs):
+                    gx = self._checked(self._g, gx, x, y)
+                if not (type(fx) is _ndarray and fx.dtype is _FLOAT64 and fx.shape == fs):
+                    fx = self._checked(self._f, fx, x, y)
+                if not _isfinite(sum(gx.tolist() + fx.tolist())):  # before any product
+                    self._name_culprit(x, y, gx, fx)
+                masked = encoded_input.dot(mask)
+                ut, xt_next = gx.dot(output) + masked, fx.dot(state)
+                if not _isfinite(sum(ut.tolist() + xt_next.tolist())):
+                    self._name_overflow(masked, ut, xt_next)
+                return ut, xt_next
         self._check_public(w)
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
