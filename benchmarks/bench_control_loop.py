@@ -1,11 +1,12 @@
 """Per-sample cost of an immersed control loop against the plain controller, and of key rotation.
 
-Run:  .venv/bin/python benchmarks/bench_control_loop.py [--baseline-ref REF] [--repeats 15]
-      [--samples 512] [--only loop|rotation]
+Run:  .venv/bin/python benchmarks/bench_control_loop.py [--baseline-ref REF] [--runs 1]
+      [--repeats 15] [--samples 512] [--chunk 64] [--only loop|rotation]
 (prints one JSON object; progress on stderr)
 
-Two measurements, each interleaved in one process (plain and immersed, or still and rotating,
-alternate repeat by repeat, so that the load of a shared machine hits both alike):
+Two measurements, each interleaved in one process: the two loops run over the same recorded
+samples in chunks of 64, one chunk of one then the same chunk of the other (the order swapped
+every chunk), so that the load of a shared machine hits both alike.
 
 * ``loop``: one closed-loop sample of the plain controller (``u = g(x, y)``, ``x = f(x, y)``)
   against the immersed one (``encode_input``, the cloud's ``advance``, ``decode_output``), for
@@ -18,16 +19,18 @@ alternate repeat by repeat, so that the load of a shared machine hits both alike
 * ``rotation``: the immersed loop under one key (``immerse``) against
   ``RotatingImmersion(..., rotate_keys_every=2).step`` (fresh keys every ``extra_input = 2``
   samples, the cloud moving its state to each new key), for the reactor and the 2-state LQG.
-  One rotating handle runs through all repeats, so key draws made ahead of time are counted in
-  proportion (``ratio_of_totals`` divides the summed times).
+  One rotating handle runs through all repeats, so that the key periods drawn ahead in batches
+  are counted in proportion (with the default 512 samples, each pass over the recording draws
+  one batch of 256 periods, always in the same chunk).
 
-Each figure is the median over repeats of per-sample times (``*_us``) and of the per-repeat
-ratios (``ratio``); ``*_us_min`` and ``ratio_of_mins`` use the fastest repeat of each side (the
-one least disturbed by other processes on a loaded machine). With the default 512 samples, each
-rotating repeat at steady state includes one batch of key periods drawn ahead (256 rotations).
-With ``--baseline-ref`` the same measurements run on the ``sdk/`` and ``plugins/`` of that git
-revision (``git archive``), in separate processes alternating with this tree, and the JSON carries
-both. The load average of the machine is printed with the figures.
+Per case: for each chunk of the recording the median over repeats of its per-sample time (robust
+to the chunks another process interrupts), averaged over the chunks (``*_us``, and their
+quotient ``ratio``); the ratio of the total times (``ratio_of_totals``, which a single
+interrupted chunk can sway) and of the fastest chunks (``ratio_of_mins``). With
+``--baseline-ref`` the same measurements run on the ``sdk/`` and ``plugins/`` of that git
+revision (``git archive``), in separate processes alternating with this tree, and the JSON
+carries both (each figure the median over ``--runs`` processes). The load average of the machine
+is printed with the figures.
 """
 
 from __future__ import annotations
@@ -168,64 +171,111 @@ def _lqg4(samples: int) -> _Case | None:
 
 
 # ---------------------------------------------------------------- the loops
-def _plain_loop(case: _Case) -> float:
-    f, g, x = case.f, case.g, case.x0.copy()
-    start = time.perf_counter()
-    for y in case.ys:
-        g(x, y)
-        x = f(x, y)
-    return time.perf_counter() - start
+#: A run: continues one loop over the next recorded samples and returns the seconds it took.
+Run = Callable[[np.ndarray], float]
 
 
-def _immersed_loop(imm: Any) -> Callable[[_Case], float]:
-    def run(case: _Case) -> float:
+def _plain_loop(case: _Case) -> Run:
+    f, g, state = case.f, case.g, [case.x0.copy()]
+
+    def run(ys: np.ndarray) -> float:
+        x = state[0]
+        start = time.perf_counter()
+        for y in ys:
+            g(x, y)
+            x = f(x, y)
+        elapsed = time.perf_counter() - start
+        state[0] = x
+        return elapsed
+
+    return run
+
+
+def _immersed_loop(imm: Any) -> Callable[[_Case], Run]:
+    def start_loop(case: _Case) -> Run:
         encode, advance, decode = imm.encode_input, imm.target.advance, imm.decode_output
-        xt = imm.encode_state(case.x0)
-        start = time.perf_counter()
-        for y in case.ys:
-            yt = encode(y)
-            ut, xt = advance(xt, yt)
-            decode(ut, yt)
-        return time.perf_counter() - start
+        state = [imm.encode_state(case.x0)]
 
-    return run
+        def run(ys: np.ndarray) -> float:
+            xt = state[0]
+            start = time.perf_counter()
+            for y in ys:
+                yt = encode(y)
+                ut, xt = advance(xt, yt)
+                decode(ut, yt)
+            elapsed = time.perf_counter() - start
+            state[0] = xt
+            return elapsed
+
+        return run
+
+    return start_loop
 
 
-def _rotating_loop(rot: Any) -> Callable[[_Case], float]:
-    def run(case: _Case) -> float:
-        step, xt = rot.step, rot.encode_state(case.x0)
-        start = time.perf_counter()
-        for y in case.ys:
-            _, xt = step(y, xt)
-        return time.perf_counter() - start
+def _rotating_loop(rot: Any) -> Callable[[_Case], Run]:
+    def start_loop(case: _Case) -> Run:
+        step, state = rot.step, [rot.encode_state(case.x0)]
 
-    return run
+        def run(ys: np.ndarray) -> float:
+            xt = state[0]
+            start = time.perf_counter()
+            for y in ys:
+                _, xt = step(y, xt)
+            elapsed = time.perf_counter() - start
+            state[0] = xt
+            return elapsed
+
+        return run
+
+    return start_loop
 
 
 def _interleaved(
-    case: _Case, a: Callable[[_Case], float], b: Callable[[_Case], float], repeats: int
+    case: _Case,
+    a: Callable[[_Case], Run],
+    b: Callable[[_Case], Run],
+    repeats: int,
+    chunk: int,
 ) -> dict[str, Any]:
-    """``a`` and ``b`` in turn (their order swapped every repeat); per-sample medians, ratio."""
-    n = len(case.ys)
-    a(case), b(case)  # warm-up
-    ta, tb = [], []
-    for r in range(repeats):
-        first, second = (a, b) if r % 2 == 0 else (b, a)
-        t1, t2 = first(case), second(case)
-        ta.append(t1 if r % 2 == 0 else t2)
-        tb.append(t2 if r % 2 == 0 else t1)
+    """``a`` and ``b`` over the recorded samples, ``chunk`` samples of one then of the other.
+
+    Each repeat runs both loops from the start of the recording, in chunks taken in turn (their
+    order swapped every chunk). The figures take, for each chunk of the recording, the median
+    over repeats of its per-sample time (robust to the chunks that another process interrupts),
+    then the mean over the chunks (so that work done once per recording, such as a batch of key
+    periods drawn ahead, counts in proportion): ``a_us``, ``b_us`` and ``ratio``. Also the ratio
+    of the total times (``ratio_of_totals``) and of the fastest chunks (``ratio_of_mins``).
+    """
+    run_a, run_b = a(case), b(case)  # warm-up
+    run_a(case.ys), run_b(case.ys)
+    starts = range(0, len(case.ys), chunk)
+    ta: list[list[float]] = [[] for _ in starts]
+    tb: list[list[float]] = [[] for _ in starts]
+    for _ in range(repeats):
+        run_a, run_b = a(case), b(case)
+        for j, i in enumerate(starts):
+            ys = case.ys[i : i + chunk]
+            if j % 2:
+                tb[j].append(run_b(ys) / len(ys))
+                ta[j].append(run_a(ys) / len(ys))
+            else:
+                ta[j].append(run_a(ys) / len(ys))
+                tb[j].append(run_b(ys) / len(ys))
+    a_us = statistics.fmean(statistics.median(t) for t in ta) * 1e6
+    b_us = statistics.fmean(statistics.median(t) for t in tb) * 1e6
+    every_a, every_b = [t for ts in ta for t in ts], [t for ts in tb for t in ts]
     return {
-        "a_us": statistics.median(ta) / n * 1e6,
-        "b_us": statistics.median(tb) / n * 1e6,
-        "ratio": statistics.median(y / x for x, y in zip(ta, tb, strict=True)),
-        "ratio_of_totals": sum(tb) / sum(ta),
-        "a_us_min": min(ta) / n * 1e6,
-        "b_us_min": min(tb) / n * 1e6,
-        "ratio_of_mins": min(tb) / min(ta),
+        "a_us": a_us,
+        "b_us": b_us,
+        "ratio": b_us / a_us,
+        "ratio_of_totals": sum(every_b) / sum(every_a),
+        "a_us_min": min(every_a) * 1e6,
+        "b_us_min": min(every_b) * 1e6,
+        "ratio_of_mins": min(every_b) / min(every_a),
     }
 
 
-def measure(only: str | None, repeats: int, samples: int) -> dict[str, Any]:
+def measure(only: str | None, repeats: int, samples: int, chunk: int) -> dict[str, Any]:
     """The figures of one tree (what a child process prints)."""
     from immersion.rotation import RotatingImmersion
 
@@ -234,7 +284,7 @@ def measure(only: str | None, repeats: int, samples: int) -> dict[str, Any]:
     if only in (None, "loop"):
         loop = {}
         for case in cases:
-            r = _interleaved(case, _plain_loop, _immersed_loop(case.imm), repeats)
+            r = _interleaved(case, _plain_loop, _immersed_loop(case.imm), repeats, chunk)
             loop[case.name] = {
                 "plain_us": r["a_us"],
                 "immersed_us": r["b_us"],
@@ -255,7 +305,7 @@ def measure(only: str | None, repeats: int, samples: int) -> dict[str, Any]:
             rot = RotatingImmersion(
                 case.f, case.g, rotate_keys_every=2, keys="dense", rng=0, **case.options
             )
-            r = _interleaved(case, _immersed_loop(still), _rotating_loop(rot), repeats)
+            r = _interleaved(case, _immersed_loop(still), _rotating_loop(rot), repeats, chunk)
             rotation[case.name] = {
                 "still_us": r["a_us"],
                 "rotating_us": r["b_us"],
@@ -289,7 +339,8 @@ def _extract(ref: str, into: Path) -> Path:
 def _run(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=f"{tree / 'sdk'}{os.pathsep}{tree / 'plugins'}")
     command = [sys.executable, __file__, "--child", "--repeats", str(args.repeats)]
-    command += ["--samples", str(args.samples)] + (["--only", args.only] if args.only else [])
+    command += ["--samples", str(args.samples), "--chunk", str(args.chunk)]
+    command += ["--only", args.only] if args.only else []
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
@@ -309,11 +360,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15, help="interleaved repeats per process")
     parser.add_argument("--runs", type=int, default=1, help="processes per tree, alternating")
     parser.add_argument("--samples", type=int, default=512, help="closed-loop samples per repeat")
+    parser.add_argument("--chunk", type=int, default=64, help="samples timed in one go")
     parser.add_argument("--only", choices=("loop", "rotation"))
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.only, args.repeats, args.samples)))
+        print(json.dumps(measure(args.only, args.repeats, args.samples, args.chunk)))
         return
     trees = {"this": REPO}
     with tempfile.TemporaryDirectory() as tmp:
@@ -329,6 +381,7 @@ def main() -> None:
         "repeats": args.repeats,
         "runs": args.runs,
         "samples": args.samples,
+        "chunk": args.chunk,
         **{name: _median_of(r) for name, r in runs.items()},
     }
     if args.baseline_ref:
