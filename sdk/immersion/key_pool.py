@@ -5,11 +5,11 @@ samples. Drawing one set as :func:`~immersion.immerse` does (the structured mach
 block, then densified and validated, the noise designed, the precision checked) costs about a
 millisecond, dozens of closed-loop samples of a small controller. For small dense keys on numpy
 float64, :class:`DenseKeyPool` draws the keys of many periods at once, vectorised over the
-periods: one stacked QR per code, the reflections, permutations and masks, the noise design
+periods: one stacked QR per code, the reflections, scales and masks, the noise design
 (seed 002 Theorem 1, seed 000 Theorem 2 for Gaussian noise) and the precision estimate.
 
-Each period's keys follow the construction ``Keys.draw(kind="dense")`` uses
-(:func:`draw_dense_codes`), with the same design: the noise scale meets ``epsilon_input`` at the
+Each period's keys have the law of those ``Keys.draw(kind="dense")`` draws
+(:func:`draw_dense_codes`) and the same design: the noise scale meets ``epsilon_input`` at the
 worst element of ``y~`` and the mask scale ``epsilon_output`` at the worst element of ``u~``,
 computed from that period's keys, and a period whose estimated decode error exceeds the
 tolerance raises the :class:`~immersion.errors.PrecisionError` of :func:`~immersion.immerse`
