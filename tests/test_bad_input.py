@@ -379,6 +379,39 @@ def test_f_or_g_misbehaving_only_for_some_inputs_is_caught_at_run_time(
     assert text in str(exc.value)
 
 
+@pytest.mark.parametrize(
+    ("which", "bad"),
+    [
+        ("f", lambda x, y: x * float("nan")),
+        ("f", lambda x, y: x * float("inf")),
+        ("f", lambda x, y: x[:1]),
+        ("f", lambda x, y: [1.0, "x"]),
+        ("g", lambda x, y: x[:1] * float("nan")),
+        ("g", lambda x, y: x),
+        ("g", lambda x, y: np.array([1 + 1j])),
+    ],
+)
+def test_advance_raises_what_output_then_step_raise(which: str, bad: Callable[..., Any]) -> None:
+    """The short path of advance (dense keys, numpy float64) names the culprit as the checked
+    path does, in its order, without calling f or g a second time."""
+    calls: list[int] = []
+
+    def counted(x: Any, y: Any) -> Any:
+        calls.append(1)
+        return bad(x, y)
+
+    imm = _runtime_immersion("numpy", **{f"{which}_bad": counted})
+    xt, bad_y = imm.encode_state([1.0, -1.0]), imm.encode_input([5.0])
+    with pytest.raises(ImmersionError) as expected:
+        imm.target.output(xt, bad_y)
+        imm.target.step(xt, bad_y)
+    calls.clear()
+    with pytest.raises(ImmersionError) as got:
+        imm.target.advance(xt, bad_y)
+    assert type(got.value) is type(expected.value) and str(got.value) == str(expected.value)
+    assert got.value.argument == which and len(calls) == 1
+
+
 def test_missing_public_signal_at_run_time_is_named() -> None:
     imm = immerse(lambda x, y, w: 0.5 * x + w, g, N_STATE, N_INPUT, N_OUTPUT, n_public=2, rng=0)
     xt, yt = imm.encode_state([1.0, 2.0]), imm.encode_input([0.5])

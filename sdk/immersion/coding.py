@@ -6,6 +6,8 @@ User side: :class:`Immersion` (keys, encoder, decoder, report). Cloud side:
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 import numpy as np
@@ -14,18 +16,23 @@ from . import _validation as v
 from .backends import ArrayBackend, make_backend
 from .errors import InvalidArgumentError
 from .keygen import (
+    NoiseTargets,
     draw_geometry,
     split_rng,
     validated_arithmetic_design,
 )
 from .keys import Keys, ModularKeys
-from .keys.codes import DenseNoisyEncoder
+from .keys.codes import DenseNoisyEncoder, DenseUserSample
 from .noise_blocks import NoiseBlocks, block_rows
 from .privacy import PrivacyReport, privacy_report
 from .privacy.bounds import DecodeBounds, Decoded
 from .privacy.precision import refuse_infeasible_precision
 from .probing import estimate_input_gain, probe_both, uses_public
 from .target import CheckedFunction, TargetAlgorithm
+
+_FLOAT64 = np.dtype(np.float64)
+_ndarray = np.ndarray
+_isfinite = math.isfinite
 
 
 class Immersion:
@@ -49,6 +56,10 @@ class Immersion:
     """
 
     keys: Any  # Keys (float arithmetic) or ModularKeys
+    #: small dense keys on numpy float64: the matrices of the short paths (None: general paths)
+    _dense_user: DenseUserSample | None = None
+    #: how :func:`immerse` designed these keys (None: modular arithmetic)
+    _design: "FloatDesign | None" = None
     _input_enc: Callable[[Any, Any], Any]
     _state_enc: Callable[[Any], Any]
     _state_dec: Callable[[Any], Any]
@@ -87,6 +98,9 @@ class Immersion:
             and block_rows(keys.input_code.n_total) > 1
             else None
         )
+        self._dense_user = DenseUserSample.of(
+            self._signal_enc, self._mask, self._output_dec, self._state_dec
+        )
         self._report_args = dict(
             unit_roundoff=backend.unit_roundoff, dtype=backend.dtype_name, input_gain=input_gain
         )
@@ -119,6 +133,19 @@ class Immersion:
         y:
             The input, of size ``n_input`` in its last dimension (may be batched).
         """
+        d = self._dense_user
+        if (  # small dense keys, one float64 sample: one gemv, one finiteness test of y~
+            d is not None
+            and d.input is not None
+            and type(y) is _ndarray
+            and y.dtype is _FLOAT64
+            and y.shape == d.y_shape
+            and _isfinite(sum(y.tolist()))  # NaN or inf (or a sum that overflows): general path
+        ):
+            encoded = y.dot(d.input) + (self._noise_blocks or self._start_noise_blocks()).next()
+            if _isfinite(sum(encoded.tolist())):
+                return encoded
+            return v.finite_result(self.backend, "y", encoded, "encoding it")
         arr = self._array("y", y, self.n_input)
         blocks = self._noise_blocks or self._start_noise_blocks()
         lead = tuple(arr.shape[:-1])
@@ -156,6 +183,20 @@ class Immersion:
         encoded_input:
             The ``y~`` it was computed from.
         """
+        d = self._dense_user
+        if (  # small dense keys, one float64 sample: the products of the dense decoders
+            d is not None
+            and type(encoded_output) is _ndarray
+            and type(encoded_input) is _ndarray
+            and encoded_output.dtype is _FLOAT64
+            and encoded_input.dtype is _FLOAT64
+            and encoded_output.shape == d.ut_shape
+            and encoded_input.shape == d.yt_shape
+            and _isfinite(sum(encoded_output.tolist() + encoded_input.tolist()))
+        ):
+            u = (encoded_output - encoded_input.dot(d.mask)).dot(d.output_left)
+            if _isfinite(sum(u.tolist())):
+                return u  # else the checks below name the overflow
         ut = self._array("encoded_output", encoded_output, self.target.n_output_encoded)
         yt = self._array("encoded_input", encoded_input, self.target.n_input_encoded)
         return v.finite_result(
@@ -170,6 +211,17 @@ class Immersion:
         encoded_state:
             ``x~``.
         """
+        d = self._dense_user
+        if (
+            d is not None
+            and type(encoded_state) is _ndarray
+            and encoded_state.dtype is _FLOAT64
+            and encoded_state.shape == d.xt_shape
+            and _isfinite(sum(encoded_state.tolist()))
+        ):
+            x = encoded_state.dot(d.state_left)
+            if _isfinite(sum(x.tolist())):
+                return x
         decoded = self._state_dec(
             self._array("encoded_state", encoded_state, self.target.n_state_encoded)
         )
@@ -381,21 +433,79 @@ def immerse(
     point = probe_both(f_checked, g_checked, dims["n_state"], dims["n_input"], n_public, probe, be)
     input_gain = estimate_input_gain(f_checked, g_checked, point, be)
 
-    designed_here = not (isinstance(keys, Keys) and keys.noise is not None)
-    if isinstance(keys, Keys):
-        drawn = _checked_user_keys(keys, dims)
-    else:
-        drawn = draw_geometry(keys, dims, block_size, key_rng)
-    if designed_here:
-        drawn = targets.apply(drawn)
-    if tolerance is not None:
-        refuse_infeasible_precision(
-            drawn, be, tolerance, targets if designed_here else None, input_gain
+    design = FloatDesign(f_checked, g_checked, be, dims, targets, tolerance, input_gain, block_size)
+    return design.immerse(keys, key_rng, noise_rng)
+
+
+@dataclass(frozen=True, eq=False)
+class FloatDesign:
+    """What :func:`immerse` checked and measured once for float keys: enough to draw keys of the
+    same design again without probing ``f`` and ``g`` (key rotation,
+    :class:`~immersion.rotation.RotatingImmersion`).
+
+    Parameters
+    ----------
+    f, g : CheckedFunction
+        The user's functions with their checks.
+    backend : ArrayBackend
+        The array backend.
+    dims : dict
+        The six dimensions.
+    targets : NoiseTargets
+        The noise design's targets (epsilons, deltas, sensitivities, law).
+    tolerance : float or None
+        The precision check's tolerance (None: no check).
+    input_gain : float
+        The amplification of input errors by ``f`` and ``g`` measured at the probe point.
+    block_size : int
+        Block size of block keys.
+    """
+
+    f: CheckedFunction
+    g: CheckedFunction
+    backend: ArrayBackend
+    dims: dict[str, int]
+    targets: NoiseTargets
+    tolerance: float | None
+    input_gain: float
+    block_size: int
+
+    def immerse(self, keys: Any, key_rng: Any, noise_rng: Any) -> Immersion:
+        """The handle of keys of this design: ``keys`` is ``"auto"``, ``"dense"``, ``"block"``
+        (drawn from ``key_rng``) or a :class:`Keys` object; the noise comes from ``noise_rng``.
+
+        Parameters
+        ----------
+        keys : str or Keys
+            As for :func:`immerse`.
+        key_rng, noise_rng : numpy.random.Generator
+            The streams of the keys and of the encoding noise.
+        """
+        designed_here = not (isinstance(keys, Keys) and keys.noise is not None)
+        if isinstance(keys, Keys):
+            drawn = _checked_user_keys(keys, self.dims)
+        else:
+            drawn = draw_geometry(keys, self.dims, self.block_size, key_rng)
+        if designed_here:
+            drawn = self.targets.apply(drawn)
+        if self.tolerance is not None:
+            refuse_infeasible_precision(
+                drawn,
+                self.backend,
+                self.tolerance,
+                self.targets if designed_here else None,
+                self.input_gain,
+            )
+        target = TargetAlgorithm(f=self.f, g=self.g, keys=drawn, backend=self.backend)
+        imm = Immersion(
+            keys=drawn,
+            target=target,
+            backend=self.backend,
+            noise_rng=noise_rng,
+            input_gain=self.input_gain,
         )
-    target = TargetAlgorithm(f=f_checked, g=g_checked, keys=drawn, backend=be)
-    return Immersion(
-        keys=drawn, target=target, backend=be, noise_rng=noise_rng, input_gain=input_gain
-    )
+        imm._design = self
+        return imm
 
 
 def _immerse_modular(

@@ -40,7 +40,8 @@ import numpy as np
 from . import _validation as v
 from .coding import Immersion, immerse
 from .errors import InvalidArgumentError
-from .keygen import resolve_rng
+from .key_pool import DenseKeyPool
+from .keygen import resolve_rng, split_rng
 from .keys import Keys
 from .privacy import PrivacyReport
 from .target import TargetAlgorithm
@@ -131,8 +132,11 @@ class RotatingImmersion:
         known-plaintext attack too few pairs per key; larger ``k`` only bounds what one key exposes.
     rng, secure:
         Seed or Generator from which every key period's keys and noise are spawned
-        (``secure=True``: 256 bits of OS entropy). Periods draw from independent child streams,
-        so the first period's keys are not those of ``immerse(..., rng=<same seed>)``.
+        (``secure=True``: 256 bits of OS entropy). The first period draws from a child stream,
+        so its keys are not those of ``immerse(..., rng=<same seed>)``; the later periods of
+        small dense keys on numpy float64 come from one more child stream, drawn ahead in
+        batches (:mod:`immersion.key_pool`), the later periods of other keys from a child
+        stream each.
     **options:
         Any other option of :func:`immersion.immerse` (``extra_input``, ``epsilon_input``,
         ``noise``, ``keys="dense"``, ``backend``, ...); every period uses the same options. A fixed
@@ -156,8 +160,13 @@ class RotatingImmersion:
     :meth:`step` does all of this with :attr:`cloud`. Samples are counted by ``tick``, not by
     cloud iterations (two time scales, seed 002 Corollary 1, are unaffected).
 
-    Cost: one rotation costs one ``immerse`` call (key draw, noise design, precision check) and
-    :func:`public_target_bytes` on the wire; ``immersion audit --scheme immerse`` measures both.
+    Cost: the first period is one ``immerse`` call (probes of ``f`` and ``g``, key draw, noise
+    design, precision check). Later periods reuse the checked ``f``, ``g`` and probe-point gain;
+    small dense keys on numpy float64 are drawn many periods at a time, vectorised
+    (:class:`~immersion.key_pool.DenseKeyPool`: same construction, same noise design and
+    precision check per period), other keys one ``immerse``-like draw per period. On the wire a
+    rotation costs :func:`public_target_bytes`; ``immersion audit --scheme immerse`` measures
+    both, ``benchmarks/bench_control_loop.py`` the step time against a single key.
 
     Examples
     --------
@@ -203,13 +212,34 @@ class RotatingImmersion:
         self._args: tuple[Any, ...] = (f, g, n_state, n_input, n_output)
         self._options = options
         self._rng = resolve_rng(rng, secure)
-        self.current: Immersion = self._draw()
+        self.current: Immersion = immerse(*self._args, rng=self._rng.spawn(1)[0], **options)
         self.cloud = RotatingTarget(self.current.target)
         self.period = 0
         self._samples = 0
+        #: how immerse designed the first period (None: modular arithmetic, redrawn by immerse)
+        self._design = self.current._design
+        be = self.current.backend
+        pooled = self.current.keys.kind == "dense" and (be.name, be.dtype_name) == (
+            "numpy",
+            "float64",
+        )
+        self._pool: DenseKeyPool | None = None
+        self._pooled = self._design is not None and pooled
+        self._nbytes = public_target_bytes(self.current.keys) if self._pooled else None
 
     def _draw(self) -> Immersion:
-        return immerse(*self._args, rng=self._rng.spawn(1)[0], **self._options)
+        """The next period's handle: from the key pool (small dense keys on numpy float64), else
+        drawn as ``immerse`` draws them, without probing ``f`` and ``g`` again."""
+        if self._pooled:
+            if self._pool is None:
+                design = self._design
+                self._pool = DenseKeyPool(design, self._rng.spawn(1)[0])  # type: ignore[arg-type]
+            return self._pool.take()
+        child = self._rng.spawn(1)[0]
+        if self._design is None:
+            return immerse(*self._args, rng=child, **self._options)
+        key_rng, noise_rng = split_rng(child, False)
+        return self._design.immerse(self._options.get("keys", "auto"), key_rng, noise_rng)
 
     # ------------------------------------------------------------------ the current key period
     @property
@@ -252,9 +282,10 @@ class RotatingImmersion:
         self._samples += 1
         if self._samples % self.rotate_keys_every:
             return None
-        self.current = self._draw()
+        self.current = current = self._draw()
         self.period += 1
-        return KeyRotation(self.period, self.current.target, public_target_bytes(self.current.keys))
+        nbytes = self._nbytes or public_target_bytes(current.keys)
+        return KeyRotation(self.period, current.target, nbytes)
 
     def step(self, y: Any, encoded_state: Any, w: Any = None) -> tuple[Any, Any]:
         """One closed-loop sample with the in-process :attr:`cloud`: ``(u, next x~)``.
@@ -262,9 +293,10 @@ class RotatingImmersion:
         Encodes ``y``, runs eq. 17 in the cloud, decodes ``u`` (eq. 18), then rotates if due
         (the cloud moves ``x~`` to the new key).
         """
-        yt = self.current.encode_input(y)
-        ut, xt = self.cloud.advance(encoded_state, yt, w)
-        u = self.current.decode_output(ut, yt)
+        current = self.current
+        yt = current.encode_input(y)
+        ut, xt = self.cloud.target.advance(encoded_state, yt, w)
+        u = current.decode_output(ut, yt)
         rotation = self.tick()
         if rotation is not None:
             xt = self.cloud.rekey(rotation, xt)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -14,6 +16,8 @@ from .keys.codes import DenseTargetSample
 from .target_codes import TargetCodes
 
 _FLOAT64 = np.dtype(np.float64)
+_ndarray = np.ndarray
+_isfinite = math.isfinite
 
 
 class CheckedFunction:
@@ -36,7 +40,17 @@ class CheckedFunction:
         )
 
     def __call__(self, x: Any, y: Any, w: Any) -> Any:
-        out = self.fn(x, y, w) if self.uses_public else self.fn(x, y)
+        return self.check(self.fn(x, y, w) if self.uses_public else self.fn(x, y))
+
+    def check(self, out: Any) -> Any:
+        """``out`` (what the function returned) as an array of the backend, shape ``(n_out,)``,
+        finite; else an error naming the function.
+
+        Parameters
+        ----------
+        out : Any
+            The function's result.
+        """
         if (  # the common case on numpy: a float64 vector of the right length
             type(out) is np.ndarray
             and out.dtype is _FLOAT64
@@ -108,8 +122,11 @@ class TargetAlgorithm:
     _input_in: Callable[[Any], Any]
     _output_out: Callable[[Any], Any]
     _mask: Callable[[Any], Any]
-    #: ``advance``'s path for small dense keys (None: the general path)
+    #: the matrices of small dense keys on numpy float64 (None: the general operators)
     _dense: DenseTargetSample | None = None
+    #: ``advance``'s short path when neither ``f`` nor ``g`` takes ``w``: ``_dense``'s matrices
+    #: and shapes, and the user's ``g`` and ``f`` (one tuple: one attribute load per sample)
+    _fast: tuple[Any, ...] | None = None
 
     def __init__(
         self, *, f: CheckedFunction, g: CheckedFunction, keys: Keys, backend: ArrayBackend
@@ -130,6 +147,49 @@ class TargetAlgorithm:
         self._dense = DenseTargetSample.of(
             self._state_in, self._input_in, self._state_out, self._output_out, self._mask
         )
+        self._fast = self._fast_parts(self._dense)
+
+    def _fast_parts(self, d: DenseTargetSample | None) -> tuple[Any, ...] | None:
+        if d is None or self.uses_public:
+            return None
+        matrices = (d.state_left, d.input_left, d.state, d.output, d.mask)
+        return matrices + (
+            d.state_shape,
+            d.input_shape,
+            d.f_shape,
+            d.g_shape,
+            self._g.fn,
+            self._f.fn,
+        )
+
+    @classmethod
+    def from_dense(
+        cls,
+        *,
+        f: CheckedFunction,
+        g: CheckedFunction,
+        backend: ArrayBackend,
+        dense: DenseTargetSample,
+    ) -> "TargetAlgorithm":
+        """A target from the transposed matrices of keys this library drew (no checks, no copy:
+        the key pool of :mod:`immersion.key_pool`; matrices received from elsewhere go through
+        :meth:`from_matrices`). The operators of the general path are made on first use.
+
+        Parameters
+        ----------
+        f, g : CheckedFunction
+            The checked user functions.
+        backend : ArrayBackend
+            The numpy float64 backend.
+        dense : DenseTargetSample
+            ``Pi2_left^T, Pi1_left^T, Pi2^T, Pi3^T, Pi4^T``, C-contiguous float64.
+        """
+        self = _DenseTarget.__new__(_DenseTarget)
+        self._f, self._g, self.backend, self._dense = f, g, backend, dense
+        self.n_state_encoded, self.n_input_encoded = dense.state_shape[0], dense.input_shape[0]
+        self.n_output_encoded = dense.mask.shape[1]
+        self._fast = self._fast_parts(dense)
+        return self
 
     @classmethod
     def from_matrices(
@@ -229,9 +289,11 @@ class TargetAlgorithm:
 
         Equal to ``(self.output(x~, y~, w), self.step(x~, y~, w))``, bit for bit; a controller
         in the cloud calls this once per sample. Small dense keys on numpy float64 take a short
-        path (one ``gemv`` per product, each vector tested for finiteness once); if an encoded
-        result overflows, the checked path runs again (``f`` and ``g`` are called a second time)
-        to name the culprit.
+        path: one ``gemv`` per product; three finiteness tests, each over two vectors at once
+        (``x~`` and ``y~`` before any arithmetic; what ``g`` and ``f`` returned before it is
+        encoded; the two encoded results, for overflow). Where a test fails, the checks of the
+        general path name the culprit, in its order, from the values already computed (``f``
+        and ``g`` are called once).
 
         Parameters
         ----------
@@ -240,6 +302,32 @@ class TargetAlgorithm:
         w:
             The public signal, if ``f`` or ``g`` takes one (else None).
         """
+        fast = self._fast
+        if fast is not None and w is None:
+            state_left, input_left, state, output, mask, xs, ys, fs, gs, g, f = fast
+            if (
+                type(encoded_state) is _ndarray
+                and type(encoded_input) is _ndarray
+                and encoded_state.dtype is _FLOAT64
+                and encoded_input.dtype is _FLOAT64
+                and encoded_state.shape == xs
+                and encoded_input.shape == ys
+                # the sum is finite unless an entry is NaN or inf (or it overflows: general path)
+                and _isfinite(sum(encoded_state.tolist() + encoded_input.tolist()))
+            ):
+                x, y = encoded_state.dot(state_left), encoded_input.dot(input_left)
+                gx, fx = g(x, y), f(x, y)
+                if not (type(gx) is _ndarray and gx.dtype is _FLOAT64 and gx.shape == gs):
+                    gx = self._checked(self._g, gx, x, y)
+                if not (type(fx) is _ndarray and fx.dtype is _FLOAT64 and fx.shape == fs):
+                    fx = self._checked(self._f, fx, x, y)
+                if not _isfinite(sum(gx.tolist() + fx.tolist())):  # before any product
+                    self._name_culprit(x, y, gx, fx)
+                masked = encoded_input.dot(mask)
+                ut, xt_next = gx.dot(output) + masked, fx.dot(state)
+                if not _isfinite(sum(ut.tolist() + xt_next.tolist())):
+                    self._name_overflow(masked, ut, xt_next)
+                return ut, xt_next
         self._check_public(w)
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
         yt = self._vector("encoded_input", encoded_input, self.n_input_encoded)
@@ -248,13 +336,38 @@ class TargetAlgorithm:
             x, y = self._state_in(xt), self._input_in(yt)
         else:
             x, y = xt.dot(dense.state_left), yt.dot(dense.input_left)
-            ut = self._call(self._g, x, y, w).dot(dense.output) + yt.dot(dense.mask)
-            xt_next = self._call(self._f, x, y, w).dot(dense.state)
-            if v.all_finite(ut) and v.all_finite(xt_next):
-                return ut, xt_next
         return self._encoded_output(self._call(self._g, x, y, w), yt), self._encoded_state(
             self._call(self._f, x, y, w)
         )
+
+    def _checked(self, fn: CheckedFunction, out: Any, x: Any, y: Any) -> Any:
+        """``fn.check(out)``; a NaN or inf in it is first traced to a decoding overflow, as
+        :meth:`_call` does."""
+        try:
+            return fn.check(out)
+        except NonFiniteError:
+            self._decoding_overflow(x, y)
+            raise
+
+    def _decoding_overflow(self, x: Any, y: Any) -> None:
+        for name, decoded in (("encoded_state", x), ("encoded_input", y)):
+            v.finite_result(self.backend, name, decoded, "decoding it")
+
+    def _name_culprit(self, x: Any, y: Any, gx: Any, fx: Any) -> None:
+        """The general path's check of a NaN or inf that ``g`` or ``f`` returned, in its order
+        (``g`` first); nothing when both are finite (a sum that overflowed)."""
+        for fn, result in ((self._g, gx), (self._f, fx)):
+            if not v.all_finite(result):
+                self._decoding_overflow(x, y)
+                raise NonFiniteError(fn.name, "returned NaN or inf")
+
+    def _name_overflow(self, masked: Any, ut: Any, xt_next: Any) -> None:
+        """The general path's checks of the encoded results, in its order: raise naming
+        ``encoded_input``, ``g`` or ``f`` (nothing when every entry is finite)."""
+        if not v.all_finite(ut):
+            v.finite_result(self.backend, "encoded_input", masked, "its mask term Pi4 y~")
+            v.finite_result(self.backend, "g", ut, "its result, once encoded,")
+        v.finite_result(self.backend, "f", xt_next, "its result, once encoded,")
 
     def reencode_state(self, encoded_state: Any, new_target: "TargetAlgorithm") -> Any:
         """``x~_new = Pi2_new Pi2_left x~`` for a key rotation: the same state under
@@ -271,10 +384,15 @@ class TargetAlgorithm:
             The target of the next key period.
         """
         xt = self._vector("encoded_state", encoded_state, self.n_state_encoded)
-        x = v.finite_result(self.backend, "encoded_state", self._state_in(xt), "decoding it")
-        return v.finite_result(
-            self.backend, "encoded_state", new_target._state_out(x), "re-encoding it"
-        )
+        old, new = self._dense, new_target._dense
+        if old is not None and new is not None and type(xt) is np.ndarray:
+            x = xt.dot(old.state_left)  # what the dense operators compute
+            x = v.finite_result(self.backend, "encoded_state", x, "decoding it")
+            x_new = x.dot(new.state)
+        else:
+            x = v.finite_result(self.backend, "encoded_state", self._state_in(xt), "decoding it")
+            x_new = new_target._state_out(x)
+        return v.finite_result(self.backend, "encoded_state", x_new, "re-encoding it")
 
     def output(self, encoded_state: Any, encoded_input: Any, w: Any = None) -> Any:
         """The encoded output ``u~`` of the current state and input.
@@ -300,8 +418,7 @@ class TargetAlgorithm:
         try:
             return fn(x, y, w)
         except NonFiniteError:
-            for name, decoded in (("encoded_state", x), ("encoded_input", y)):
-                v.finite_result(self.backend, name, decoded, "decoding it")
+            self._decoding_overflow(x, y)
             if w is not None and not _finite_public(self.backend, w):
                 raise NonFiniteError("w", "contains NaN or inf") from None
             raise
@@ -316,3 +433,33 @@ class TargetAlgorithm:
             v.finite_result(self.backend, "encoded_input", masked, "its mask term Pi4 y~")
             v.finite_result(self.backend, "g", out, "its result, once encoded,")
         return out
+
+
+class _DenseTarget(TargetAlgorithm):
+    """A target made by :meth:`TargetAlgorithm.from_dense`: its codes (the general path's
+    operators) are built from the transposed matrices on first use."""
+
+    @cached_property
+    def codes(self) -> TargetCodes:  # type: ignore[override]
+        assert self._dense is not None
+        return TargetCodes.from_transposed(self._dense)
+
+    @cached_property
+    def _state_in(self) -> Callable[[Any], Any]:  # type: ignore[override]
+        return self.codes.state_in
+
+    @cached_property
+    def _state_out(self) -> Callable[[Any], Any]:  # type: ignore[override]
+        return self.codes.state_out
+
+    @cached_property
+    def _input_in(self) -> Callable[[Any], Any]:  # type: ignore[override]
+        return self.codes.input_in
+
+    @cached_property
+    def _output_out(self) -> Callable[[Any], Any]:  # type: ignore[override]
+        return self.codes.output_out
+
+    @cached_property
+    def _mask(self) -> Callable[[Any], Any]:  # type: ignore[override]
+        return self.codes.mask

@@ -144,3 +144,23 @@ class TargetCodes:
             output_out=FixedPointEncoder(keys.output_code.encoder(), fraction_bits, output_name),
             mask=keys.mask.operator(keys.input_code),
         )
+
+    @classmethod
+    def from_transposed(cls, dense: Any) -> "TargetCodes":
+        """The codes of the transposed matrices of keys this library drew (held as they are).
+
+        Parameters
+        ----------
+        dense:
+            A :class:`~immersion.keys.codes.DenseTargetSample` (C-contiguous float64 ``Pi^T``).
+        """
+        return cls(
+            dense.state_left.shape[0],
+            dense.input_left.shape[0],
+            dense.mask.shape[1],
+            state_in=DenseDecoder.of_transposed(dense.state_left),
+            state_out=DenseEncoder.of_transposed(dense.state),
+            input_in=DenseDecoder.of_transposed(dense.input_left),
+            output_out=DenseEncoder.of_transposed(dense.output),
+            mask=DenseMaskOp.of_transposed(dense.mask),
+        )

@@ -41,6 +41,20 @@ class DenseEncoder:
     def __call__(self, y: Any) -> Any:
         return y.dot(self._pi_t) if self._gemv else y @ self._pi_t
 
+    @classmethod
+    def of_transposed(cls, pi_t: np.ndarray) -> Any:
+        """The operator of a numpy float64 matrix given as its C-contiguous transpose ``Pi^T``
+        (held as it is, no copy: what the key pool of :mod:`immersion.rotation` hands out).
+
+        Parameters
+        ----------
+        pi_t : np.ndarray
+            ``Pi^T``, C-contiguous float64.
+        """
+        self = cls.__new__(cls)
+        self._pi_t, self._gemv = pi_t, True
+        return self
+
     @property
     def matrix_t(self) -> Any:
         """``Pi^T`` as the backend holds it."""
@@ -72,11 +86,27 @@ class DenseTargetSample:
     ``state_left`` and ``input_left`` (``Pi2_left^T``, ``Pi1_left^T``) decode ``x~`` and ``y~``;
     ``state``, ``output`` and ``mask`` (``Pi2^T``, ``Pi3^T``, ``Pi4^T``) encode the results:
     ``v.dot(matrix)``, as the dense operators compute it. :meth:`of` returns ``None`` where it
-    does not apply (other backends or dtypes, structured codes).
+    does not apply (other backends or dtypes, structured codes). ``state_shape``,
+    ``input_shape``, ``f_shape`` and ``g_shape`` are the shapes of ``x~``, ``y~``, ``f(x, y)``
+    and ``g(x, y)``.
     """
+
+    __slots__ = (
+        "state_left",
+        "input_left",
+        "state",
+        "output",
+        "mask",
+        "state_shape",
+        "input_shape",
+        "f_shape",
+        "g_shape",
+    )
 
     def __init__(self, *matrices: np.ndarray) -> None:
         self.state_left, self.input_left, self.state, self.output, self.mask = matrices
+        self.state_shape, self.input_shape = self.state_left.shape[:1], self.input_left.shape[:1]
+        self.f_shape, self.g_shape = self.state.shape[:1], self.output.shape[:1]
 
     @classmethod
     def of(
@@ -88,6 +118,72 @@ class DenseTargetSample:
             return None
         matrices = [p.matrix_t for p in parts]
         return cls(*matrices) if all(m.dtype == np.float64 for m in matrices) else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
+
+class DenseUserSample:
+    """The user side's transposed matrices of seed 002 eqs. 16 and 18, for small dense keys on
+    numpy float64 (what :class:`~immersion.coding.Immersion` needs per sample).
+
+    ``input`` (``Pi1^T``; None when the encoding noise is not encoded ahead of time) encodes
+    ``y``; ``mask`` (``Pi4^T``) and ``output_left`` (``Pi3_left^T``) decode ``u~``;
+    ``state_left`` (``Pi2_left^T``) decodes ``x~``. ``y_shape``, ``yt_shape``, ``ut_shape`` and
+    ``xt_shape`` are the shapes of ``y``, ``y~``, ``u~`` and ``x~``.
+    """
+
+    __slots__ = (
+        "input",
+        "mask",
+        "output_left",
+        "state_left",
+        "y_shape",
+        "yt_shape",
+        "ut_shape",
+        "xt_shape",
+    )
+
+    def __init__(
+        self,
+        input_t: np.ndarray | None,
+        mask_t: np.ndarray,
+        output_left_t: np.ndarray,
+        state_left_t: np.ndarray,
+    ) -> None:
+        self.input, self.mask = input_t, mask_t
+        self.output_left, self.state_left = output_left_t, state_left_t
+        self.y_shape = None if input_t is None else input_t.shape[:1]
+        self.yt_shape, self.ut_shape = mask_t.shape[:1], output_left_t.shape[:1]
+        self.xt_shape = state_left_t.shape[:1]
+
+    @classmethod
+    def of(
+        cls, input_signal: Any, mask: Any, output_dec: Any, state_dec: Any
+    ) -> "DenseUserSample | None":
+        """The matrices of dense numpy float64 operators (``input_signal`` may be None: the
+        encoder then takes the general path), or None where they do not apply."""
+        parts = (mask, output_dec, state_dec)
+        if not all(isinstance(p, DenseEncoder) and p._gemv for p in parts):
+            return None
+        matrices = [p.matrix_t for p in parts]
+        if not all(m.dtype == np.float64 for m in matrices):
+            return None
+        signal = None
+        if isinstance(input_signal, DenseEncoder) and input_signal._gemv:
+            signal = input_signal.matrix_t if input_signal.matrix_t.dtype == np.float64 else None
+        return cls(signal, *matrices)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
 
 
 class StructuredEncoder:
