@@ -26,12 +26,21 @@ reveal (Bonawitz et al.'s recovery, without the double masking that protects lat
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 from immersion import InvalidArgumentError
-from immersion.securesum import from_fixed, keystream_uniform, mask, to_fixed
+from immersion.prg import aes_ctr_chunks
+from immersion.securesum import (
+    CHUNK_BYTES,
+    SEED_BYTES,
+    from_fixed,
+    keystream,
+    mask,
+    mask_fixed,
+)
 
 from .laws import uniform_dn
 from .lmt import LocalResult
@@ -44,37 +53,88 @@ PURPOSES = ("delta", "mask")
 
 @dataclass(frozen=True)
 class Layout:
-    """Flat layout of an upload for an MLP with layer sizes ``(n_0, ..., n_L)``."""
+    """Flat layout of an upload for an MLP with layer sizes ``(n_0, ..., n_L)``.
+
+    The gradient is the ``L`` matrices in order; the corrections are, for every layer but the
+    last, its ``Psi`` (``n_L`` matrices) followed by its ``Phi`` (the rows ``1..n_L + 1`` of the
+    layer's batched outer products, :mod:`immersion_mpdp.lmt`), then the last layer's ``Psi``
+    vector.
+    """
 
     sizes: tuple[int, ...]
 
     @classmethod
     def of(cls, weights: Sequence[Tensor]) -> Layout:
         """The layout for weight matrices ``(n_(l+1), n_l)`` (true or perturbed odd layers)."""
-        return cls((int(weights[0].shape[1]), *(int(w.shape[0]) for w in weights)))
+        return _layout((int(weights[0].shape[1]), *(int(w.shape[0]) for w in weights)))
 
-    @property
+    @functools.cached_property
     def gradient_shapes(self) -> list[tuple[int, ...]]:
         return [(b, a) for a, b in zip(self.sizes[:-1], self.sizes[1:], strict=True)]
 
-    @property
+    @functools.cached_property
     def correction_shapes(self) -> list[tuple[int, ...]]:
         n_out = self.sizes[-1]
-        psi = [(n_out, *s) for s in self.gradient_shapes[:-1]]
-        return psi + [(self.sizes[-2],)] + self.gradient_shapes[:-1]
+        out: list[tuple[int, ...]] = []
+        for shape in self.gradient_shapes[:-1]:
+            out += [(n_out, *shape), shape]  # Psi^(l), Phi^(l)
+        return out + [(self.sizes[-2],)]
 
-    @property
+    @functools.cached_property
     def gradient_size(self) -> int:
         return sum(int(np.prod(s)) for s in self.gradient_shapes)
 
-    @property
+    @functools.cached_property
     def correction_size(self) -> int:
         return sum(int(np.prod(s)) for s in self.correction_shapes)
 
-    def flatten(self, local: LocalResult) -> tuple[np.ndarray, np.ndarray]:
+    def flatten(self, local: LocalResult, *, copy: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """The flat gradient and corrections of ``local``.
+
+        Parameters
+        ----------
+        local : LocalResult
+            LMT's output for this layout.
+        copy : bool
+            False: when ``local`` was computed into flat buffers of this layout
+            (:func:`immersion_mpdp.lmt.local_model_training` does), return those buffers
+            themselves; changing them then changes ``local``.
+        """
+        if self._views_flat(local):
+            assert local.flat is not None
+            grad, corrections = local.flat
+            return (grad.copy(), corrections.copy()) if copy else (grad, corrections)
         grad = np.concatenate([g.numpy().ravel() for g in local.grad_hat])
-        parts = [p.numpy().ravel() for p in (*local.psi, local.psi_last, *local.phi)]
-        return grad, np.concatenate(parts)
+        parts = []
+        for psi, phi in zip(local.psi, local.phi, strict=True):
+            parts += [psi.numpy().ravel(), phi.numpy().ravel()]
+        return grad, np.concatenate([*parts, local.psi_last.numpy().ravel()])
+
+    def _views_flat(self, local: LocalResult) -> bool:
+        """Whether every tensor of ``local`` is, in this layout, a view of ``local.flat`` (not so
+        after ``dataclasses.replace`` of a tensor, say)."""
+        if local.flat is None:
+            return False
+        grad, corrections = local.flat
+        if (grad.size, corrections.size) != (self.gradient_size, self.correction_size):
+            return False
+        parts = []
+        for psi, phi in zip(local.psi, local.phi, strict=True):
+            parts += [psi, phi]
+        for tensors, flat, shapes in (
+            (local.grad_hat, grad, self.gradient_shapes),
+            ([*parts, local.psi_last], corrections, self.correction_shapes),
+        ):
+            if len(tensors) != len(shapes):
+                return False
+            address = flat.ctypes.data
+            for tensor, shape in zip(tensors, shapes, strict=True):
+                if tensor.data_ptr() != address or tuple(tensor.shape) != shape:
+                    return False
+                if not tensor.is_contiguous():
+                    return False
+                address += 8 * int(np.prod(shape))
+        return True
 
     def split(self, flat: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
         out, at = [], 0
@@ -89,8 +149,13 @@ class Layout:
 
         grads = [torch.as_tensor(a) for a in self.split(gradient, self.gradient_shapes)]
         parts = [torch.as_tensor(a) for a in self.split(corrections, self.correction_shapes)]
-        n = len(self.sizes) - 2
-        return LocalResult(tuple(grads), tuple(parts[:n]), parts[n], tuple(parts[n + 1 :]))
+        return LocalResult(tuple(grads), tuple(parts[0:-1:2]), parts[-1], tuple(parts[1:-1:2]))
+
+
+@functools.lru_cache(maxsize=16)
+def _layout(sizes: tuple[int, ...]) -> Layout:
+    """One Layout per shape (its sizes are computed once)."""
+    return Layout(sizes)
 
 
 @dataclass(frozen=True)
@@ -128,10 +193,72 @@ def _sign(me: int, peer: int) -> int:
 def pair_delta(seed: bytes, sigma_delta: float, size: int) -> np.ndarray:
     """``Delta_{k,v} ~ DN(sigma_Delta, 1)`` from the pair's seed (Eq. 19).
 
-    ``DN(sigma_Delta, 1) = Uniform(-sqrt(2) sigma_Delta, sqrt(2) sigma_Delta)``.
+    ``DN(sigma_Delta, 1) = Uniform(-sqrt(2) sigma_Delta, sqrt(2) sigma_Delta)``: with ``b =
+    sqrt(2) sigma_Delta`` and ``w`` the top 53 bits of each keystream word, ``b (w 2^-52 - 1)``,
+    a grid of ``2^53`` points spread evenly over ``[-b, b)``.
     """
     bound = np.sqrt(2.0) * sigma_delta
-    return keystream_uniform(seed, size, -bound, bound)
+    words = (keystream(seed, size) >> np.uint64(11)).astype(np.float64)
+    return bound * (words * 2.0**-52 - 1.0)
+
+
+def add_pair_deltas(
+    grad: np.ndarray, me: int, seeds: Mapping[int, bytes], sigma_delta: float
+) -> np.ndarray:
+    """``grad`` plus ``sum_v +-Delta_{me,v}`` over the peers in ``seeds`` (in place, Eq. 17).
+
+    The sum of the signed 53-bit words is taken exactly in integers, chunk by chunk of each
+    pair's keystream, and turned into ``b (2^-52 sum_v +-w_v - sum_v +-1)`` once: the same
+    numbers as adding every :func:`pair_delta` with its sign, up to one rounding instead of one
+    per peer.
+
+    Parameters
+    ----------
+    grad : np.ndarray
+        float64, changed in place.
+    me : int
+        This client.
+    seeds : mapping of int to bytes
+        ``{peer: Delta seed}``.
+    sigma_delta : float
+        ``sigma_Delta``.
+
+    Returns
+    -------
+    np.ndarray
+        ``grad``.
+    """
+    if not seeds:
+        return grad
+    for peer, seed in seeds.items():
+        if peer == me or not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
+            raise InvalidArgumentError("seeds", f"bad Delta seed for peer {peer}")
+    total = np.zeros(grad.size, dtype=np.int64)
+    signs = 0
+    for peer in sorted(seeds):
+        op = np.add if me < peer else np.subtract
+        signs += _sign(me, peer)
+        for start, stream in aes_ctr_chunks(
+            seeds[peer],
+            grad.size,
+            chunk_words=CHUNK_BYTES // 8,
+            extra="fl",
+            purpose="secure summation",
+        ):
+            np.right_shift(stream, np.uint64(11), out=stream)
+            part = total[start : start + stream.size]
+            op(part, stream.view(np.int64), out=part)
+    bound = np.sqrt(2.0) * sigma_delta
+    noise = total.astype(np.float64)
+    noise *= 2.0**-52
+    noise -= signs
+    noise *= bound
+    grad += noise
+    return grad
+
+
+def _purpose_seeds(seeds: Mapping[int, Mapping[str, bytes]], purpose: str) -> dict[int, bytes]:
+    return {peer: s[purpose] for peer, s in seeds.items() if purpose in s}
 
 
 def add_pair_terms(
@@ -145,7 +272,7 @@ def add_pair_terms(
 ) -> None:
     """Add, in place, what ``me`` puts into its upload for its pair with ``peer``: ``+Delta`` if
     ``me < peer`` else ``-Delta`` (Eq. 17), and the pair's 64-bit mask with the same sign (mod
-    2^64)."""
+    2^64); each only if ``seeds`` has its purpose (the edge carries it)."""
     add_all_pair_terms(grad, corrections, me, {peer: seeds}, layout, noise)
 
 
@@ -153,19 +280,17 @@ def add_all_pair_terms(
     grad: np.ndarray,
     corrections: np.ndarray,
     me: int,
-    seeds: dict[int, dict[str, bytes]],
+    seeds: Mapping[int, Mapping[str, bytes]],
     layout: Layout,
     noise: NoiseSettings,
 ) -> None:
-    """:func:`add_pair_terms` for every peer in ``seeds``; the masks in one pass of the core's
-    chunked keystream (:func:`immersion.securesum.mask`)."""
-    for peer in sorted(seeds):
-        if noise.sigma_delta > 0:
-            grad += _sign(me, peer) * pair_delta(
-                seeds[peer]["delta"], noise.sigma_delta, layout.gradient_size
-            )
+    """:func:`add_pair_terms` for every peer in ``seeds``: the ``Delta`` of the peers with a
+    ``"delta"`` seed summed in integers (:func:`add_pair_deltas`), the masks of those with a
+    ``"mask"`` seed in one pass of the core's chunked keystream."""
+    if noise.sigma_delta > 0:
+        add_pair_deltas(grad, me, _purpose_seeds(seeds, "delta"), noise.sigma_delta)
     if noise.mask_corrections:
-        mask(corrections, me, {peer: seeds[peer]["mask"] for peer in seeds})
+        mask(corrections, me, _purpose_seeds(seeds, "mask"))
 
 
 def ddp_client(
@@ -173,33 +298,71 @@ def ddp_client(
     layout: Layout,
     *,
     me: int,
-    seeds: dict[int, dict[str, bytes]],
+    seeds: Mapping[int, Mapping[str, bytes]],
     n_clients: int,
     noise: NoiseSettings,
     rng: np.random.Generator,
+    consume: bool = False,
 ) -> Upload:
-    """Algorithm 2 for client ``me``; ``seeds[v][purpose]`` are its pair seeds with neighbour v."""
-    grad, corrections = layout.flatten(local)
+    """Algorithm 2 for client ``me``; ``seeds[v][purpose]`` are its pair seeds with neighbour v.
+
+    A neighbour whose seeds lack a purpose shares no term of that kind with ``me`` (the round's
+    graph of the noise ``Delta`` and that of the masks may differ,
+    :func:`immersion_mpdp.agreement.round_graph`).
+
+    Parameters
+    ----------
+    local : LocalResult
+        LMT's output.
+    layout : Layout
+        The upload's layout.
+    me : int
+        This client.
+    seeds : mapping
+        ``{neighbour: {purpose: seed}}``.
+    n_clients : int
+        Clients in the round (the fixed-point range).
+    noise : NoiseSettings
+        Noise scales, masking, words per masked number.
+    rng : np.random.Generator
+        Source of ``eta``.
+    consume : bool
+        Build the upload in ``local``'s own flat buffers (no copy; ``local`` is spent).
+
+    Returns
+    -------
+    Upload
+        What the server receives.
+    """
+    grad, corrections = layout.flatten(local, copy=not consume)
     if noise.sigma_eta > 0:
         grad += uniform_dn(noise.sigma_eta, grad.shape, rng)  # Eq. 16
+    if noise.sigma_delta > 0:
+        add_pair_deltas(grad, me, _purpose_seeds(seeds, "delta"), noise.sigma_delta)
     if noise.mask_corrections:
-        corrections = to_fixed(corrections, n_clients, argument="corrections", words=noise.words)
-    add_all_pair_terms(grad, corrections, me, seeds, layout, noise)
+        corrections = mask_fixed(
+            corrections,
+            n_clients,
+            me,
+            _purpose_seeds(seeds, "mask"),
+            words=noise.words,
+            argument="corrections",
+            overwrite=True,  # ours: a copy, or local's buffer with consume
+        )
     return Upload(grad, corrections)
 
 
 def sum_uploads(uploads: Iterable[Upload], *, masked: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Sum of the gradients (Eq. 20) and of the corrections (still masked if ``masked``)."""
+    """Sum of the gradients (Eq. 20) and of the corrections (still masked if ``masked``), in
+    upload order, into one buffer each."""
     items = list(uploads)
     if not items:
         raise InvalidArgumentError("uploads", "nothing to aggregate")
-    grad = np.sum([u.gradient for u in items], axis=0)
-    if masked:
-        corrections = items[0].corrections.copy()
-        for u in items[1:]:
-            corrections += u.corrections
-    else:
-        corrections = np.sum([u.corrections for u in items], axis=0)
+    grad = items[0].gradient.copy()
+    corrections = items[0].corrections.copy()
+    for u in items[1:]:
+        grad += u.gradient
+        corrections += u.corrections
     return grad, corrections
 
 

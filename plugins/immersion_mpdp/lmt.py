@@ -20,13 +20,14 @@ Theorem 4 holds only for a gradient taken at the received ``W^hat``: one gradien
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .mlp import torch_module
 from .perturbation import PerturbedModel
 
 if TYPE_CHECKING:
+    import numpy as np
     from torch import Tensor
 
 
@@ -44,12 +45,16 @@ class LocalResult:
         The last layer's ``Psi``, shape ``(n_(L-1),)``.
     phi : tuple of Tensor
         The ``L - 1`` matrices ``Phi^(l)``.
+    flat : tuple of np.ndarray, optional
+        The flat gradient and corrections (:class:`immersion_mpdp.ddp.Layout`) when the tensors
+        above are views of them, as :func:`local_model_training` computes them.
     """
 
     grad_hat: tuple[Tensor, ...]
     psi: tuple[Tensor, ...]
     psi_last: Tensor
     phi: tuple[Tensor, ...]
+    flat: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
 
 def local_model_training(model: PerturbedModel, x: Tensor, targets: Tensor) -> LocalResult:
@@ -90,7 +95,12 @@ def _outer_product_lmt(model: PerturbedModel, x: Tensor, targets: Tensor) -> Loc
     """Backpropagation by hand with the ``n_L + 2`` cotangents stacked: every layer's gradients
     are one batched product ``G^T h`` of its output sensitivities ``G`` (``(n_L + 2, batch, n_l)``)
     and its inputs ``h``; the cotangents and the order of every operation are those of
-    :func:`autograd_lmt`, so both give the same bits (tests/test_mpdp.py)."""
+    :func:`autograd_lmt`, so both give the same bits (tests/test_mpdp.py).
+
+    Each product goes to fresh memory, as autograd's does (the BLAS may round differently when
+    an output starts at another alignment), and is then copied once into the upload's flat
+    buffers (the layout of :class:`immersion_mpdp.ddp.Layout`), which the tensors returned
+    view."""
     torch = torch_module()
     odd, transitional = model.odd, model.transitional
     inputs, active = [x], []
@@ -107,18 +117,33 @@ def _outer_product_lmt(model: PerturbedModel, x: Tensor, targets: Tensor) -> Loc
     # output sensitivities of the last hidden layer (h and alpha = sum h), one per cotangent:
     # (n_L + 2, batch, n_(L-1))
     sens = cot_y @ w_last + cot_alpha[:, :, None]
-    grads: list[Tensor] = [(cot_y.transpose(1, 2) @ h)[0]]
+    products: list[Tensor] = [cot_y[:1].transpose(1, 2) @ h]  # the last layer: grad_hat only
     zero = torch.zeros((), dtype=sens.dtype)
     for layer in range(len(odd) - 2, -1, -1):
         sens = torch.where(active[layer], sens * transitional[layer], zero)
-        grads.insert(0, sens.transpose(1, 2) @ inputs[layer])  # batched outer products
+        products.insert(0, sens.transpose(1, 2) @ inputs[layer])  # batched outer products
         if layer:
             sens = sens @ odd[layer]
+    psi_last = (alpha[:, None] * h).mean(0)
+    grad_flat = torch.cat([p[0].reshape(-1) for p in products])
+    corr_flat = torch.cat([*(p[1:].reshape(-1) for p in products[:-1]), psi_last])
+    grads, psi, phi, at = [], [], [], [0, 0]
+    for p in products:
+        rows, cols = p.shape[1:]
+        grads.append(grad_flat[at[0] : at[0] + rows * cols].view(rows, cols))
+        at[0] += rows * cols
+        if p.shape[0] > 1:
+            block = corr_flat[at[1] : at[1] + (p.shape[0] - 1) * rows * cols]
+            block = block.view(p.shape[0] - 1, rows, cols)
+            psi.append(block[:-1])
+            phi.append(block[-1])
+            at[1] += block.numel()
     return LocalResult(
-        grad_hat=tuple(g[0] for g in grads[:-1]) + (grads[-1],),
-        psi=tuple(g[1:-1] for g in grads[:-1]),
-        psi_last=(alpha[:, None] * h).mean(0),
-        phi=tuple(g[-1] for g in grads[:-1]),
+        grad_hat=tuple(grads),
+        psi=tuple(psi),
+        psi_last=corr_flat[at[1] :],
+        phi=tuple(phi),
+        flat=(grad_flat.numpy(), corr_flat.numpy()),
     )
 
 
