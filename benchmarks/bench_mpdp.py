@@ -112,9 +112,7 @@ def before_after(before: Path, repeats: int, rounds: int) -> dict:
     out = {}
     for name, by_code in rows.items():
         ratios = {c: sorted(r["round_time_ratio"] for r in v) for c, v in by_code.items()}
-        out[name] = {
-            f"round_time_ratio_{c}": ratios[c][len(ratios[c]) // 2] for c in ratios
-        } | {
+        out[name] = {f"round_time_ratio_{c}": ratios[c][len(ratios[c]) // 2] for c in ratios} | {
             "all_ratios": ratios,
             "phase_s_median_after": by_code["after"][-1]["phase_s_median"],
             "graphs_after": {k: by_code["after"][-1][k] for k in ("graph", "mask_graph")},

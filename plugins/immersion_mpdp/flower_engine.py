@@ -421,9 +421,7 @@ def client_train(msg: Message, context: Context) -> Message:
                     ),
                 )
             except FixedPointRangeError as exc:  # the server retries the round with two words
-                return Message(
-                    content=_records(config={"out_of_range": str(exc)}), reply_to=msg
-                )
+                return Message(content=_records(config={"out_of_range": str(exc)}), reply_to=msg)
             return Message(
                 content=_records(
                     upload={"gradient": upload.gradient, "corrections": upload.corrections},
