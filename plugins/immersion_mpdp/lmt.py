@@ -192,12 +192,14 @@ def _cotangents(error: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
     ``(n_L + 2, batch, n_L)`` and ``(n_L + 2, batch)``."""
     torch = torch_module()
     batch, n_out = error.shape
-    eye = torch.eye(n_out, dtype=error.dtype)
-    cot_y = (
-        torch.cat(
-            [error[None], alpha[None, :, None] * eye[:, None, :], torch.zeros_like(error)[None]]
-        )
-        / batch
-    )
-    cot_alpha = torch.cat([torch.zeros_like(alpha)[None], error.T, alpha[None]]) / batch
+    cot_y = torch.zeros((n_out + 2, batch, n_out), dtype=error.dtype)
+    cot_y[0] = error
+    outputs = torch.arange(n_out)
+    cot_y[1 + outputs, :, outputs] = alpha  # alpha_i e_c for Psi[c] (alpha >= 0: no -0.0)
+    cot_y /= batch
+    cot_alpha = torch.empty((n_out + 2, batch), dtype=error.dtype)
+    cot_alpha[0] = 0.0
+    cot_alpha[1:-1] = error.T
+    cot_alpha[-1] = alpha
+    cot_alpha /= batch
     return cot_y, cot_alpha

@@ -162,10 +162,12 @@ class KeyAgreement:
         """The raw public key (32 bytes), what the client publishes."""
         from cryptography.hazmat.primitives import serialization
 
-        raw: bytes = self._private.public_key().public_bytes(
-            serialization.Encoding.Raw,
-            serialization.PublicFormat.Raw,
-        )
+        raw: bytes | None = self.__dict__.get("_public")
+        if raw is None:
+            raw = self.__dict__["_public"] = self._private.public_key().public_bytes(
+                serialization.Encoding.Raw,
+                serialization.PublicFormat.Raw,
+            )
         return raw
 
     def shared_secret(self, peer_public: bytes) -> bytes:
