@@ -259,11 +259,17 @@ def upload_problem(upload: Any, layout: Layout, masked: bool, words: int = 2) ->
             f"corrections of shape {upload.corrections.shape} ({upload.corrections.dtype}), "
             f"expected {want}"
         )
-    if not np.isfinite(upload.gradient).all() or (
-        not masked and not np.isfinite(upload.corrections).all()
-    ):
+    if not _all_finite(upload.gradient) or (not masked and not _all_finite(upload.corrections)):
         return "contains NaN or inf"
     return None
+
+
+def _all_finite(values: np.ndarray) -> bool:
+    """Every value finite: a finite sum proves it (NaN and inf propagate); an overflowing sum of
+    finite values falls back to the element-wise test."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.add.reduce(values)
+    return bool(np.isfinite(total)) or bool(np.isfinite(values).all())
 
 
 def apply_fault(kind: str | None, work: Callable[[], Upload]) -> Upload:
