@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 import numpy as np
 from immersion import InvalidArgumentError
 from immersion.prg import aes_ctr_chunks
+from immersion import securesum
 from immersion.securesum import (
     CHUNK_BYTES,
     SEED_BYTES,
@@ -352,14 +353,29 @@ def ddp_client(
     return Upload(grad, corrections)
 
 
-def sum_uploads(uploads: Iterable[Upload], *, masked: bool) -> tuple[np.ndarray, np.ndarray]:
+def sum_uploads(
+    uploads: Iterable[Upload],
+    *,
+    masked: bool,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Sum of the gradients (Eq. 20) and of the corrections (still masked if ``masked``), in
-    upload order, into one buffer each."""
+    upload order, into one buffer each (``out``'s, when their shapes and types fit)."""
     items = list(uploads)
     if not items:
         raise InvalidArgumentError("uploads", "nothing to aggregate")
-    grad = items[0].gradient.copy()
-    corrections = items[0].corrections.copy()
+    first = items[0]
+    fits = out is not None and all(
+        (o.shape, o.dtype) == (a.shape, a.dtype)
+        for o, a in zip(out, (first.gradient, first.corrections), strict=True)
+    )
+    if fits:
+        assert out is not None
+        grad, corrections = out
+        np.copyto(grad, first.gradient)
+        np.copyto(corrections, first.corrections)
+    else:
+        grad, corrections = first.gradient.copy(), first.corrections.copy()
     for u in items[1:]:
         grad += u.gradient
         corrections += u.corrections
@@ -397,7 +413,16 @@ def mean_local_result(
     masked: bool,
     words: int = 2,
 ) -> LocalResult:
-    """Eqs. 20-21: the averages ``grad_hat``, ``Psi``, ``Phi`` over the ``n_uploads`` clients."""
+    """Eqs. 20-21: the averages ``grad_hat``, ``Psi``, ``Phi`` over the ``n_uploads`` clients.
+
+    With one word per masked correction, the sum's words are read back as floats in place
+    (``total`` is spent), otherwise into new arrays; the same numbers either way."""
     grad, corrections = total
-    corrections_float = from_fixed(corrections, words=words) if masked else corrections
-    return layout.unflatten(grad / n_uploads, corrections_float / n_uploads)
+    if masked and words == 1 and corrections.flags.c_contiguous and corrections.flags.writeable:
+        corrections_float = corrections.view(np.float64)
+        scale = 2.0**-securesum.ONE_LIMB_BITS  # as from_fixed
+        np.multiply(corrections.view(np.int64), scale, out=corrections_float)
+    else:
+        corrections_float = from_fixed(corrections, words=words) if masked else corrections.copy()
+    corrections_float /= n_uploads
+    return layout.unflatten(grad / n_uploads, corrections_float)

@@ -518,6 +518,7 @@ def run_local(
             phase_s=phases,
         )
         close_round(run, t, survivors, uploads, time.perf_counter() - tick, phases, progress)
+        del uploads  # summed: the clients build their next uploads in the same buffers
     run.result.weights = run.server.weights
     run.result.final_model = torch_module().cat([w.reshape(-1) for w in run.server.weights])
     return run.result
