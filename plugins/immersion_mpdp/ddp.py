@@ -27,13 +27,13 @@ reveal (Bonawitz et al.'s recovery, without the double masking that protects lat
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
-from immersion import InvalidArgumentError
+from immersion import InvalidArgumentError, securesum
 from immersion.prg import aes_ctr_chunks
-from immersion import securesum
 from immersion.securesum import (
     CHUNK_BYTES,
     SEED_BYTES,
@@ -83,11 +83,11 @@ class Layout:
 
     @functools.cached_property
     def gradient_size(self) -> int:
-        return sum(int(np.prod(s)) for s in self.gradient_shapes)
+        return sum(math.prod(s) for s in self.gradient_shapes)
 
     @functools.cached_property
     def correction_size(self) -> int:
-        return sum(int(np.prod(s)) for s in self.correction_shapes)
+        return sum(math.prod(s) for s in self.correction_shapes)
 
     def flatten(self, local: LocalResult, *, copy: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """The flat gradient and corrections of ``local``.
@@ -134,13 +134,13 @@ class Layout:
                     return False
                 if not tensor.is_contiguous():
                     return False
-                address += 8 * int(np.prod(shape))
+                address += 8 * math.prod(shape)
         return True
 
     def split(self, flat: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
         out, at = [], 0
         for shape in shapes:
-            size = int(np.prod(shape))
+            size = math.prod(shape)
             out.append(flat[at : at + size].reshape(shape))
             at += size
         return out
@@ -336,6 +336,35 @@ def ddp_client(
         What the server receives.
     """
     grad, corrections = layout.flatten(local, copy=not consume)
+    return ddp_upload(
+        grad, corrections, me=me, seeds=seeds, n_clients=n_clients, noise=noise, rng=rng
+    )
+
+
+def ddp_upload(
+    grad: np.ndarray,
+    corrections: np.ndarray,
+    *,
+    me: int,
+    seeds: Mapping[int, Mapping[str, bytes]],
+    n_clients: int,
+    noise: NoiseSettings,
+    rng: np.random.Generator,
+) -> Upload:
+    """:func:`ddp_client` on LMT's flat gradient and corrections, which it overwrites.
+
+    Parameters
+    ----------
+    grad, corrections : np.ndarray
+        Contiguous float64, of the layout's sizes; spent (the upload is built in them).
+    me, seeds, n_clients, noise, rng
+        As in :func:`ddp_client`.
+
+    Returns
+    -------
+    Upload
+        What the server receives.
+    """
     if noise.sigma_eta > 0:
         grad += uniform_dn(noise.sigma_eta, grad.shape, rng)  # Eq. 16
     if noise.sigma_delta > 0:
@@ -348,7 +377,7 @@ def ddp_client(
             _purpose_seeds(seeds, "mask"),
             words=noise.words,
             argument="corrections",
-            overwrite=True,  # ours: a copy, or local's buffer with consume
+            overwrite=True,
         )
     return Upload(grad, corrections)
 

@@ -31,7 +31,7 @@ from .ddp import (
     Layout,
     NoiseSettings,
     Upload,
-    ddp_client,
+    ddp_upload,
     dropout_correction,
     mean_local_result,
     subtract,
@@ -155,8 +155,8 @@ class MpdpClient:
         ``{peer: purposes of the edge}`` (the round's graph), or peers sharing every purpose."""
         tick = time.perf_counter()
         x, targets = self.batch(round_t)
-        layout = Layout.of(model.odd)
-        local = local_model_training(model, x, targets, out=self._upload_buffers(layout))
+        flat = self._upload_buffers(Layout.of(model.odd))
+        local_model_training(model, x, targets, out=flat)  # its result views ``flat``
         self.timings["client_lmt"] = time.perf_counter() - tick
         tick = time.perf_counter()
         rng = (
@@ -164,15 +164,13 @@ class MpdpClient:
             if self.deterministic_keys
             else np.random.default_rng()
         )
-        upload = ddp_client(
-            local,
-            layout,
+        upload = ddp_upload(
+            *flat,
             me=self.index,
             seeds=self._seeds(round_t, neighbours, publics),
             n_clients=n_clients,
             noise=noise,
             rng=rng,
-            consume=True,
         )
         self.timings["client_ddp"] = time.perf_counter() - tick
         return upload
