@@ -658,10 +658,9 @@ def mask_fixed(
         size = part.size
         s, h = scratch[:size], high[:size]
         target = out[w * start : w * (start + size)]
-        if w == 1:  # as to_fixed: rint(x 2^F) as int64
+        if w == 1:  # as to_fixed: rint(x 2^F) as int64 (the cast of an integral float: exact)
             np.multiply(part, 2.0**ONE_LIMB_BITS, out=s)
-            np.rint(s, out=s)
-            target.view(np.int64)[...] = s
+            np.rint(s, out=target.view(np.int64), casting="unsafe")
         else:  # as to_fixed: high = floor(x 2^20), low = round((x 2^20 - high) 2^40)
             np.multiply(part, 2.0**HIGH_BITS, out=s)
             np.floor(s, out=h)
