@@ -126,13 +126,13 @@ def psi_floor(
 ) -> dict:
     """What the ``n_L``-fold size of Psi costs by itself, against the plain gradient.
 
-    One torch thread, every function timed in turn within each repeat (so all see the same load
-    and the same state of the memory allocator), medians: the plain FedSGD gradient (forward +
-    backward), the whole LMT, the part of LMT that exists because of the ``n_L + 1`` extra
-    cotangents (their batched outer products per layer and their propagation through the
-    weights, on the sensitivities of a real LMT pass), the fixed point alone of the corrections
-    and one mask neighbour more (AES-CTR keystream of the corrections' size, added modulo
-    2^64).
+    One torch thread, every function timed in turn within each repeat (so all see the same
+    load), medians, each writing into buffers it reuses as a client does from round to round (a
+    fresh buffer costs a page fault per 4 KiB, which would blur the comparison): the plain
+    FedSGD gradient (forward + backward), the whole LMT, the part of LMT that exists because of
+    the ``n_L + 1`` extra cotangents (their batched outer products per layer and their
+    propagation through the weights), the fixed point of the corrections alone, and with one
+    mask neighbour (AES-CTR keystream of the corrections' size, added modulo 2^64).
     """
     import numpy as np
     import torch
@@ -150,28 +150,40 @@ def psi_floor(
     t = one_hot(torch.randint(0, sizes[-1], (batch,), generator=gen), sizes[-1])
     layout = Layout(sizes)
     n_out = sizes[-1]
-    # the real sensitivities and inputs of every hidden layer, as LMT forms them
+    # the inputs of every hidden layer, as LMT forms them, and sensitivities of their shapes
     h, inputs = x, [x]
     for wl, d in zip(model.odd[:-1], model.transitional, strict=True):
         h = ((h @ wl.T).clamp_min(0.0) * d).clamp_min(0.0)
         inputs.append(h)
-    sens_last = torch.rand(n_out + 2, batch, sizes[-2], generator=gen, dtype=torch.float64)
+    sens = [
+        torch.rand(n_out + 1, batch, n, generator=gen, dtype=torch.float64) for n in sizes[1:-1]
+    ]
+    products = [
+        torch.empty(n_out + 1, a, b, dtype=torch.float64)
+        for a, b in zip(sizes[1:-1], sizes[:-2], strict=True)
+    ]
+    below = [torch.empty(n_out + 1, batch, n, dtype=torch.float64) for n in sizes[1:-2]]
 
     def extra_cotangents() -> None:
-        sens = sens_last
         for layer in range(len(sizes) - 3, -1, -1):
-            sens.transpose(1, 2) @ inputs[layer]
+            torch.matmul(sens[layer].transpose(1, 2), inputs[layer], out=products[layer])
             if layer:
-                sens = sens @ model.odd[layer]
+                torch.matmul(sens[layer], model.odd[layer], out=below[layer - 1])
 
+    flat = (np.empty(layout.gradient_size), np.empty(layout.correction_size))
     corrections = np.random.default_rng(0).uniform(-1, 1, layout.correction_size)
-    peer = {1: bytes(32)}
+    spent = np.empty_like(corrections)
+
+    def masked(peers: dict) -> None:
+        np.copyto(spent, corrections)
+        mask_fixed(spent, 10, 0, peers, words=1, overwrite=True)
+
     work = {
         "plain_gradient_ms": lambda: mse_gradient(w, x, t),
-        "lmt_ms": lambda: local_model_training(model, x, t),
-        "lmt_cotangent_products_ms": extra_cotangents,
-        "fixed_point_ms": lambda: mask_fixed(corrections, 10, 0, {}, words=1),
-        "fixed_point_one_mask_ms": lambda: mask_fixed(corrections, 10, 0, peer, words=1),
+        "lmt_ms": lambda: local_model_training(model, x, t, out=flat),
+        "lmt_extra_cotangents_ms": extra_cotangents,
+        "fixed_point_ms": lambda: masked({}),
+        "fixed_point_one_mask_ms": lambda: masked({1: bytes(32)}),
     }
     times: dict[str, list[float]] = {k: [] for k in work}
     for fn in work.values():
@@ -185,6 +197,9 @@ def psi_floor(
     out.update({k: float(np.median(v) * 1e3) for k, v in times.items()})
     out["mask_per_neighbour_ms"] = out["fixed_point_one_mask_ms"] - out["fixed_point_ms"]
     out["lmt_over_plain_gradient"] = out["lmt_ms"] / out["plain_gradient_ms"]
+    out["lmt_extra_cotangents_over_plain_gradient"] = (
+        out["lmt_extra_cotangents_ms"] / out["plain_gradient_ms"]
+    )
     out["mask_per_neighbour_over_plain_gradient"] = (
         out["mask_per_neighbour_ms"] / out["plain_gradient_ms"]
     )

@@ -33,7 +33,8 @@ LABEL = "immersion-mpdp"
 
 @dataclass
 class KeyAgreement(securesum.KeyAgreement):
-    """One client's ephemeral X25519 key pair for one round, with MP-DP's HKDF label.
+    """One client's X25519 key pair, with MP-DP's HKDF label; a client keeps it for the run and
+    asks for the seeds of each round and retry (``pair_seeds(..., round_t=t, attempt=a)``).
 
     :class:`immersion.securesum.KeyAgreement` with ``label="immersion-mpdp"``.
 
@@ -42,7 +43,7 @@ class KeyAgreement(securesum.KeyAgreement):
     client : int
         The client's index.
     round_t : int
-        The round.
+        The round it was made in (the default round of ``pair_seeds``).
     private_bytes : bytes, optional
         32 raw bytes of the private key (reproducible simulations); OS entropy by default.
     label : str

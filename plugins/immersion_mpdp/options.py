@@ -40,8 +40,8 @@ class MpdpOptions(SchemeOptions):
         Assumed per-record sensitivity (the paper's ``S_f = 1``; runs report the observed one).
     correction_words:
         64-bit words per masked correction: 1 (half the keystream and upload; range ``2^24 /
-        K``, resolution ``2^-38``; the in-process engine retries a round that does not fit with
-        2) or 2 (range ``2^42 / K``, resolution ``2^-60``). See :mod:`immersion.securesum`.
+        K``, resolution ``2^-38``; both engines retry a round that does not fit with 2) or 2
+        (range ``2^42 / K``, resolution ``2^-60``). See :mod:`immersion.securesum`.
 
     Examples
     --------
