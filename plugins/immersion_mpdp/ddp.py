@@ -3,14 +3,16 @@
 A client's upload has two parts:
 
 * ``gradient``: its odd-layer ``grad_hat`` plus ``eta_k ~ DN(sigma_eta, 1)`` (Eq. 16) plus, for
-  every neighbour ``v``, ``+Delta_{k,v}`` if ``k < v`` else ``-Delta_{k,v}``, with
-  ``Delta ~ DN(sigma_Delta, 1)`` drawn from the pair's PRG (Eqs. 17 and 19). The ``Delta`` cancel
-  in the sum (Eq. 20) up to float64 rounding (about ``1e-16 sigma_Delta`` per element).
+  every neighbour ``v`` of the noise graph, ``+Delta_{k,v}`` if ``k < v`` else
+  ``-Delta_{k,v}``, with ``Delta ~ DN(sigma_Delta, 1)`` drawn from the pair's PRG (Eqs. 17 and
+  19). The ``Delta`` cancel in the sum (Eq. 20) up to float64 rounding (about ``1e-16
+  sigma_Delta`` per element).
 * ``corrections``: ``Psi``, the last layer's ``Psi`` vector and ``Phi``. The paper sends them in
   the clear, yet they are noise-free, data-dependent gradients of the perturbed model, which the
   server knows: ``fl_demos/mpdp_attacks.py`` recovers a client's images exactly from its ``Phi``.
   With ``mask_corrections`` (the default) they are fixed-point numbers masked with pairwise
-  uniform 64-bit masks, so the server learns only their sum over the round's clients, as in
+  uniform 64-bit masks over the mask graph (connected; sparser than the noise graph from 8
+  clients), so the server learns only their sum over the round's clients, as in
   secure aggregation. The sum is still noise-free: when the round's clients hold few samples in
   all (10 in the demo), the same attack recovers every one of them from the sum. The engines use
   one 64-bit word per number (``MpdpOptions.correction_words = 1``: 2^-38 resolution, range
