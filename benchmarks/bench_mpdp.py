@@ -11,12 +11,15 @@ Prints one JSON object (and each accuracy row on stderr as it finishes).
   sensitivity that the DP theorems assume to be at most 1.
 
 * ``--before DIR`` (with ``--only timing``): the same timing settings for the code in ``DIR``
-  (a checkout of an earlier commit, e.g. ``git worktree add /tmp/before main``) and for this
-  checkout, in subprocesses taking turns, so both see the same machine load; prints the ratios
-  side by side, and the floor the ``n_L``-fold size of Psi sets (:func:`psi_floor`).
+  (a tree with ``sdk/`` and ``plugins/`` of an earlier commit, e.g. ``git archive COMMIT | tar -x
+  -C DIR``) and for this checkout, at each code's default options, in subprocesses taking turns,
+  so both see the same machine load; prints the ratios side by side, the settings only this
+  checkout has (e.g. the complete mask graph), the load average, and the floor the ``n_L``-fold
+  size of Psi sets (:func:`psi_floor`).
+* ``--out PATH``: also write the JSON there.
 
     python benchmarks/bench_mpdp.py [--rounds 100] [--quick] [--only timing|accuracy] [--plot DIR]
-    python benchmarks/bench_mpdp.py --only timing --before /tmp/before [--repeats 3]
+    python benchmarks/bench_mpdp.py --only timing --before /tmp/before [--repeats 3] [--out F]
     python benchmarks/bench_mpdp.py --from-json SAVED.json --plot DIR
 """
 
@@ -43,12 +46,18 @@ def run(**options: object) -> dict:
         return {"diverged": str(exc)}
 
 
-#: The timing settings of the issue's figures: (clients, hidden, masked corrections).
+#: The timing settings of the issue's figures: (clients, hidden, masked corrections), at each
+#: code's default options.
 TIMING = [
     (10, (200, 200), True),
     (10, (200, 200), False),
     (6, (20, 12), True),
     (6, (20, 12), False),
+]
+#: Settings timed for this checkout only (options earlier code does not have).
+TIMING_AFTER_ONLY = [
+    (10, (200, 200), True, {"mask_graph": "complete"}),
+    (6, (20, 12), True, {"mask_graph": "nout:2"}),
 ]
 
 
@@ -57,7 +66,7 @@ def timing_worker(spec: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    clients, hidden, masked, rounds = json.loads(spec)
+    clients, hidden, masked, rounds, extra = json.loads(spec)
     out = run(
         noise="on",
         clients=clients,
@@ -65,23 +74,34 @@ def timing_worker(spec: str) -> None:
         rounds=rounds,
         mask_corrections=masked,
         lr=0.01,
+        **extra,
     )
     keep = ("round_time_ratio", "round_s_median", "upload_bytes_ratio", "phase_s_median")
-    print(json.dumps({k: out[k] for k in keep}))
+    print(json.dumps({k: out.get(k) for k in (*keep, "graph", "mask_graph")}))
+
+
+def _name(clients: int, hidden: tuple[int, ...], masked: bool, extra: dict) -> str:
+    kind = "masked" if masked else "clear"
+    more = "".join(f", {k}={v}" for k, v in extra.items())
+    return f"{clients} clients, {'-'.join(map(str, hidden))}, {kind}{more}"
 
 
 def before_after(before: Path, repeats: int, rounds: int) -> dict:
-    """Every TIMING setting for the code in ``before`` and in this checkout, taking turns."""
+    """Every TIMING setting for the code in ``before`` and in this checkout, taking turns (and
+    the TIMING_AFTER_ONLY settings for this checkout in the same turns)."""
     here = Path(__file__).resolve().parents[1]
     codes = {"before": before.resolve(), "after": here}
+    jobs = [(c, h, m, {}, list(codes)) for c, h, m in TIMING] + [
+        (c, h, m, extra, ["after"]) for c, h, m, extra in TIMING_AFTER_ONLY
+    ]
     rows: dict[str, dict[str, list[dict]]] = {}
     for _ in range(repeats):
-        for clients, hidden, masked in TIMING:
-            kind = "masked" if masked else "clear"
-            name = f"{clients} clients, {'-'.join(map(str, hidden))}, {kind}"
-            for code, root in codes.items():
+        for clients, hidden, masked, extra, which in jobs:
+            name = _name(clients, hidden, masked, extra)
+            for code in which:
+                root = codes[code]
                 env = dict(os.environ, PYTHONPATH=f"{root / 'sdk'}{os.pathsep}{root / 'plugins'}")
-                spec = json.dumps([clients, list(hidden), masked, rounds])
+                spec = json.dumps([clients, list(hidden), masked, rounds, extra])
                 done = subprocess.run(
                     [sys.executable, __file__, "--timing-worker", spec],
                     env=env,
@@ -93,25 +113,32 @@ def before_after(before: Path, repeats: int, rounds: int) -> dict:
     out = {}
     for name, by_code in rows.items():
         ratios = {c: sorted(r["round_time_ratio"] for r in v) for c, v in by_code.items()}
-        out[name] = {
-            "round_time_ratio_before": ratios["before"][len(ratios["before"]) // 2],
-            "round_time_ratio_after": ratios["after"][len(ratios["after"]) // 2],
+        out[name] = {f"round_time_ratio_{c}": ratios[c][len(ratios[c]) // 2] for c in ratios} | {
             "all_ratios": ratios,
             "phase_s_median_after": by_code["after"][-1]["phase_s_median"],
+            "graphs_after": {k: by_code["after"][-1][k] for k in ("graph", "mask_graph")},
             "upload_bytes_ratio": {c: v[-1]["upload_bytes_ratio"] for c, v in by_code.items()},
         }
     return out
 
 
-def psi_floor(sizes: tuple[int, ...] = (64, 200, 200, 10), batch: int = 32) -> dict:
+def psi_floor(
+    sizes: tuple[int, ...] = (64, 200, 200, 10), batch: int = 32, repeats: int = 60
+) -> dict:
     """What the ``n_L``-fold size of Psi costs by itself, against the plain gradient.
 
-    Medians over repeats, one torch thread: the plain FedSGD gradient (forward + backward), the
-    whole LMT, the batched outer products that form Psi and Phi alone, and one copy of a
-    float64 array of Psi's size (the memory traffic of writing it once).
+    One torch thread, every function timed in turn within each repeat (so all see the same
+    load), each run twice and timed the second time (its data in cache: the floor, not the
+    cache misses that depend on what ran before), medians, each writing into buffers it reuses
+    as a client does from round to round (a fresh buffer costs a page fault per 4 KiB): the plain
+    FedSGD gradient (forward + backward), the whole LMT, the part of LMT that exists because of
+    the ``n_L + 1`` extra cotangents (their batched outer products per layer and their
+    propagation through the weights), the fixed point of the corrections alone, and with one
+    mask neighbour (AES-CTR keystream of the corrections' size, added modulo 2^64).
     """
     import numpy as np
     import torch
+    from immersion.securesum import mask_fixed
     from immersion_mpdp.ddp import Layout
     from immersion_mpdp.lmt import local_model_training
     from immersion_mpdp.mlp import init_weights, mse_gradient, one_hot
@@ -123,32 +150,64 @@ def psi_floor(sizes: tuple[int, ...] = (64, 200, 200, 10), batch: int = 32) -> d
     model, _ = perturb(w, np.random.default_rng(0))
     x = torch.rand(batch, sizes[0], generator=gen, dtype=torch.float64)
     t = one_hot(torch.randint(0, sizes[-1], (batch,), generator=gen), sizes[-1])
-    n_out = sizes[-1]
-    sens = [torch.rand(n_out + 2, batch, n, dtype=torch.float64) for n in sizes[1:-1]]
-    inputs = [torch.rand(batch, n, dtype=torch.float64) for n in sizes[:-2]]
     layout = Layout(sizes)
-    block = np.ones(layout.correction_size)
+    n_out = sizes[-1]
+    # the inputs of every hidden layer, as LMT forms them, and sensitivities of their shapes
+    h, inputs = x, [x]
+    for wl, d in zip(model.odd[:-1], model.transitional, strict=True):
+        h = ((h @ wl.T).clamp_min(0.0) * d).clamp_min(0.0)
+        inputs.append(h)
+    sens = [
+        torch.rand(n_out + 1, batch, n, generator=gen, dtype=torch.float64) for n in sizes[1:-1]
+    ]
+    products = [
+        torch.empty(n_out + 1, a, b, dtype=torch.float64)
+        for a, b in zip(sizes[1:-1], sizes[:-2], strict=True)
+    ]
+    below = [torch.empty(n_out + 1, batch, n, dtype=torch.float64) for n in sizes[1:-2]]
 
-    def median_ms(fn, n: int = 50) -> float:
+    def extra_cotangents() -> None:
+        for layer in range(len(sizes) - 3, -1, -1):
+            torch.matmul(sens[layer].transpose(1, 2), inputs[layer], out=products[layer])
+            if layer:
+                torch.matmul(sens[layer], model.odd[layer], out=below[layer - 1])
+
+    flat = (np.empty(layout.gradient_size), np.empty(layout.correction_size))
+    corrections = np.random.default_rng(0).uniform(-1, 1, layout.correction_size)
+    spent = np.empty_like(corrections)
+
+    def masked(peers: dict) -> None:
+        np.copyto(spent, corrections)
+        mask_fixed(spent, 10, 0, peers, words=1, overwrite=True)
+
+    work = {
+        "plain_gradient_ms": lambda: mse_gradient(w, x, t),
+        "lmt_ms": lambda: local_model_training(model, x, t, out=flat),
+        "lmt_extra_cotangents_ms": extra_cotangents,
+        "fixed_point_ms": lambda: masked({}),
+        "fixed_point_one_mask_ms": lambda: masked({1: bytes(32)}),
+    }
+    times: dict[str, list[float]] = {k: [] for k in work}
+    for fn in work.values():
         fn()
-        times = []
-        for _ in range(n):
+    for _ in range(repeats):
+        for name, fn in work.items():
+            fn()
             tick = time.perf_counter()
             fn()
-            times.append(time.perf_counter() - tick)
-        return float(np.median(times) * 1e3)
-
-    return {
-        "sizes": list(sizes),
-        "batch": batch,
-        "plain_gradient_ms": median_ms(lambda: mse_gradient(w, x, t)),
-        "lmt_ms": median_ms(lambda: local_model_training(model, x, t)),
-        "psi_phi_outer_products_ms": median_ms(
-            lambda: [s.transpose(1, 2) @ h for s, h in zip(sens, inputs, strict=True)]
-        ),
-        "copy_psi_sized_array_ms": median_ms(lambda: block.copy()),
-        "corrections_over_gradient_size": layout.correction_size / layout.gradient_size,
-    }
+            times[name].append(time.perf_counter() - tick)
+    out: dict = {"sizes": list(sizes), "batch": batch, "repeats": repeats}
+    out.update({k: float(np.median(v) * 1e3) for k, v in times.items()})
+    out["mask_per_neighbour_ms"] = out["fixed_point_one_mask_ms"] - out["fixed_point_ms"]
+    out["lmt_over_plain_gradient"] = out["lmt_ms"] / out["plain_gradient_ms"]
+    out["lmt_extra_cotangents_over_plain_gradient"] = (
+        out["lmt_extra_cotangents_ms"] / out["plain_gradient_ms"]
+    )
+    out["mask_per_neighbour_over_plain_gradient"] = (
+        out["mask_per_neighbour_ms"] / out["plain_gradient_ms"]
+    )
+    out["corrections_over_gradient_size"] = layout.correction_size / layout.gradient_size
+    return out
 
 
 def main() -> None:
@@ -169,17 +228,24 @@ def main() -> None:
         "--before", type=Path, default=None, help="a checkout of earlier code to time beside this"
     )
     parser.add_argument("--repeats", type=int, default=3, help="turns per setting with --before")
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args()
     if args.before is not None:
         if args.only != "timing":
             parser.error("--before needs --only timing")
+        load_start = os.getloadavg()
         result = {
             "before": str(args.before),
             "torch_threads": 1,
+            "cpus": os.cpu_count(),
             "timing": before_after(args.before, args.repeats, 2 if args.quick else 5),
             "psi_floor": psi_floor(),
+            "loadavg_start_end": [list(load_start), list(os.getloadavg())],
         }
-        print(json.dumps(result, indent=1))
+        text = json.dumps(result, indent=1)
+        print(text)
+        if args.out is not None:
+            args.out.write_text(text + "\n")
         return
     if args.from_json is not None:
         if args.plot is None:
@@ -210,7 +276,7 @@ def main() -> None:
         }
     accuracy: list = []
     if args.only == "timing":
-        print(json.dumps({"timing": timing}))
+        _emit({"timing": timing}, args.out)
         return
     exact = run(
         noise="off", clients=10, hidden=(200, 200), rounds=rounds, mask_corrections=False, lr=0.1
@@ -268,7 +334,15 @@ def main() -> None:
     }
     if args.plot is not None:
         result["plot"] = str(plot_accuracy(result, args.plot))
-    print(json.dumps(result))
+    _emit(result, args.out)
+
+
+def _emit(result: dict, out: Path | None) -> None:
+    """Print ``result`` as JSON (and write it to ``out``)."""
+    text = json.dumps(result)
+    print(text)
+    if out is not None:
+        out.write_text(text + "\n")
 
 
 def plot_accuracy(result: dict, folder: Path) -> Path:

@@ -455,3 +455,98 @@ def test_round_outside_the_one_word_range_is_retried_with_two_words(monkeypatch)
     assert max(res.diff_vs_plain) < 1e-9
     assert [a["round"] for a in res.aborted] == [0, 1]
     assert all("two words" in a["reason"] for a in res.aborted)
+
+
+def test_delta_summed_in_integers_is_the_sum_of_the_pairs_deltas():
+    """add_pair_deltas (one integer sum over the peers' keystreams, one rounding) equals the
+    signed sum of every pair's Delta within float rounding, and each pair's Delta is
+    DN(sigma_Delta, 1) = Uniform(-sqrt(2) sigma, sqrt(2) sigma) (KS test)."""
+    from immersion_mpdp.ddp import add_pair_deltas, pair_delta
+
+    seeds = {v: bytes([v + 1]) * 32 for v in (0, 1, 4, 7)}
+    sigma, n, me = 50.0, 20_000, 3
+    got = add_pair_deltas(np.zeros(n), me, seeds, sigma)
+    want = sum((1 if me < v else -1) * pair_delta(s, sigma, n) for v, s in seeds.items())
+    assert np.abs(got - want).max() < 1e-13 * sigma * len(seeds)
+    one = pair_delta(seeds[4], sigma, n)
+    bound = np.sqrt(2) * sigma
+    assert one.min() >= -bound and one.max() < bound
+    assert stats.kstest(one, "uniform", args=(-bound, 2 * bound)).pvalue > 1e-3
+    with pytest.raises(InvalidArgumentError, match="seeds"):
+        add_pair_deltas(np.zeros(4), 3, {3: bytes(32)}, sigma)
+
+
+def test_auto_graphs_keep_the_accountant_honest():
+    """graph="auto": Theorem 10 (complete) below the client count where Theorem 11 allows an
+    n-out graph with n <= (K - 1) / 4, Theorem 11 at delta / 3 above (a larger sigma_eta, stated);
+    mask_graph="auto": complete up to 7 clients, nout:2 above; both reported in the summary."""
+    from immersion_mpdp.agreement import resolve_mask_graph, resolve_noise_graph
+
+    below, above = calibrate(1.0, 1e-5, 288, "auto"), calibrate(1.0, 1e-5, 289, "auto")
+    assert below.theorem.startswith("Theorem 10") and below.graph == "complete"
+    assert above.theorem.startswith("Theorem 11") and above.graph == "nout:72"
+    assert not nout_preconditions(289, 72, 1e-5 / 3) and nout_preconditions(289, 71, 1e-5 / 3)
+    assert meets_eq23(1.0, 1e-5 / 3, above.theta)
+    assert above.sigma_eta > below.sigma_eta * 1.04  # the price of delta / 3
+    assert calibrate(1.0, 1e-5, 289, "nout:72") == above
+    assert resolve_noise_graph("auto", 10, 1e-5) == "complete"
+    assert resolve_noise_graph("nout:3", 10, 1e-5) == "nout:3"  # explicit: as given
+    assert [resolve_mask_graph("auto", k) for k in (2, 7, 8)] == ["complete"] * 2 + ["nout:2"]
+    out = run_federated(_cfg(noise="on", clients=8, rounds=1)).summary()
+    assert (out["graph"], out["mask_graph"], out["theorem"][:10]) == (
+        "complete",
+        "nout:2",
+        "Theorem 10",
+    )
+
+
+def test_round_graph_purposes_connectivity_and_components():
+    from immersion_mpdp.agreement import components, edges_of, round_graph
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        g = round_graph(list(range(12)), "complete", "nout:1", rng)
+        masks = edges_of(g, "mask")
+        assert len(components(masks, range(12))) == 1  # drawn again until connected
+        assert all(len(edges_of(g, "delta")[k]) == 11 for k in g)
+        assert all(("mask" in g[k][v]) == (v in masks[k]) for k in g for v in g[k])
+        assert all(g[k][v] == g[v][k] for k in g for v in g[k])  # symmetric
+    only_masks = round_graph([0, 1, 2], None, "complete", rng)
+    assert only_masks[1] == {0: ("mask",), 2: ("mask",)}
+    assert components({0: [1], 1: [0, 2], 2: [1]}, [0, 2]) == [[0], [2]]
+
+
+def test_a_dropout_that_splits_the_mask_graph_aborts_the_round(monkeypatch):
+    """Masks on a path 0-1-2-3: client 1 drops, so 0 would be alone among the survivors and the
+    reveal would give the server its corrections; the round is aborted (no seed revealed) and
+    retried among the survivors, and the model still equals plain FedSGD."""
+    from immersion_mpdp import protocol
+
+    def path(clients, noise_spec, mask_spec, rng):
+        order = sorted(clients)
+        out = {k: {} for k in order}
+        for a, b in zip(order[:-1], order[1:], strict=True):
+            out[a][b] = out[b][a] = ("mask",)
+        return out
+
+    monkeypatch.setattr(protocol, "round_graph", path)
+    res = run_federated(_cfg(rounds=2), faults=FaultPlan({(1, 0): "raise"}))
+    assert [(a["round"], a["attempt"]) for a in res.aborted] == [(0, 1)]
+    assert "falls apart (0; 2, 3)" in res.aborted[0]["reason"]
+    assert max(res.diff_vs_plain) < 1e-9
+
+
+def test_one_key_pair_per_client_and_run_with_fresh_seeds_every_round():
+    from immersion_mpdp import engine
+
+    setup = engine.make_setup(_cfg(clients=2))
+    a, b = setup.clients
+    publics = [{0: a.advertise(t), 1: b.advertise(t)} for t in range(2)]
+    assert publics[0] == publics[1]  # the same key pair
+    seeds = a.reveal(1, [1], publics[1])[1]
+    assert seeds == b.reveal(1, [0], publics[1])[0]
+    a.advertise(1, attempt=1)
+    assert a.reveal(1, [1], publics[1])[1] != seeds  # a retry gets fresh seeds
+    a.forget(1)
+    with pytest.raises(InvalidArgumentError, match="round_t"):
+        a.reveal(1, [1], publics[1])

@@ -175,3 +175,68 @@ def test_chunked_mask_equals_the_keystream_across_chunk_edges(monkeypatch):
     for chunk_bytes in (8, 1000, 1 << 18):
         monkeypatch.setattr(securesum, "CHUNK_BYTES", chunk_bytes)
         assert np.array_equal(securesum.mask(np.zeros(1001, dtype=np.uint64), 2, seeds), want)
+
+
+@pytest.mark.parametrize("words", [1, 2])
+def test_fused_fixed_point_and_masks_equal_to_fixed_then_mask(monkeypatch, words):
+    """mask_fixed gives the words of mask(to_fixed(...)) bit for bit, whatever the chunk size,
+    with or without writing over its input (one word), and refuses out-of-range values by name
+    before writing anything."""
+    rng = np.random.default_rng(1)
+    values = rng.normal(0, 100, 1001)
+    values[:3] = [0.0, -0.5, np.nextafter(securesum.fixed_point_limit(4, words=words), 0)]
+    seeds = {0: bytes([3]) * 32, 5: bytes([5]) * 32, 9: bytes([7]) * 32}
+    want = securesum.mask(to_fixed(values, 4, words=words), 2, seeds)
+    for chunk_bytes in (8, 1000, 1 << 18):
+        monkeypatch.setattr(securesum, "CHUNK_BYTES", chunk_bytes)
+        got = securesum.mask_fixed(values, 4, 2, seeds, words=words)
+        assert np.array_equal(got, want)
+        mine = values.copy()
+        spent = securesum.mask_fixed(mine, 4, 2, seeds, words=words, overwrite=True)
+        assert np.array_equal(spent, want)
+        assert (spent.ctypes.data == mine.ctypes.data) == (words == 1)  # no copy with one word
+    assert np.array_equal(
+        securesum.mask_fixed(values, 4, 2, {}, words=words), to_fixed(values, 4, words=words)
+    )
+    bad = values.copy()
+    bad[500] = np.nan
+    with pytest.raises(securesum.FixedPointRangeError, match="corrections"):
+        securesum.mask_fixed(bad, 4, 2, seeds, words=words, argument="corrections", overwrite=True)
+    assert np.array_equal(bad[:500], values[:500])  # refused before anything was written
+    with pytest.raises(InvalidArgumentError, match="peer"):
+        securesum.mask_fixed(values, 4, 2, {2: bytes(32)}, words=words)
+
+
+def test_hkdf_is_rfc5869_and_seeds_are_fresh_per_round_and_attempt():
+    """The HMAC-based HKDF equals cryptography's for several lengths; one key pair gives the
+    same seeds as a fresh key pair's of that round (attempt 0), and different seeds for every
+    round and every retry, with the Diffie-Hellman exchange done once per peer."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    secret, info = bytes(range(32)), b"immersion-mpdp/mask/round 3/pair 1-4"
+    for length in (16, 32, 40, 64, 100):
+        expected = HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=info).derive(
+            secret
+        )
+        assert securesum.hkdf_expand(securesum.hkdf_extract(secret), info, length) == expected
+    with pytest.raises(InvalidArgumentError, match="length"):
+        securesum.hkdf_expand(bytes(32), info, 0)
+    private = bytes([9]) * 32
+    long_lived, peer = KeyAgreement(1, 0, private), KeyAgreement(4, 0)
+    seen = set()
+    for t in range(3):
+        for attempt in range(2):
+            seeds = long_lived.pair_seeds(
+                4, peer.public_bytes, ("delta", "mask"), round_t=t, attempt=attempt
+            )
+            assert seeds == peer.pair_seeds(
+                1, long_lived.public_bytes, ("delta", "mask"), round_t=t, attempt=attempt
+            )
+            if attempt == 0:  # as a key pair made for that round
+                assert seeds == KeyAgreement(1, t, private).pair_seeds(
+                    4, peer.public_bytes, ("delta", "mask")
+                )
+            seen.update(seeds.values())
+    assert len(seen) == 3 * 2 * 2
+    assert len(long_lived._extracted) == 1  # one exchange with that peer

@@ -155,9 +155,17 @@ def fl_group() -> None:
 )
 @click.option(
     "--graph",
-    default="complete",
+    default="auto",
     show_default=True,
-    help="mpdp: neighbour graph for pairwise noise, complete or nout:N (Theorems 10, 11).",
+    help="mpdp: neighbour graph for pairwise noise, auto, complete or nout:N (Theorems 10, 11; "
+    "auto: n-out where Theorem 11 allows a sparse one, complete below).",
+)
+@click.option(
+    "--mask-graph",
+    default="auto",
+    show_default=True,
+    help="mpdp: neighbour graph of the masks of the corrections, auto, complete or nout:N "
+    "(auto: complete up to 7 clients, nout:2 above).",
 )
 @click.option(
     "--mask-corrections/--no-mask-corrections",

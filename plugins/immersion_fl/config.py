@@ -48,6 +48,9 @@ class SchemeOptions:
     flag_aliases: ClassVar[dict[str, str]] = {}
     #: What the CLI's ``--noise auto`` means for this scheme (None: the flag is not used).
     noise_auto: ClassVar[str | None] = None
+    #: Field -> values it had as defaults before (flat files written then carry them for every
+    #: scheme): such a value is not taken as set for another scheme.
+    former_defaults: ClassVar[dict[str, tuple[Any, ...]]] = {}
 
     @classmethod
     def from_flags(cls: type[T], flags: Mapping[str, Any]) -> T:
@@ -476,4 +479,5 @@ def _sets_option(owner: type[SchemeOptions], flag: str, value: Any) -> bool:
     """Whether ``flag=value`` differs from ``owner``'s default (a flag meant for another scheme)."""
     name = owner.flag_aliases.get(flag, flag)
     default = next(f.default for f in dataclasses.fields(owner) if f.name == name)
-    return owner.interpret_flag(name, value) != default
+    value = owner.interpret_flag(name, value)
+    return value != default and value not in owner.former_defaults.get(name, ())

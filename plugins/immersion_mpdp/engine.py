@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 from immersion import InvalidArgumentError
@@ -22,6 +22,13 @@ from immersion_fl.engine import EveryClientFailedError, FederatedTask, RunConfig
 from immersion_fl.faults import FaultPlan
 from immersion_fl.secure import SecureAggregationError
 
+from .agreement import (
+    RoundGraph,
+    components,
+    edges_of,
+    resolve_mask_graph,
+    resolve_noise_graph,
+)
 from .calibration import Calibration, calibrate
 from .ddp import Layout, NoiseSettings, Upload
 from .mlp import (
@@ -58,6 +65,7 @@ class MpdpResult(RunResult):
     phase_s: dict[str, list[float]] = field(default_factory=dict)
     weights: list[Any] = field(default_factory=list)  # the server's final model (never sent)
     plain_name: str = "fedsgd (plain)"
+    graphs: dict[str, str] = field(default_factory=dict)  # resolved: noise ("graph"), masks
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
@@ -68,7 +76,8 @@ class MpdpResult(RunResult):
         out.update(
             {
                 "noise": "on" if cal is not None else "off",
-                "graph": options_of(cfg).graph,
+                "graph": self.graphs.get("graph", options_of(cfg).graph),
+                "mask_graph": self.graphs.get("mask_graph", options_of(cfg).mask_graph),
                 "mask_corrections": options_of(cfg).mask_corrections,
                 "upload_bytes_per_client": float(np.mean(self.upload_bytes))
                 if self.upload_bytes
@@ -251,11 +260,17 @@ def upload_problem(upload: Any, layout: Layout, masked: bool, words: int = 2) ->
             f"corrections of shape {upload.corrections.shape} ({upload.corrections.dtype}), "
             f"expected {want}"
         )
-    if not np.isfinite(upload.gradient).all() or (
-        not masked and not np.isfinite(upload.corrections).all()
-    ):
+    if not _all_finite(upload.gradient) or (not masked and not _all_finite(upload.corrections)):
         return "contains NaN or inf"
     return None
+
+
+def _all_finite(values: np.ndarray) -> bool:
+    """Every value finite: a finite sum proves it (NaN and inf propagate); an overflowing sum of
+    finite values falls back to the element-wise test."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.add.reduce(values)
+    return bool(np.isfinite(total)) or bool(np.isfinite(values).all())
 
 
 def apply_fault(kind: str | None, work: Callable[[], Upload]) -> Upload:
@@ -291,6 +306,30 @@ def abort(
         "round %d aborted (attempt %d): %s; retrying with fresh keys", t, attempt + 1, reason
     )
     aborted.append({"round": t, "attempt": attempt + 1, "reason": reason, "silent": sorted(silent)})
+
+
+def graph_split(graph: RoundGraph, survivors: Iterable[int]) -> str | None:
+    """Why the survivors' graph cannot be unmasked, or None: after a dropout, the edges of one
+    purpose among the survivors must still connect them all, or the revealed seeds would give
+    the server the sum of each part (one client alone: its upload)."""
+    alive = sorted(survivors)
+    for purpose, name in (("mask", "masks"), ("delta", "pairwise noise")):
+        edges = edges_of(graph, purpose)
+        if not any(edges.values()):
+            continue
+        parts = components(edges, alive)
+        if len(parts) > 1:
+            shown = "; ".join(", ".join(map(str, p)) for p in parts)
+            return f"without the dropped clients the graph of the {name} falls apart ({shown})"
+    return None
+
+
+def split_abort(t: int, attempt: int, reason: str, aborted: list[dict[str, Any]]) -> None:
+    """Log and record a round aborted because unmasking it would reveal partial sums."""
+    LOG.warning(
+        "round %d aborted (attempt %d): %s; retrying with fresh seeds", t, attempt + 1, reason
+    )
+    aborted.append({"round": t, "attempt": attempt + 1, "reason": reason, "silent": []})
 
 
 def fallback(t: int, attempt: int, clients: list[int], aborted: list[dict[str, Any]]) -> None:
@@ -357,6 +396,11 @@ def mpdp_round(
         if not uploads:
             raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
         gone = [k for k in members if k not in uploads]
+        split = graph_split(graph, uploads) if gone else None
+        if split:
+            split_abort(t, attempt, split, aborted)
+            members = sorted(uploads)
+            continue
         asked = reveal_requests(gone, graph, uploads)
         silent = {v: "injected fault" for v in asked if plan.faults.get((v, t)) == "no-recovery"}
         if silent:
@@ -395,15 +439,25 @@ class Run:
 def start(cfg: RunConfig, task: FederatedTask | None = None) -> Run:
     setup = make_setup(cfg, task)
     noise, cal = noise_settings(cfg)
+    opt = options_of(cfg)
+    graphs = {
+        "graph": cal.graph
+        if cal is not None
+        else resolve_noise_graph(opt.graph, cfg.clients, opt.delta),
+        "mask_graph": resolve_mask_graph(opt.mask_graph, cfg.clients),
+    }
     w0 = setup.w0
     server = MpdpServer(
         [w.clone() for w in w0],
         cfg.lr,
         noise,
-        options_of(cfg).graph,
+        graphs["graph"],
         rng=np.random.default_rng([cfg.seed, 1]),
+        mask_graph=graphs["mask_graph"],
     )
-    return Run(setup, server, new_result(cfg, setup, cal), [w.clone() for w in w0])
+    result = new_result(cfg, setup, cal)
+    result.graphs = graphs
+    return Run(setup, server, result, [w.clone() for w in w0])
 
 
 def close_round(
@@ -465,6 +519,7 @@ def run_local(
             phase_s=phases,
         )
         close_round(run, t, survivors, uploads, time.perf_counter() - tick, phases, progress)
+        del uploads  # summed: the clients build their next uploads in the same buffers
     run.result.weights = run.server.weights
     run.result.final_model = torch_module().cat([w.reshape(-1) for w in run.server.weights])
     return run.result

@@ -7,23 +7,28 @@ Every virtual node is one :class:`~immersion_mpdp.protocol.MpdpClient`; the Serv
 ``grid.send_and_receive`` (message type ``train``, the phase in ``config["kind"]`` as
 ``mpdp/<phase>``):
 
-1. ``advertise``: the node makes its key pair for ``(t, attempt)`` and answers with its public key
-   (32 bytes as a uint8 array) and its partition id;
+1. ``advertise``: the node answers with its public key (32 bytes as a uint8 array) and its
+   partition id; its key pair is made at its first advertise and kept for the run;
 2. ``upload``: the server runs ``begin_round`` and sends the perturbed model, every public key,
-   the node's neighbours, the number of members and the noise settings; the node answers with its
-   ``Upload`` (gradient and corrections). Uploads are checked with ``upload_problem``; nodes that
-   fail are left out (``result.dropped``);
+   the node's neighbours with what each edge carries (``v``, and ``p``: 1 the noise ``Delta``,
+   2 the masks, 3 both), the number of members and the noise settings; the node answers with
+   its ``Upload`` (gradient and corrections), or, when its corrections do not fit one 64-bit
+   word, with ``config["out_of_range"]`` (the reason): the round is then retried with two words
+   per correction, as ``mpdp_round`` does. Uploads are checked with ``upload_problem``; nodes
+   that fail are left out (``result.dropped``);
 3. ``reveal`` (only if someone was left out): each surviving neighbour of a dropped node answers
-   with its pair seeds with it, one uint8 array per purpose; if one cannot, the round is aborted
-   (``result.aborted``) and retried with fresh keys among the others, as ``mpdp_round`` does;
+   with its pair seeds of this round and attempt with it, one uint8 array per purpose; if one
+   cannot, or if the survivors' graph falls apart, the round is aborted (``result.aborted``) and
+   retried with fresh seeds among the others, as ``mpdp_round`` does;
 4. the server runs ``finish_round`` and, beside it, plain FedSGD over the same survivors on its own
    copy of the clients' data (the reference, never sent anywhere).
 
 Node state between messages: Flower hands each message to whichever worker is free, so a node's
-Python objects may not be there for its next message; only ``context.state`` is. At ``advertise``
-the node draws its key pair from OS entropy and keeps the raw private key, the round, the attempt
-and the public key in its ``context.state`` (on the node, never sent); ``upload`` and ``reveal``
-reinstate that key pair, check it against the public key and drop it when done. The nodes' DP
+Python objects may not be there for its next message; only ``context.state`` is. At its first
+``advertise`` the node draws its key pair from OS entropy and keeps the raw private key and the
+public key in its ``context.state`` (on the node, never sent) for the run, with the round and
+attempt of the last advertise; ``upload`` and ``reveal`` reinstate that key pair and check it
+against the public key and the round. The nodes' DP
 noise also comes from OS entropy, so with noise on two runs differ; with noise off they equal the
 in-process engine's to 1e-12 (the 64-bit masks cancel exactly whatever the keys).
 Message kinds are namespaced (``mpdp/...``) so one deployed ClientApp can serve every scheme.
@@ -31,6 +36,7 @@ Message kinds are namespaced (``mpdp/...``) so one deployed ClientApp can serve 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -38,7 +44,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-from immersion.securesum import reveal_requests, revealed_pairs
+from immersion.securesum import FixedPointRangeError, reveal_requests, revealed_pairs
 from immersion_fl import flower_engine as fl_flower
 from immersion_fl.engine import EveryClientFailedError, RunConfig
 from immersion_fl.faults import FaultPlan
@@ -156,10 +162,37 @@ def _records(**parts: Any) -> RecordDict:
     )
 
 
+#: Bits of an edge's purposes in the ``neighbours`` message.
+_PURPOSE_BITS = {"delta": 1, "mask": 2}
+
+
+def _neighbour_arrays(peers: dict[int, tuple[str, ...]]) -> dict[str, np.ndarray]:
+    return {
+        "v": np.asarray(list(peers), dtype=np.int64),
+        "p": np.asarray([sum(_PURPOSE_BITS[p] for p in ps) for ps in peers.values()], np.int64),
+    }
+
+
+def _neighbours_of(record: Any) -> dict[int, tuple[str, ...]]:
+    peers = [int(v) for v in record["v"].numpy()]
+    bits = [int(b) for b in record["p"].numpy()]
+    return {
+        v: tuple(p for p, bit in _PURPOSE_BITS.items() if b & bit)
+        for v, b in zip(peers, bits, strict=True)
+    }
+
+
+class _OutOfRange(str):
+    """A node's answer that its corrections do not fit one 64-bit word (the reason)."""
+
+
 def _upload_of(reply: Message | str, phase_s: dict[str, float]) -> Upload | str:
-    """A node's upload (its timings added to ``phase_s``), or why there is none."""
+    """A node's upload (its timings added to ``phase_s``), or why there is none (an
+    :class:`_OutOfRange` when it needs two words per correction)."""
     if isinstance(reply, str):
         return reply
+    if "config" in reply.content and "out_of_range" in reply.content["config"]:
+        return _OutOfRange(reply.content["config"]["out_of_range"])
     try:
         for phase, seconds in reply.content["timings"].items():
             phase_s[phase] = phase_s.get(phase, 0.0) + float(seconds)
@@ -201,8 +234,9 @@ def flower_round(
     Every random draw and every sum comes in the same order, so the same seed gives the same
     weights.
     """
-    noise = server.noise
+    one_word = server.noise
     for attempt in range(engine.MAX_ATTEMPTS):
+        noise = server.noise
         tick = time.perf_counter()
         head = {"round": t, "attempt": attempt}
         answers = nodes.advertise(
@@ -233,13 +267,14 @@ def flower_round(
                 k: _records(
                     model=model_arrays,
                     publics=public_arrays,
-                    neighbours={"v": np.asarray(graph[k], dtype=np.int64)},
+                    neighbours=_neighbour_arrays(graph[k]),
                     config={"kind": "mpdp/upload", **head, **settings},
                 )
                 for k in members
             }
         )
         uploads: dict[int, Upload] = {}
+        too_large = []
         for k in members:
             upload = _upload_of(answers[k], phase_s)
             problem = (
@@ -251,11 +286,22 @@ def flower_round(
             )
             if isinstance(upload, Upload) and problem is None:
                 uploads[k] = upload
+            elif isinstance(upload, _OutOfRange) and noise.words == 1:
+                too_large.append(k)
             else:
                 nodes.leave_out(t, k, str(problem))
+        if too_large:  # one word per correction is too small this round: retry with two
+            engine.fallback(t, attempt, too_large, aborted)
+            server.noise = dataclasses.replace(one_word, words=2)
+            continue
         if not uploads:
             raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
         gone = [k for k in members if k not in uploads]
+        split = engine.graph_split(graph, uploads) if gone else None
+        if split:
+            engine.split_abort(t, attempt, split, aborted)
+            members = sorted(uploads)
+            continue
         asked = reveal_requests(gone, graph, uploads)
         requests = {
             v: _records(
@@ -277,6 +323,7 @@ def flower_round(
         tick = time.perf_counter()
         server.finish_round(uploads, revealed)
         phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
+        server.noise = one_word
         return sorted(uploads), [uploads[k] for k in sorted(uploads)]
     raise SecureAggregationError(
         f"round {t}: aborted {engine.MAX_ATTEMPTS} times; see the log for the clients that did "
@@ -329,7 +376,12 @@ def client_train(msg: Message, context: Context) -> Message:
     t, attempt = int(config["round"]), int(config["attempt"])
     if config["kind"] == "mpdp/advertise":
         client = _client_for(config["cfg"], index)
-        public = client.advertise(t, attempt)
+        kept = context.state["mpdp"] if "mpdp" in context.state else None
+        if kept is not None and kept["cfg"] == config["cfg"]:  # the run's key pair
+            public = client.restore_key(t, attempt, bytes(kept["private"]))
+        else:
+            client.forget_key()  # this node's first advertise: a fresh key pair
+            public = client.advertise(t, attempt)
         context.state["mpdp"] = ConfigRecord(
             {
                 "cfg": config["cfg"],
@@ -361,13 +413,16 @@ def client_train(msg: Message, context: Context) -> Message:
                 bool(config["mask_corrections"]),
                 int(config.get("words", 2)),
             )
-            neighbours = [int(v) for v in msg.content["neighbours"]["v"].numpy()]
-            upload = engine.apply_fault(
-                kind if kind != "no-recovery" else None,
-                lambda: client.upload(
-                    t, model, publics, neighbours, int(config["n_clients"]), noise
-                ),
-            )
+            neighbours = _neighbours_of(msg.content["neighbours"])
+            try:
+                upload = engine.apply_fault(
+                    kind if kind != "no-recovery" else None,
+                    lambda: client.upload(
+                        t, model, publics, neighbours, int(config["n_clients"]), noise
+                    ),
+                )
+            except FixedPointRangeError as exc:  # the server retries the round with two words
+                return Message(content=_records(config={"out_of_range": str(exc)}), reply_to=msg)
             return Message(
                 content=_records(
                     upload={"gradient": upload.gradient, "corrections": upload.corrections},

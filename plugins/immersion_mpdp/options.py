@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from immersion import InvalidArgumentError
 from immersion_fl.config import SchemeOptions, check_real, check_switch
@@ -23,28 +23,42 @@ class MpdpOptions(SchemeOptions):
     epsilon, delta:
         Per-round ``(epsilon, delta)`` of the distributed noise (Eq. 23).
     graph:
-        Neighbour graph of the pairwise noise: ``"complete"`` or ``"nout:N"`` (Theorems 10, 11).
+        Neighbour graph of the pairwise noise ``Delta``: ``"complete"`` (Theorem 10), ``"nout:N"``
+        (Theorem 11) or ``"auto"``: Theorem 11's sparsest n-out graph where it has at most about
+        44% of the complete graph's edges (from 289 clients at ``delta = 1e-5``), complete below
+        (:func:`immersion_mpdp.agreement.resolve_noise_graph`).
+    mask_graph:
+        Neighbour graph of the masks of the corrections (no privacy theorem depends on it; it
+        is drawn connected): ``"complete"``, ``"nout:N"`` or ``"auto"``: complete up to 7
+        clients, ``nout:2`` above (:func:`immersion_mpdp.agreement.resolve_mask_graph`). A
+        client's corrections are exposed to a server that colludes with all its mask
+        neighbours: at least ``N`` of them with ``nout:N``, every other client with
+        ``complete``.
     mask_corrections:
         The server sees only the sum of Psi and Phi (off: the paper's clear upload).
     sensitivity:
         Assumed per-record sensitivity (the paper's ``S_f = 1``; runs report the observed one).
     correction_words:
         64-bit words per masked correction: 1 (half the keystream and upload; range ``2^24 /
-        K``, resolution ``2^-38``; the in-process engine retries a round that does not fit with
-        2) or 2 (range ``2^42 / K``, resolution ``2^-60``). See :mod:`immersion.securesum`.
+        K``, resolution ``2^-38``; both engines retry a round that does not fit with 2) or 2
+        (range ``2^42 / K``, resolution ``2^-60``). See :mod:`immersion.securesum`.
 
     Examples
     --------
     >>> MpdpOptions.from_flags({"noise": "auto", "graph": "nout:2", "p": 2}).graph
     'nout:2'
+    >>> MpdpOptions().graph, MpdpOptions().mask_graph
+    ('auto', 'auto')
     """
 
     noise_auto: ClassVar[str | None] = "on"
+    former_defaults: ClassVar[dict[str, tuple[Any, ...]]] = {"graph": ("complete",)}
 
     noise: str = "on"
     epsilon: float = 1.0
     delta: float = 1e-5
-    graph: str = "complete"
+    graph: str = "auto"
+    mask_graph: str = "auto"
     mask_corrections: bool = True
     sensitivity: float = 1.0
     correction_words: int = 1
@@ -54,11 +68,16 @@ class MpdpOptions(SchemeOptions):
         check_real("epsilon", self.epsilon, low=0.0)
         check_real("delta", self.delta, low=0.0, high=0.5)
         check_real("sensitivity", self.sensitivity, low=0.0)
-        if not isinstance(self.graph, str):
-            raise InvalidArgumentError(
-                "graph", f"expected 'complete' or 'nout:N', got {self.graph!r}"
-            )
-        parse_graph(self.graph)
+        for name in ("graph", "mask_graph"):
+            spec = getattr(self, name)
+            if not isinstance(spec, str):
+                raise InvalidArgumentError(
+                    name, f"expected 'auto', 'complete' or 'nout:N', got {spec!r}"
+                )
+            try:
+                parse_graph(spec)
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(name, str(exc).partition(": ")[2]) from None
         if isinstance(self.correction_words, bool) or self.correction_words not in (1, 2):
             raise InvalidArgumentError(
                 "correction_words", f"expected 1 or 2, got {self.correction_words!r}"

@@ -255,12 +255,13 @@ def recover(
     list of Tensor
         The true gradient of every layer.
     """
+    torch = torch_module()
     r = keys.r_out
     v = float(r @ r)
     out = []
     for index, g in enumerate(grad_hat):
         if index < len(grad_hat) - 1:
-            corrected = g - (r[:, None, None] * psi[index]).sum(0) + v * phi[index]
+            corrected = g - torch.tensordot(r, psi[index], dims=1) + v * phi[index]
         else:
             corrected = g - r[:, None] * psi_last[None, :]
         out.append(keys.mask(index) * corrected)

@@ -52,6 +52,7 @@ Examples
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass, field
 from typing import Any, Container, Iterable, Mapping, Sequence, TypeVar
 
@@ -126,6 +127,9 @@ class KeyAgreement:
     round_t: int
     private_bytes: bytes | None = field(default=None, repr=False)
     label: str = DEFAULT_LABEL
+    _extracted: dict[bytes, bytes] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         private_cls = _crypto()[0]
@@ -158,19 +162,52 @@ class KeyAgreement:
         """The raw public key (32 bytes), what the client publishes."""
         from cryptography.hazmat.primitives import serialization
 
-        raw: bytes = self._private.public_key().public_bytes(
-            serialization.Encoding.Raw,
-            serialization.PublicFormat.Raw,
-        )
+        raw: bytes | None = self.__dict__.get("_public")
+        if raw is None:
+            raw = self.__dict__["_public"] = self._private.public_key().public_bytes(
+                serialization.Encoding.Raw,
+                serialization.PublicFormat.Raw,
+            )
         return raw
 
+    def shared_secret(self, peer_public: bytes) -> bytes:
+        """The raw X25519 Diffie-Hellman secret with the holder of ``peer_public``.
+
+        Parameters
+        ----------
+        peer_public : bytes
+            The peer's raw public key (32 bytes).
+
+        Returns
+        -------
+        bytes
+            32 bytes (the same on both sides); seeds come from it through HKDF, never directly.
+        """
+        public_cls = _crypto()[1]
+        if not isinstance(peer_public, bytes) or len(peer_public) != PUBLIC_KEY_BYTES:
+            raise InvalidArgumentError(
+                "peer_public", f"expected {PUBLIC_KEY_BYTES} raw bytes of an X25519 key"
+            )
+        secret: bytes = self._private.exchange(public_cls.from_public_bytes(peer_public))
+        return secret
+
     def pair_seeds(
-        self, peer: int, peer_public: bytes, purposes: tuple[str, ...]
+        self,
+        peer: int,
+        peer_public: bytes,
+        purposes: tuple[str, ...],
+        *,
+        round_t: int | None = None,
+        attempt: int = 0,
     ) -> dict[str, bytes]:
         """32-byte seeds shared with ``peer``, one per purpose (both sides get the same bytes).
 
         One Diffie-Hellman exchange, then HKDF-SHA256 with info
-        ``"{label}/{purpose}/round {round_t}/pair {low}-{high}"``.
+        ``"{label}/{purpose}/round {round_t}/pair {low}-{high}"`` (and ``"/attempt {attempt}"``
+        after it for a retried round, ``attempt > 0``). The HKDF-Extract of each peer's secret
+        is kept, so a key pair used over several rounds pays for the exchange once per peer;
+        the seeds of one round (and attempt) say nothing about those of another (HKDF is a PRF
+        in its info).
 
         Parameters
         ----------
@@ -180,26 +217,30 @@ class KeyAgreement:
             Its raw public key (32 bytes).
         purposes : tuple of str
             One seed per purpose (masks, noise, ...).
+        round_t : int, optional
+            The round the seeds are for; this key pair's ``round_t`` by default.
+        attempt : int
+            The retry of that round (0: the first try).
 
         Returns
         -------
         dict of str to bytes
             ``{purpose: seed}``.
         """
-        _, public_cls, hkdf_cls, sha256 = _crypto()
         if not isinstance(peer_public, bytes) or len(peer_public) != PUBLIC_KEY_BYTES:
             raise InvalidArgumentError(
                 "peer_public", f"expected {PUBLIC_KEY_BYTES} raw bytes of an X25519 key"
             )
-        secret = self._private.exchange(public_cls.from_public_bytes(peer_public))
+        prk = self._extracted.get(peer_public)
+        if prk is None:
+            prk = self._extracted[peer_public] = hkdf_extract(self.shared_secret(peer_public))
         low, high = sorted((self.client, peer))
+        at = self.round_t if round_t is None else int(round_t)
+        tail = f"/attempt {attempt}" if attempt else ""
         return {
-            purpose: hkdf_cls(
-                algorithm=sha256(),
-                length=SEED_BYTES,
-                salt=None,
-                info=f"{self.label}/{purpose}/round {self.round_t}/pair {low}-{high}".encode(),
-            ).derive(secret)
+            purpose: hkdf_expand(
+                prk, f"{self.label}/{purpose}/round {at}/pair {low}-{high}{tail}".encode()
+            )
             for purpose in purposes
         }
 
@@ -221,6 +262,56 @@ class KeyAgreement:
             32 bytes.
         """
         return self.pair_seeds(peer, peer_public, (purpose,))[purpose]
+
+
+def hkdf_extract(secret: bytes) -> bytes:
+    """HKDF-SHA256's Extract step with no salt (RFC 5869: ``HMAC(0^32, secret)``).
+
+    Parameters
+    ----------
+    secret : bytes
+        The input keying material (a Diffie-Hellman secret).
+
+    Returns
+    -------
+    bytes
+        The 32-byte pseudo-random key for :func:`hkdf_expand`.
+    """
+    return hmac.digest(bytes(32), secret, "sha256")
+
+
+def hkdf_expand(prk: bytes, info: bytes, length: int = SEED_BYTES) -> bytes:
+    """HKDF-SHA256's Expand step (RFC 5869), ``length`` bytes for ``info``.
+
+    ``hkdf_expand(hkdf_extract(secret), info)`` is ``cryptography``'s
+    ``HKDF(SHA256(), 32, salt=None, info).derive(secret)`` (``tests/test_securesum.py``).
+
+    Parameters
+    ----------
+    prk : bytes
+        From :func:`hkdf_extract`.
+    info : bytes
+        What the output is for.
+    length : int
+        Bytes wanted, at most ``255 * 32``.
+
+    Returns
+    -------
+    bytes
+        ``length`` bytes.
+
+    Examples
+    --------
+    >>> len(hkdf_expand(hkdf_extract(bytes(32)), b"a doctest", 40))
+    40
+    """
+    if not 0 < length <= 255 * 32:
+        raise InvalidArgumentError("length", f"expected 1 to {255 * 32} bytes, got {length}")
+    out, block = b"", b""
+    for counter in range(1, -(-length // 32) + 1):
+        block = hmac.digest(prk, block + info + bytes([counter]), "sha256")
+        out += block
+    return out[:length]
 
 
 def keystream(seed: bytes, n_words: int) -> np.ndarray:
@@ -480,6 +571,109 @@ def mask(words: np.ndarray, me: int, seeds: Mapping[int, bytes]) -> np.ndarray:
             part = words[start : start + stream.size]
             op(part, stream, out=part)
     return words
+
+
+def mask_fixed(
+    values: np.ndarray,
+    n_summands: int,
+    me: int,
+    seeds: Mapping[int, bytes],
+    *,
+    words: int = WORDS_PER_VALUE,
+    argument: str = "values",
+    overwrite: bool = False,
+) -> np.ndarray:
+    """``mask(to_fixed(values, ...), me, seeds)`` in one pass, chunk by chunk: the same words.
+
+    Each chunk of ``values`` is turned into fixed point and every peer's keystream for it is
+    added while the chunk is in cache, with no vector-sized temporary. Values out of range (or
+    not finite) are refused before anything is written, as by :func:`to_fixed`.
+
+    Parameters
+    ----------
+    values : np.ndarray
+        Finite float64 values (flattened).
+    n_summands : int
+        How many such vectors will be summed (the range check).
+    me : int
+        This client's index.
+    seeds : mapping of int to bytes
+        ``{peer: mask seed}`` for every peer of this round (empty: :func:`to_fixed` alone).
+    words : {1, 2}
+        Words per value.
+    argument : str
+        The name a refusal uses.
+    overwrite : bool
+        With one word per value, write the words over ``values`` (contiguous float64 the caller
+        gives up; it holds the words, read as float64, afterwards). No allocation then.
+
+    Returns
+    -------
+    np.ndarray
+        ``uint64``, ``words * values.size`` words.
+
+    Examples
+    --------
+    >>> x, seeds = np.array([0.5, -2.0, 1e-3]), {1: bytes(32), 4: bytes([1]) * 32}
+    >>> want = mask(to_fixed(x, 3, words=1), 2, seeds)
+    >>> bool((mask_fixed(x, 3, 2, seeds, words=1) == want).all())
+    True
+    """
+    from .prg import aes_ctr_chunks
+
+    w = _words(words)
+    flat = np.asarray(values, dtype=np.float64)
+    in_place = overwrite and w == 1 and flat.flags.c_contiguous and flat.flags.writeable
+    flat = flat.reshape(-1) if in_place else np.ascontiguousarray(flat).reshape(-1)
+    for peer, seed in seeds.items():
+        if peer == me:
+            raise InvalidArgumentError("peer", f"a client has no pair with itself ({me})")
+        if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
+            raise InvalidArgumentError("seed", f"expected {SEED_BYTES} bytes, got {seed!r:.40}")
+    limit = fixed_point_limit(n_summands, words=w)
+    worst = max(float(np.max(flat)), -float(np.min(flat))) if flat.size else 0.0
+    if not np.isfinite(worst) or worst >= limit:
+        raise FixedPointRangeError(
+            argument,
+            f"max |{argument}| = {worst:.3g} exceeds the fixed-point range "
+            f"{limit:.3g} for {n_summands} summands"
+            + (" in one 64-bit word (two words per value allow more)" if w == 1 else ""),
+        )
+    n = flat.size
+    out = flat.view(np.uint64) if in_place else np.empty(w * n, dtype=np.uint64)
+    chunk = max(1, CHUNK_BYTES // (8 * w))
+    scratch = np.empty(min(chunk, n))
+    high = np.empty(min(chunk, n)) if w == 2 else scratch
+    streams = [
+        (
+            np.add if me < peer else np.subtract,
+            aes_ctr_chunks(
+                seeds[peer], w * n, chunk_words=w * chunk, extra="fl", purpose="secure summation"
+            ),
+        )
+        for peer in sorted(seeds)
+    ]
+    for start in range(0, n, chunk):
+        part = flat[start : start + chunk]
+        size = part.size
+        s, h = scratch[:size], high[:size]
+        target = out[w * start : w * (start + size)]
+        if w == 1:  # as to_fixed: rint(x 2^F) as int64 (the cast of an integral float: exact)
+            np.multiply(part, 2.0**ONE_LIMB_BITS, out=s)
+            np.rint(s, out=target.view(np.int64), casting="unsafe")
+        else:  # as to_fixed: high = floor(x 2^20), low = round((x 2^20 - high) 2^40)
+            np.multiply(part, 2.0**HIGH_BITS, out=s)
+            np.floor(s, out=h)
+            np.subtract(s, h, out=s)
+            np.multiply(s, 2.0**LOW_BITS, out=s)
+            np.round(s, out=s)
+            pairs = target.view(np.int64).reshape(size, 2)
+            pairs[:, 0] = h
+            pairs[:, 1] = s
+        for op, chunks in streams:
+            _, stream = next(chunks)
+            op(target, stream, out=target)
+    return out
 
 
 def sum_words(masked: Sequence[np.ndarray]) -> np.ndarray:
