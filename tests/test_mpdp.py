@@ -480,7 +480,8 @@ def test_auto_graphs_keep_the_accountant_honest():
     """graph="auto": Theorem 10 (complete) below the client count where Theorem 11 allows an
     n-out graph with n <= (K - 1) / 4, Theorem 11 at delta / 3 above (a larger sigma_eta, stated);
     mask_graph="auto": complete up to 7 clients, nout:2 above; both reported in the summary."""
-    from immersion_mpdp.agreement import resolve_mask_graph, resolve_noise_graph
+    from immersion_mpdp.agreement import resolve_mask_graph
+    from immersion_mpdp.calibration import resolve_noise_graph
 
     below, above = calibrate(1.0, 1e-5, 288, "auto"), calibrate(1.0, 1e-5, 289, "auto")
     assert below.theorem.startswith("Theorem 10") and below.graph == "complete"

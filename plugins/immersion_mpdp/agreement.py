@@ -15,7 +15,8 @@ random; an edge exists if either side picked it, so every degree is at least ``N
 two: the graph of the noise ``Delta``, which the privacy theorem depends on (Theorem 10 for the
 complete graph, 11 for an n-out one), and the graph of the masks of the corrections, which only
 sets how many colluding neighbours it takes to unmask one client (it must stay connected). Both
-default to ``"auto"`` (:func:`resolve_noise_graph`, :func:`resolve_mask_graph`).
+default to ``"auto"`` (:func:`immersion_mpdp.calibration.resolve_noise_graph`,
+:func:`resolve_mask_graph`).
 """
 
 from __future__ import annotations
@@ -56,9 +57,6 @@ class KeyAgreement(securesum.KeyAgreement):
 #: ``mask_graph="auto"``: the complete graph up to this many clients, ``nout:AUTO_MASK_N`` above.
 AUTO_MASK_MAX_COMPLETE = 7
 AUTO_MASK_N = 2
-#: ``graph="auto"`` takes Theorem 11's n-out graph only where its ``n`` is at most ``(K - 1) /
-#: AUTO_NOISE_SPARSITY`` (about 44% of the complete graph's edges, or fewer).
-AUTO_NOISE_SPARSITY = 4
 #: Draws of a mask graph before giving up on a connected one.
 CONNECTED_TRIES = 1000
 
@@ -78,56 +76,6 @@ def parse_graph(spec: str) -> tuple[str, int]:
     raise InvalidArgumentError(
         "graph", f"expected 'auto', 'complete' or 'nout:N' with N >= 1, got {spec!r}"
     )
-
-
-def smallest_nout(n_clients: int, delta: float) -> int | None:
-    """The smallest ``n`` for which Theorem 11 applies to ``n_clients`` at ``delta`` (None if
-    none does).
-
-    Parameters
-    ----------
-    n_clients : int
-        ``K``.
-    delta : float
-        The ``delta`` the theorem is applied at (the total divided by 3).
-    """
-    from .calibration import nout_preconditions
-
-    if n_clients < 81:
-        return None
-    for n in range(7, n_clients):
-        if not nout_preconditions(n_clients, n, delta):
-            return n
-    return None
-
-
-def resolve_noise_graph(spec: str, n_clients: int, delta: float) -> str:
-    """The graph of the noise ``Delta`` that ``spec`` means for ``n_clients``.
-
-    ``"auto"``: Theorem 11's n-out graph with the smallest ``n`` its preconditions allow at
-    ``delta / 3``, where that ``n`` is at most ``(K - 1) / 4`` (from 289 clients at ``delta =
-    1e-5``); the complete graph (Theorem 10) otherwise. Other specs are returned as they are.
-
-    Parameters
-    ----------
-    spec : str
-        ``"auto"``, ``"complete"`` or ``"nout:N"``.
-    n_clients : int
-        ``K``.
-    delta : float
-        The run's per-round ``delta``.
-
-    Examples
-    --------
-    >>> resolve_noise_graph("auto", 100, 1e-5), resolve_noise_graph("auto", 1000, 1e-5)
-    ('complete', 'nout:77')
-    """
-    if parse_graph(spec)[0] != "auto":
-        return spec
-    n = smallest_nout(n_clients, delta / 3)
-    if n is not None and AUTO_NOISE_SPARSITY * n <= n_clients - 1:
-        return f"nout:{n}"
-    return "complete"
 
 
 def resolve_mask_graph(spec: str, n_clients: int) -> str:

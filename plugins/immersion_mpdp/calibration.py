@@ -19,7 +19,7 @@ Eq. 23: ``epsilon >= theta / 2 + sqrt(theta)`` and ``(epsilon - theta / 2)^2 >= 
 * ``graph="auto"`` (the default) is Theorem 11 with the smallest ``n`` it allows where that ``n``
   is at most ``(K - 1) / 4`` (from 289 clients at ``delta = 1e-5``, where the n-out graph has
   about 44% of the complete graph's edges), Theorem 10 below
-  (:func:`immersion_mpdp.agreement.resolve_noise_graph`).
+  (:func:`resolve_noise_graph`).
 
 Both theorems assume a sensitivity of 1 (the paper's ``S_f = B = 1``); a client cannot clip the
 true gradient (it does not know it), so the bound is an assumption: noise is scaled by
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from immersion import InvalidArgumentError
 
-from .agreement import parse_graph, resolve_noise_graph
+from .agreement import parse_graph
 
 READINGS = ("squared", "literal")
 
@@ -121,6 +121,59 @@ def nout_preconditions(n_clients: int, n: int, delta: float) -> list[str]:
         (n < k, f"n < K (n = {n})"),
     ]
     return [text for ok, text in checks if not ok]
+
+
+#: ``graph="auto"`` takes Theorem 11's n-out graph only where its ``n`` is at most ``(K - 1) /
+#: AUTO_NOISE_SPARSITY`` (about 44% of the complete graph's edges, or fewer).
+AUTO_NOISE_SPARSITY = 4
+
+
+def smallest_nout(n_clients: int, delta: float) -> int | None:
+    """The smallest ``n`` for which Theorem 11 applies to ``n_clients`` at ``delta`` (None if
+    none does).
+
+    Parameters
+    ----------
+    n_clients : int
+        ``K``.
+    delta : float
+        The ``delta`` the theorem is applied at (the total divided by 3).
+    """
+    if n_clients < 81:
+        return None
+    for n in range(7, n_clients):
+        if not nout_preconditions(n_clients, n, delta):
+            return n
+    return None
+
+
+def resolve_noise_graph(spec: str, n_clients: int, delta: float) -> str:
+    """The graph of the noise ``Delta`` that ``spec`` means for ``n_clients``.
+
+    ``"auto"``: Theorem 11's n-out graph with the smallest ``n`` its preconditions allow at
+    ``delta / 3``, where that ``n`` is at most ``(K - 1) / 4`` (from 289 clients at ``delta =
+    1e-5``); the complete graph (Theorem 10) otherwise. Other specs are returned as they are.
+
+    Parameters
+    ----------
+    spec : str
+        ``"auto"``, ``"complete"`` or ``"nout:N"``.
+    n_clients : int
+        ``K``.
+    delta : float
+        The run's per-round ``delta``.
+
+    Examples
+    --------
+    >>> resolve_noise_graph("auto", 100, 1e-5), resolve_noise_graph("auto", 1000, 1e-5)
+    ('complete', 'nout:77')
+    """
+    if parse_graph(spec)[0] != "auto":
+        return spec
+    n = smallest_nout(n_clients, delta / 3)
+    if n is not None and AUTO_NOISE_SPARSITY * n <= n_clients - 1:
+        return f"nout:{n}"
+    return "complete"
 
 
 def calibrate(

@@ -27,9 +27,8 @@ from .agreement import (
     components,
     edges_of,
     resolve_mask_graph,
-    resolve_noise_graph,
 )
-from .calibration import Calibration, calibrate
+from .calibration import Calibration, calibrate, resolve_noise_graph
 from .ddp import Layout, NoiseSettings, Upload
 from .mlp import (
     accuracy,

@@ -26,7 +26,7 @@ class MpdpOptions(SchemeOptions):
         Neighbour graph of the pairwise noise ``Delta``: ``"complete"`` (Theorem 10), ``"nout:N"``
         (Theorem 11) or ``"auto"``: Theorem 11's sparsest n-out graph where it has at most about
         44% of the complete graph's edges (from 289 clients at ``delta = 1e-5``), complete below
-        (:func:`immersion_mpdp.agreement.resolve_noise_graph`).
+        (:func:`immersion_mpdp.calibration.resolve_noise_graph`).
     mask_graph:
         Neighbour graph of the masks of the corrections (no privacy theorem depends on it; it
         is drawn connected): ``"complete"``, ``"nout:N"`` or ``"auto"``: complete up to 7
