@@ -5,7 +5,7 @@ server relays public keys only). Two neighbours derive the same 32-byte secret b
 once and expand it with HKDF-SHA256 into one seed per purpose (the DP noise ``Delta``, the masks
 of the corrections), round and retry: the HKDF info names all three, so the seeds of one round
 (or of an aborted attempt, revealed to recover a dropout) say nothing about any other. The seed
-keys AES-256 in counter mode, a cryptographic PRG. Nobody else, the server included, can compute
+keys AES-128 in counter mode, a cryptographic PRG. Nobody else, the server included, can compute
 a pair's seed; a surviving neighbour can reveal one round's seeds to recover a client that dropped
 out (see :mod:`immersion_mpdp.ddp`). The key agreement, the seeds and the keystream are the
 core's secure-sum primitive (:mod:`immersion.securesum`) under MP-DP's HKDF label.

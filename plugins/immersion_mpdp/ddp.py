@@ -35,12 +35,11 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 from immersion import InvalidArgumentError, securesum
-from immersion.prg import aes_ctr_chunks
 from immersion.securesum import (
-    CHUNK_BYTES,
     SEED_BYTES,
     from_fixed,
     keystream,
+    keystream_chunks,
     mask,
     mask_fixed,
 )
@@ -241,13 +240,7 @@ def add_pair_deltas(
     for peer in sorted(seeds):
         op = np.add if me < peer else np.subtract
         signs += _sign(me, peer)
-        for start, stream in aes_ctr_chunks(
-            seeds[peer],
-            grad.size,
-            chunk_words=CHUNK_BYTES // 8,
-            extra="fl",
-            purpose="secure summation",
-        ):
+        for start, stream in keystream_chunks(seeds[peer], grad.size):
             np.right_shift(stream, np.uint64(11), out=stream)
             part = total[start : start + stream.size]
             op(part, stream.view(np.int64), out=part)
