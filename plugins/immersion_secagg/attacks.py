@@ -245,7 +245,7 @@ def round_costs(x1: np.ndarray, x2: np.ndarray, clip: float) -> dict[str, float]
     """Time one in-process round of two users' updates: core secure sum, SecAgg+, plain sum.
 
     Each round starts from fresh keys and ends with the mean of the two updates: the core's
-    (:class:`immersion.securesum.SecureSumClient`: X25519, two-limb fixed point, AES-256-CTR
+    (:class:`immersion.securesum.SecureSumClient`: X25519, two-limb fixed point, AES-128-CTR
     masks, the modular sum, unmask) and SecAgg+'s arithmetic with flwr 1.41's own helpers (its
     ECDH key pairs and shared key, stochastic quantisation, self and pairwise Mersenne Twister
     masks, the modular sum, removal of the self masks, dequantisation; no Shamir shares, no
@@ -458,7 +458,7 @@ def run_secagg_mask_seed(*, quick: bool = False, seed: int = 0) -> list[AttackRe
                 f"the core sum (immersion_secagg.core_flower, the default of --engine flower), "
                 f"measured here: an in-process round of the 2 users' {x1.size} values takes "
                 f"{costs['core_ms']:.2f} ms (fresh X25519 keys, two-limb fixed point, "
-                f"AES-256-CTR masks, sum, unmask), {costs['core_over_secaggplus']:.2f}x the "
+                f"AES-128-CTR masks, sum, unmask), {costs['core_over_secaggplus']:.2f}x the "
                 f"{costs['secaggplus_ms']:.2f} ms of SecAgg+'s arithmetic with flwr's helpers "
                 f"(plain mean {costs['plain_us']:.1f} us; median of {COST_REPEATS} rounds each, "
                 f"no messages, no Shamir shares); uploads 16 bytes per value instead of 8; max "

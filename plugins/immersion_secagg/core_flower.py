@@ -10,7 +10,7 @@ XOR-folded into ``seed32`` and fed to ``np.random.RandomState``). The audit row
 ``secagg-mask-seed`` measures what that costs an attacker.
 
 Here every round is :func:`immersion_fl.flower_engine.secure_flower_sum`: fresh X25519 keys per
-round, HKDF pair seeds, AES-256-CTR masks, two-limb fixed point (each value moved by at most
+round, HKDF pair seeds, AES-128-CTR masks, two-limb fixed point (each value moved by at most
 ``2^-61``, so the released sum is within ``N 2^-61`` of the exact one instead of SecAgg+'s
 ``k 2c / T``), and a user that drops out after the key agreement has its masks removed from the
 seeds its peers reveal. Messages: a handshake (``dp/handshake``: the node's partition id), then
