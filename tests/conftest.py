@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("default")
+# CI (.ci/run) replays the same examples every run, so a landing never hangs on a fresh draw;
+# a developer's run keeps exploring new ones.
+settings.register_profile("ci", parent=settings.get_profile("default"), derandomize=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
