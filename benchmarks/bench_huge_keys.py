@@ -47,8 +47,10 @@ print(json.dumps({"import_s": imported - start, "build_s": built - imported,
 """
 
 
-def _run(sdk: Path) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(sdk))
+def _run(tree: Path) -> dict[str, float]:
+    """One construction in a fresh process on ``tree``'s ``sdk/`` and ``plugins/`` (the plugins
+    register at import, so an earlier core must come with its own)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(tree / d) for d in ("sdk", "plugins")))
     out = subprocess.run(
         [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True
     )
@@ -57,7 +59,7 @@ def _run(sdk: Path) -> dict[str, float]:
 
 def _extract(ref: str, into: Path) -> Path:
     archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", ref, "sdk"],
+        ["git", "-C", str(REPO), "archive", "--format=tar", ref, "sdk", "plugins"],
         capture_output=True,
         check=True,
     ).stdout
@@ -65,7 +67,7 @@ def _extract(ref: str, into: Path) -> Path:
     tar_path.write_bytes(archive)
     with tarfile.open(tar_path) as tar:
         tar.extractall(into, filter="data")
-    return into / "sdk"
+    return into
 
 
 def _summary(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -86,15 +88,15 @@ def main() -> None:
     parser.add_argument("--baseline-ref", help="git revision to run beside this tree")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    trees = {"this": REPO / "sdk"}
+    trees = {"this": REPO}
     with tempfile.TemporaryDirectory() as tmp:
         if args.baseline_ref:
             trees = {"baseline": _extract(args.baseline_ref, Path(tmp)), **trees}
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
         for i in range(args.repeats):
-            for name, sdk in trees.items():  # alternating, so load changes hit both alike
+            for name, tree in trees.items():  # alternating, so load changes hit both alike
                 print(f"[bench] run {i + 1}/{args.repeats}: {name}", file=sys.stderr)
-                runs[name].append(_run(sdk))
+                runs[name].append(_run(tree))
     result: dict[str, object] = {
         "benchmark": "huge_keys",
         "call": "immerse(n_state=1_199_882, n_input=10, n_output=10, keys='block', "
