@@ -63,7 +63,7 @@ def test_the_core_secure_sum_leaves_nothing_to_search(rows):
     core = [r for r in rows if r.mitigation == "core-secure-sum"]
     assert len(core) == len(SCHEMES)
     for r in core:
-        assert r.verdict == "resists" and r.detail["candidates_passing"] == 0
+        assert r.verdict == "resists" and r.detail["candidates_whose_whole_mask_fits"] == 0
         assert r.value == r.baseline and r.cost
 
 
@@ -81,3 +81,21 @@ def test_the_audit_covers_seed_001s_schemes():
     out = run_audit(attack="secagg-mask-seed", scheme="gd-dp", quick=True)
     assert {r["scheme"] for r in out["attacks"]} == {"gd-dp"}
     assert {r["mitigation"] for r in out["attacks"]} == {None, "core-secure-sum"}
+
+
+def test_a_candidate_seed_counts_only_if_its_whole_mask_fits():
+    """A full scan of 2^28 seeds passes about one false candidate per target on its first
+    words; the control row must not call that a leak."""
+    from immersion_secagg.attacks import LEVELS, MODULUS, _attack
+
+    rng = np.random.default_rng(3)
+    clip, n = 10.0, 200
+    clipped = rng.uniform(-clip, clip, n)
+    uniform = rng.integers(0, MODULUS, n + 1)  # a masked vector no ASCII seed explains
+    assert _attack(uniform, [123, 456789], clipped, clip, 7.0) == (None, 7.0)
+    seed = 987_654
+    truth = np.concatenate([[0], np.round((clipped + clip) / (2 * clip) * LEVELS)]).astype(np.int64)
+    r = np.random.RandomState(seed)
+    mask = np.concatenate([r.randint(0, MODULUS - 1, 1), r.randint(0, MODULUS - 1, n)])
+    found, error = _attack((truth + mask) % MODULUS, [111, seed], clipped, clip, 7.0)
+    assert np.array_equal(found, truth) and error <= 2 * clip / LEVELS
