@@ -21,16 +21,25 @@ if TYPE_CHECKING:
 __all__ = ["check_module", "check_outputs", "check_targets", "client_tensors", "require_torch"]
 
 
-def check_module(model: Any) -> None:
+def check_module(
+    model: Any,
+    *,
+    carrier: str = "federated averaging of parameters",
+    purpose: str = "immersion_fl.run",
+) -> None:
     """Refuse what the federated schemes cannot train: not a module, no parameters, buffers,
-    parameters other than float64.
+    parameters other than float64 (SIML's check adds its own rules to this one).
 
     Parameters
     ----------
     model:
         The user's module.
+    carrier:
+        What does not carry buffers, for the refusal's message.
+    purpose:
+        What needs torch, for the error without it.
     """
-    torch = require_torch()
+    torch = require_torch(purpose)
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(
             "model", f"expected a torch.nn.Module, got {type(model).__name__}"
@@ -42,9 +51,9 @@ def check_module(model: Any) -> None:
     if buffers:
         raise InvalidArgumentError(
             "model",
-            f"has buffers {buffers[:3]} (e.g. BatchNorm running statistics), which federated "
-            "averaging of parameters does not carry; use a module without buffers (e.g. "
-            "GroupNorm/LayerNorm instead of BatchNorm)",
+            f"has buffers {buffers[:3]} (e.g. BatchNorm running statistics), which {carrier} "
+            "does not carry; use a module without buffers (e.g. GroupNorm/LayerNorm instead of "
+            "BatchNorm)",
         )
     wrong = [f"{name} ({p.dtype})" for name, p in params if p.dtype != torch.float64]
     if wrong:
@@ -53,14 +62,20 @@ def check_module(model: Any) -> None:
         )
 
 
-def require_torch() -> ModuleType:
-    """torch, or an error naming the ``torch`` extra."""
+def require_torch(purpose: str = "immersion_fl.run") -> ModuleType:
+    """torch, or an error naming the ``torch`` extra.
+
+    Parameters
+    ----------
+    purpose:
+        What needs torch, for the message.
+    """
     try:
         import torch
     except ImportError:
         from immersion import OptionalDependencyError
 
-        raise OptionalDependencyError("torch", "torch", "immersion_fl.run") from None
+        raise OptionalDependencyError("torch", "torch", purpose) from None
     return torch
 
 

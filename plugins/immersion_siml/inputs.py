@@ -24,13 +24,9 @@ from .models import MODEL_NAMES, SimlModel, build_siml_model
 
 def require_torch() -> Any:
     """torch, or an OptionalDependencyError naming the ``torch`` extra."""
-    try:
-        import torch
-    except ImportError:
-        from immersion import OptionalDependencyError
+    from immersion_fl.user_model import require_torch as torch_or_error
 
-        raise OptionalDependencyError("torch", "torch", "SIML on a torch module") from None
-    return torch
+    return torch_or_error("SIML on a torch module")
 
 
 def check_module(model: Any) -> None:
@@ -50,27 +46,10 @@ def check_module(model: Any) -> None:
     ...
     immersion.errors.InvalidArgumentError: model: has buffers ['running_mean', ...] ...
     """
+    from immersion_fl.user_model import check_module as check_parameters
+
+    check_parameters(model, carrier="SIML's encoded state", purpose="SIML on a torch module")
     torch = require_torch()
-    if not isinstance(model, torch.nn.Module):
-        raise InvalidArgumentError(
-            "model", f"expected a torch.nn.Module, got {type(model).__name__}"
-        )
-    params = list(model.named_parameters())
-    if not params:
-        raise InvalidArgumentError("model", "has no parameters to train")
-    buffers = [name for name, _ in model.named_buffers()]
-    if buffers:
-        raise InvalidArgumentError(
-            "model",
-            f"has buffers {buffers[:3]} (e.g. BatchNorm running statistics), which SIML's encoded "
-            "state does not carry; use a module without buffers (e.g. LayerNorm or GroupNorm "
-            "instead of BatchNorm)",
-        )
-    wrong = [f"{name} ({p.dtype})" for name, p in params if p.dtype != torch.float64]
-    if wrong:
-        raise InvalidArgumentError(
-            "model", f"parameters must be float64 (call model.double()); got {wrong[:3]}"
-        )
     dropout = [
         name or type(m).__name__
         for name, m in model.named_modules()
