@@ -42,15 +42,14 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from trees import REPO, extract_tree, tree_env  # benchmarks/trees.py (the script's folder)
 
-REPO = Path(__file__).resolve().parents[1]
 #: The goals of the two measurements (immersed / plain; rotating / still).
 LOOP_GOAL, ROTATION_GOAL = 3.0, 2.0
 
@@ -323,21 +322,8 @@ def measure(only: str | None, repeats: int, samples: int, chunk: int) -> dict[st
 
 
 # ---------------------------------------------------------------- trees and processes
-def _extract(ref: str, into: Path) -> Path:
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", ref, "sdk", "plugins"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    tar_path = into / "tree.tar"
-    tar_path.write_bytes(archive)
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
 def _run(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=f"{tree / 'sdk'}{os.pathsep}{tree / 'plugins'}")
+    env = tree_env(tree)
     command = [sys.executable, __file__, "--child", "--repeats", str(args.repeats)]
     command += ["--samples", str(args.samples), "--chunk", str(args.chunk)]
     command += ["--only", args.only] if args.only else []
@@ -370,7 +356,7 @@ def main() -> None:
     trees = {"this": REPO}
     with tempfile.TemporaryDirectory() as tmp:
         if args.baseline_ref:
-            trees = {"baseline": _extract(args.baseline_ref, Path(tmp)), **trees}
+            trees = {"baseline": extract_tree(args.baseline_ref, Path(tmp)), **trees}
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for i in range(args.runs):
             for name, tree in trees.items():  # alternating, so load changes hit both alike

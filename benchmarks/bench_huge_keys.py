@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from trees import REPO, extract_tree, tree_env  # benchmarks/trees.py (the script's folder)
 
 #: What one child process runs: import, build, report seconds and peak memory as JSON.
 CHILD = """
@@ -50,24 +48,11 @@ print(json.dumps({"import_s": imported - start, "build_s": built - imported,
 def _run(tree: Path) -> dict[str, float]:
     """One construction in a fresh process on ``tree``'s ``sdk/`` and ``plugins/`` (the plugins
     register at import, so an earlier core must come with its own)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(tree / d) for d in ("sdk", "plugins")))
+    env = tree_env(tree)
     out = subprocess.run(
         [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True
     )
     return json.loads(out.stdout)
-
-
-def _extract(ref: str, into: Path) -> Path:
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", ref, "sdk", "plugins"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    tar_path = into / "sdk.tar"
-    tar_path.write_bytes(archive)
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(into, filter="data")
-    return into
 
 
 def _summary(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -91,7 +76,7 @@ def main() -> None:
     trees = {"this": REPO}
     with tempfile.TemporaryDirectory() as tmp:
         if args.baseline_ref:
-            trees = {"baseline": _extract(args.baseline_ref, Path(tmp)), **trees}
+            trees = {"baseline": extract_tree(args.baseline_ref, Path(tmp)), **trees}
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
         for i in range(args.repeats):
             for name, tree in trees.items():  # alternating, so load changes hit both alike
