@@ -44,3 +44,18 @@ def contractive_system():
         return np.array([np.sin(x[0]) + x[1] * y[0]])
 
     return f, g
+
+
+@pytest.fixture
+def flower_task_identity():
+    """Flower messages built outside a Flower runtime need a run, node and task identity
+    (flwr 1.41 reads them when a Message is made); restored afterwards."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    names = ("_run_id", "_node_id", "_task_id")
+    before = {name: getattr(TaskIdentity, name) for name in names}
+    for name in names:
+        setattr(TaskIdentity, name, 1)
+    yield
+    for name, value in before.items():
+        setattr(TaskIdentity, name, value)

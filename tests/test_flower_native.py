@@ -33,19 +33,7 @@ from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from immersion import InvalidArgumentError  # noqa: E402
 from immersion_fl import SiflStrategy, sifl_mod  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _task_identity():
-    """Messages built outside a Flower runtime need a run and node identity (flwr 1.41)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    names = ("_run_id", "_node_id", "_task_id")
-    before = {name: getattr(TaskIdentity, name) for name in names}
-    for name in names:
-        setattr(TaskIdentity, name, 1)
-    yield
-    for name, value in before.items():
-        setattr(TaskIdentity, name, value)
+pytestmark = pytest.mark.usefixtures("flower_task_identity")
 
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "fl_demos" / "flower_quickstart"

@@ -24,19 +24,7 @@ from immersion_fl.faults import FaultPlan  # noqa: E402
 from immersion_mpdp import engine, flower_engine, runner  # noqa: E402
 from immersion_mpdp.ddp import Layout  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _task_identity():
-    """Messages built outside a Flower process need a task identity (as the runtime sets)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    names = ("_run_id", "_node_id", "_task_id")
-    before = {name: getattr(TaskIdentity, name) for name in names}
-    for name in names:
-        setattr(TaskIdentity, name, 1)
-    yield
-    for name, value in before.items():
-        setattr(TaskIdentity, name, value)
+pytestmark = pytest.mark.usefixtures("flower_task_identity")
 
 
 class InProcessGrid:
