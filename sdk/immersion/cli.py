@@ -115,6 +115,37 @@ def bench_codec_cmd(repeats: int, quick: bool, as_json: bool) -> None:
         )
 
 
+#: ``--out PATH`` of the benchmark commands (:func:`_save_json` writes it).
+_json_out = click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the JSON object to this file (its folder is created).",
+)
+
+
+def _save_json(out_path: Path | None, result: dict) -> None:
+    """Write a benchmark's JSON object to ``--out`` (nothing without it)."""
+    if out_path is None:
+        return
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(json_safe(result), indent=1) + "\n")
+    click.echo(f"[bench] saved {out_path}", err=True)
+
+
+def _int_list(option: str, text: str) -> tuple[int, ...]:
+    """``"10,64,128"`` as integers, or an error naming ``option``."""
+    from .errors import InvalidArgumentError
+
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise InvalidArgumentError(
+            option, f"expected comma-separated integers, got {text!r}"
+        ) from None
+
+
 @bench.command("remote")
 @click.option("--plants", type=click.IntRange(1), default=50, show_default=True)
 @click.option("--samples", type=click.IntRange(1), default=2000, show_default=True)
@@ -142,12 +173,7 @@ def bench_codec_cmd(repeats: int, quick: bool, as_json: bool) -> None:
 @click.option("--no-curve", is_flag=True, help="Plain loopback transport instead of CurveZMQ.")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also write the JSON object to this file (its folder is created).",
-)
+@_json_out
 @click.pass_context
 def bench_remote_cmd(
     ctx: click.Context,
@@ -160,7 +186,7 @@ def bench_remote_cmd(
     no_curve: bool,
     seed: int,
     as_json: bool,
-    out: Path | None,
+    out_path: Path | None,
 ) -> None:
     """Concurrent plants against one `immersion serve`: exactness, round trips, ratios.
 
@@ -182,12 +208,7 @@ def bench_remote_cmd(
             raise InvalidArgumentError(
                 f"--{name}", "applies to --coding immersion (--coding lwe runs one LQG plant)"
             )
-        try:
-            bits = tuple(int(b) for b in modulus_bits.split(",") if b.strip())
-        except ValueError:
-            raise InvalidArgumentError(
-                "--modulus-bits", f"expected comma-separated integers, got {modulus_bits!r}"
-            ) from None
+        bits = _int_list("--modulus-bits", modulus_bits)
         if not bits or any(not 32 <= b <= 128 for b in bits):
             raise InvalidArgumentError(
                 "--modulus-bits", f"expected integers from 32 to 128, got {modulus_bits!r}"
@@ -212,9 +233,7 @@ def bench_remote_cmd(
             seed=seed,
             progress=say,
         )
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result) + "\n")
+    _save_json(out_path, result)
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -254,13 +273,7 @@ def bench_remote_cmd(
     help="Samples of the hidden-gains (BFV) loop; 0 skips it.",
 )
 @click.option("--quick", is_flag=True, help="200 steps, 1 repeat, ECLib at n = 10, 3 BFV samples.")
-@click.option(
-    "--out",
-    "out_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also save the JSON object to this file.",
-)
+@_json_out
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_control_cmd(
     steps: int,
@@ -278,12 +291,7 @@ def bench_control_cmd(
     from .errors import InvalidArgumentError
     from .lwe.benchmark import bench_control
 
-    try:
-        dims = tuple(int(d) for d in eclib_dims.split(",") if d.strip())
-    except ValueError:
-        raise InvalidArgumentError(
-            "--eclib-dims", f"expected comma-separated integers, got {eclib_dims!r}"
-        ) from None
+    dims = _int_list("--eclib-dims", eclib_dims)
     if any(d < 2 for d in dims):
         raise InvalidArgumentError("--eclib-dims", f"dimensions must be >= 2, got {dims}")
     if quick:
@@ -298,9 +306,7 @@ def bench_control_cmd(
         hidden_samples=hidden_samples,
         progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
     )
-    if out_path is not None:
-        out_path.write_text(json.dumps(json_safe(result), indent=1) + "\n")
-        click.echo(f"[bench] saved {out_path}", err=True)
+    _save_json(out_path, result)
     if as_json:
         click.echo(json.dumps(json_safe(result)))
         return
