@@ -283,7 +283,8 @@ class _Channel:
             if self._sock in ready and (reply := self._reply(rid)) is not None:
                 return reply
             if self._monitor in ready and (event := self._connection_event()) is not None:
-                return self._reply(rid) or event
+                reply = self._reply(rid)
+                return reply if reply is not None else event
         return "timeout"
 
     def _reply(self, rid: bytes) -> list[bytes] | None:
