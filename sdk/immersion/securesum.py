@@ -601,8 +601,7 @@ def mask(words: np.ndarray, me: int, seeds: Mapping[int, bytes]) -> np.ndarray:
     for peer, seed in seeds.items():
         if peer == me:
             raise InvalidArgumentError("peer", f"a client has no pair with itself ({me})")
-        if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
-            raise InvalidArgumentError("seed", f"expected {SEED_BYTES} bytes, got {seed!r:.40}")
+        _stream_key(seed)  # refused by name before anything is written
     for peer in sorted(seeds):
         op = np.add if me < peer else np.subtract
         for start, stream in keystream_chunks(seeds[peer], words.size):
@@ -664,8 +663,7 @@ def mask_fixed(
     for peer, seed in seeds.items():
         if peer == me:
             raise InvalidArgumentError("peer", f"a client has no pair with itself ({me})")
-        if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
-            raise InvalidArgumentError("seed", f"expected {SEED_BYTES} bytes, got {seed!r:.40}")
+        _stream_key(seed)  # refused by name before anything is written
     limit = fixed_point_limit(n_summands, words=w)
     worst = max(float(np.max(flat)), -float(np.min(flat))) if flat.size else 0.0
     if not np.isfinite(worst) or worst >= limit:
