@@ -755,6 +755,7 @@ def _write_private(path: Path, blob: bytes) -> Path:
     return path
 
 
+@pytest.mark.files
 def test_saved_key_file_round_trips_with_owner_only_mode(
     saved: tuple[Keys, bytes], tmp_path: Path
 ) -> None:
@@ -779,6 +780,7 @@ def test_truncated_key_file_is_refused(
     assert "integrity check" in message or "not an immersion key file" in message
 
 
+@pytest.mark.files
 @FAST
 @given(data=st.data())
 def test_key_file_modified_by_one_byte_is_refused(
@@ -807,6 +809,7 @@ def test_file_that_is_not_a_key_file_is_refused(tmp_path: Path, content: bytes) 
         load_keys(path)
 
 
+@pytest.mark.files
 def test_file_with_a_valid_checksum_but_foreign_payload_is_refused(tmp_path: Path) -> None:
     for payload in (b"garbage", _npz(other=np.zeros(3))):
         blob = store.MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload

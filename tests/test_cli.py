@@ -237,6 +237,7 @@ def test_report_refuses_a_delta_outside_zero_one(delta: str) -> None:
 # ============================================================== keys inspect
 
 
+@pytest.mark.files
 def test_keys_inspect_json_matches_the_fingerprint(key_file: Path, designed_keys: Keys) -> None:
     result = invoke("keys", "inspect", str(key_file), "--json")
     assert result.exit_code == 0, result.output
@@ -468,6 +469,7 @@ def test_report_with_an_absurd_epsilon_fails_without_traceback(tmp_path: Path) -
     assert proc.returncode == 2 or (proc.returncode == 0 and one_json_object(proc.stdout))
 
 
+@pytest.mark.files
 def test_keys_new_writes_a_usable_key_file(tmp_path: Path) -> None:
     from immersion import immerse, load_keys
 

@@ -232,6 +232,7 @@ def test_every_client_failing_raises_the_named_error(secure_aggregation):
     assert not issubclass(immersion_fl.EveryClientFailedError, RuntimeError)
 
 
+@pytest.mark.files
 def test_resume_from_a_checkpoint_gives_the_uninterrupted_result(tmp_path):
     cfg = RunConfig(
         scheme="sifl-m2", optimizer="momentum", hidden=(16,), clients=3, rounds=4, seed=6

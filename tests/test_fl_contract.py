@@ -191,6 +191,16 @@ def test_configurations_round_trip_and_flat_ones_migrate():
         RunConfig.from_flat({"scheme": "sifl-m9"})
 
 
+def _assert_same_history(result, expected):
+    """The uninterrupted run's history as the writing machine recorded it: the same accuracies, and
+    a distance to plain FedAvg at rounding level (its last bits depend on the CPU's kernels, so it
+    is not compared bit for bit)."""
+    assert result.accuracy == expected["accuracy"]
+    assert len(result.diff_vs_plain) == len(expected["diff_vs_plain"])
+    assert max(result.diff_vs_plain) < 1e-13
+
+
+@pytest.mark.files
 def test_a_checkpoint_written_before_the_options_split_resumes_to_the_same_run(tmp_path):
     """The fixture holds rounds 1-2 of a 3-round run and the uninterrupted run's history, both
     written by the code before this change (flat format-1 configuration)."""
@@ -199,12 +209,12 @@ def test_a_checkpoint_written_before_the_options_split_resumes_to_the_same_run(t
     shutil.copytree(LEGACY / "checkpoint-sifl-m2", folder)
     cfg = RunConfig.from_flat(expected["config"])
     result = run_federated(cfg, checkpoint=folder, resume=True)
-    assert result.accuracy == expected["accuracy"]
-    assert result.diff_vs_plain == expected["diff_vs_plain"]
+    _assert_same_history(result, expected)
     saved = json.loads(np.load(folder / "state.npz")["meta"].tobytes().decode())
     assert json.loads(saved["cfg"])["format"] == 2  # rewritten in the new format
 
 
+@pytest.mark.files
 @pytest.mark.parametrize("field, value", [("epsilon", 2.0), ("grad_clip", 5.0)])
 def test_a_format1_checkpoint_with_another_schemes_field_set_resumes_and_warns(
     tmp_path, field, value
@@ -227,8 +237,7 @@ def test_a_format1_checkpoint_with_another_schemes_field_set_resumes_and_warns(
     cfg = RunConfig.from_flat(expected["config"])
     with pytest.warns(LegacyConfigWarning, match=f"{field}={value!r}"):
         result = run_federated(cfg, checkpoint=folder, resume=True)
-    assert result.accuracy == expected["accuracy"]
-    assert result.diff_vs_plain == expected["diff_vs_plain"]
+    _assert_same_history(result, expected)
     with pytest.raises(InvalidArgumentError, match="not to scheme 'sifl-m2'") as info:
         RunConfig.from_flat(legacy_cfg)  # the same dictionary as new input is refused
     assert info.value.argument == field

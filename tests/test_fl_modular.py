@@ -79,6 +79,7 @@ def test_broadcast_elements_are_uniform_modulo_2_64():
         assert chisquare(counts).pvalue > 1e-4
 
 
+@pytest.mark.files
 def test_a_modular_checkpoint_resumes_to_the_same_integers(tmp_path):
     cfg = _cfg("sifl-m2", rounds=3)
     full = run_federated(cfg)

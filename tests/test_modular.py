@@ -333,6 +333,7 @@ def test_pickled_target_has_no_secrets_and_still_decodes(kind):
 
 
 # ---------------------------------------------------------------- files
+@pytest.mark.files
 @pytest.mark.parametrize("kind", ["dense", "block"])
 def test_integer_keys_save_and_load(tmp_path, kind):
     keys = draw_keys(4, 3, 2, keys=kind, block_size=3, arithmetic="modular", rng=1)
@@ -350,6 +351,7 @@ def test_integer_keys_save_and_load(tmp_path, kind):
     ]
 
 
+@pytest.mark.files
 def test_float_keys_keep_format_1_and_old_files_still_load(tmp_path):
     keys = draw_keys(2, 1, 1, rng=0)
     assert save_keys(keys, tmp_path / "f.keys").read_bytes().startswith(b"IMMERSION-KEYS-1\n")
@@ -360,6 +362,7 @@ def test_float_keys_keep_format_1_and_old_files_still_load(tmp_path):
     assert isinstance(old, Keys) and old.arithmetic == "float" and old.noise_kind == "laplace"
 
 
+@pytest.mark.files
 def test_an_altered_integer_key_file_is_refused(tmp_path):
     from immersion._files import write_signed
     from immersion.keys.store import MAGIC_MODULAR, modular_meta

@@ -513,6 +513,7 @@ def test_cli_bad_input_leaves_nothing_on_disk(tmp_path, user_code):
         assert list(work.iterdir()) == []
 
 
+@pytest.mark.files
 def test_legacy_version_1_job_serves_and_decodes_to_plain_training(tmp_path):
     """tests/data/legacy: a job file and its key file written by the code before version 2 (nn-x2,
     the first 40 digits training samples, SGD lr 0.05, 2 epochs, batches of 8, order seed 3,

@@ -301,16 +301,16 @@ def run_federated(
     if engine != "local":
         raise InvalidArgumentError("engine", f"expected 'local' or 'flower', got {engine!r}")
     task = task or task_from_config(cfg)
+    if resume and checkpoint is None:
+        raise InvalidArgumentError("resume", "needs a checkpoint folder")
+    start = time.perf_counter()
     server = Server.create(
         cfg, task, task.sizes, device=task.device, reference_drift=reference_drift
     )
     clients = task.clients(cfg, server.scheme.model_norm_bound)
     store = Checkpoint(Path(checkpoint), cfg) if checkpoint is not None else None
-    first = 0
-    if resume:
-        if store is None:
-            raise InvalidArgumentError("resume", "needs a checkpoint folder")
-        first = store.load(server)
+    first = store.load(server) if resume and store is not None else 0
+    server.result.setup_s = time.perf_counter() - start
     return train_rounds(
         server,
         clients,

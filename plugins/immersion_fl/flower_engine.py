@@ -169,6 +169,7 @@ def serve(
     flwr_app = _flwr()[0]
     ConfigRecord, Message, RecordDict = flwr_app.ConfigRecord, flwr_app.Message, flwr_app.RecordDict
     nodes = await_nodes(grid, cfg.clients)
+    setup_start = time.perf_counter()  # keys, the handshake, the noise calibration
     server = Server.create(  # keys drawn; noise calibrated after |D_i|
         cfg, task or task_from_config(cfg), reference_drift=reference_drift
     )
@@ -199,6 +200,7 @@ def serve(
         pid_of[reply.metadata.src_node_id] = int(info["pid"])
         sizes[int(info["pid"])] = int(info["n_samples"])
     server.calibrate([sizes[i] for i in sorted(sizes)])
+    server.result.setup_s = time.perf_counter() - setup_start
 
     def flower_round(
         scheme: AnyScheme, name: str, t: int, dropped: list[dict[str, Any]], members: set[int]

@@ -38,7 +38,7 @@ from immersion.integer import (
     uniform_noise,
     weighted_sum,
 )
-from immersion.keys import draw_modular_code
+from immersion.keys import code_from_arrays, draw_modular_code
 
 from .scheme import LocalTrainer, Scheme, SchemeContext
 
@@ -358,19 +358,25 @@ class ModularSiflM1(_IntegerUploads, Scheme[IntegerBroadcast, np.ndarray, Intege
     def setup(self, w0: "torch.Tensor") -> None:
         """As in :meth:`Scheme.setup`: integer keys, and ``g = q(w0)``."""
         n = int(w0.numel())
-        self.code = draw_modular_code(
-            n,
-            self.extra,
-            kind=self.options.key_kind(n + self.extra),
-            block_size=self.options.block_size,
-            rng=self.rng,
+        self._use_code(
+            draw_modular_code(
+                n,
+                self.extra,
+                kind=self.options.key_kind(n + self.extra),
+                block_size=self.options.block_size,
+                rng=self.rng,
+            )
         )
-        self._encode_noisy = self.code.noisy_encoder()
-        self._decode = self.code.decoder()
-        self.kit = ModularClientKit(self.code.encoder(), self._decode, self.fraction_bits)
         self.g = to_signed(encode_fixed(w0.detach().cpu().numpy(), self.fraction_bits, name="w0"))
-        self.key_bytes, self.n_encoded = self.code.nbytes, self.code.n_total
         self._noise_rng = np.random.default_rng(self.rng.integers(2**63))
+
+    def _use_code(self, code: Any) -> None:
+        """Hold the integer ``code`` and its encoders."""
+        self.code = code
+        self._encode_noisy = code.noisy_encoder()
+        self._decode = code.decoder()
+        self.kit = ModularClientKit(code.encoder(), self._decode, self.fraction_bits)
+        self.key_bytes, self.n_encoded = code.nbytes, code.n_total
 
     def _encode(self, g: np.ndarray) -> np.ndarray:
         """``Pi1 g + N1 s`` with ``s`` uniform modulo 2^64 (eq. 19), ``g`` as two's complement."""
@@ -430,6 +436,19 @@ class ModularSiflM1(_IntegerUploads, Scheme[IntegerBroadcast, np.ndarray, Intege
         """As in :meth:`Scheme.key_arrays`."""
         return dict(self.code.arrays())
 
+    def restore_keys(self, arrays: dict[str, np.ndarray]) -> None:
+        """As in :meth:`Scheme.restore_keys`: the saved integer code."""
+        code = code_from_arrays(
+            {k: v for k, v in arrays.items() if not k.startswith("aggregator.")}, name="Pi1"
+        )
+        if (code.n_total, code.n_signal) != (self.code.n_total, self.code.n_signal):
+            raise InvalidArgumentError(
+                "keys",
+                f"the saved code is {code.n_total} x {code.n_signal}, this run's "
+                f"{self.code.n_total} x {self.code.n_signal}",
+            )
+        self._use_code(code)
+
     def state(self) -> dict[str, np.ndarray]:
         """As in :meth:`Scheme.state`: ``g`` and the noise generator."""
         noise = json.dumps(self._noise_rng.bit_generator.state).encode()
@@ -451,17 +470,39 @@ class ModularSiflM2(ModularSiflM1):
         super().setup(w0)
         self.p = self.options.p
         u, v = random_unimodular(self.p, self.rng)
-        self.pi2, self.pi2_right, self.n2 = (
-            u[0],
-            v[:, 0].copy(),
-            u[1:],
-        )  # Pi2 Pi2^R = 1, N2 Pi2^R = 0
+        self._use_aggregator_keys(u, v)
+        self.w_bar: np.ndarray | None = None  # the server's p rows (decoded Pi1 only)
+        self.divisor = 1
+
+    def _use_aggregator_keys(self, u: np.ndarray, v: np.ndarray) -> None:
+        """``U`` and ``V = U^-1`` mod 2^64: ``Pi2 = U[0]``, ``N2 = U[1:]``, ``Pi2^R = V[:, 0]``."""
+        self._unimodular = (u, v)
+        self.pi2, self.pi2_right, self.n2 = u[0], v[:, 0].copy(), u[1:]  # Pi2 Pi2^R = 1
         self.kit = ModularClientKit(
             self.code.encoder(), self._decode, self.fraction_bits, self.pi2_right
         )
-        self.w_bar: np.ndarray | None = None  # the server's p rows (decoded Pi1 only)
-        self.divisor = 1
-        self.key_bytes += u.nbytes + v.nbytes
+        self.key_bytes = self.code.nbytes + u.nbytes + v.nbytes
+
+    def key_arrays(self) -> dict[str, np.ndarray]:
+        """M1's code plus the aggregator's unimodular pair ``U``, ``V``."""
+        u, v = self._unimodular
+        return {**super().key_arrays(), "aggregator.u": u, "aggregator.v": v}
+
+    def restore_keys(self, arrays: dict[str, np.ndarray]) -> None:
+        """M1's, and the aggregator's ``U``, ``V`` where saved (integer draws: files of earlier
+        versions re-draw them bit for bit from the seed)."""
+        super().restore_keys(arrays)
+        u, v = (arrays.get(f"aggregator.{k}") for k in ("u", "v"))
+        if u is None or v is None:
+            u, v = self._unimodular
+        elif (
+            u.dtype != np.uint64
+            or u.shape != (self.p, self.p)
+            or v.shape != u.shape
+            or not np.array_equal(u @ v, np.eye(self.p, dtype=np.uint64))
+        ):
+            raise InvalidArgumentError("keys", "the saved U, V are not inverse p x p integers")
+        self._use_aggregator_keys(u, v)
 
     def aggregator_code(self, w_sum: np.ndarray) -> np.ndarray:
         """``w' = w~ Pi2 + R2 N2`` with fresh uniform ``R2`` (eq. 31), as ``p`` rows."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
+from immersion import InvalidArgumentError
 
 if TYPE_CHECKING:
     import torch
@@ -238,8 +239,24 @@ class Scheme(ABC, Generic[BroadcastT, UploadT, AggregateT]):
         return {}
 
     def key_arrays(self) -> dict[str, np.ndarray]:
-        """The server's key material, for a checkpoint's integrity check (none here)."""
+        """All the server's key material, by a stable name: what a checkpoint saves (none here)."""
         return {}
+
+    def restore_keys(self, arrays: dict[str, np.ndarray]) -> None:
+        """Replace the keys :meth:`setup` drew by saved ones (:meth:`key_arrays`' output).
+
+        A checkpoint resumes from the keys it carries, never from keys re-drawn from the seed:
+        float keys re-drawn on another CPU or BLAS kernel differ in their last bits.
+
+        Parameters
+        ----------
+        arrays:
+            The saved key material (here: none is expected).
+        """
+        if arrays:
+            raise InvalidArgumentError(
+                "keys", f"scheme {self.name!r} holds no keys, got {sorted(arrays)[:4]}"
+            )
 
     @property
     def model_norm_bound(self) -> float | None:

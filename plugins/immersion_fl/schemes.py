@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 import numpy as np
 from immersion import InvalidArgumentError
-from immersion.keys import DenseCode, code_arrays, draw_code
+from immersion.keys import DenseCode, code_arrays, code_from_arrays, draw_code
 from immersion.privacy import (
     gaussian_epsilon,
     gaussian_min_sigma_bar,
@@ -559,23 +559,44 @@ class SiflM1(FedAvg):
                 f"{dense_bytes / 2**30:.1f} GiB; use keys='block' (O(n * block_size) memory) "
                 "or 'auto'",
             )
-        self.code = draw_code(
-            n, self.extra, kind=kind, block_size=self.options.block_size, rng=self.rng
+        self._use_code(
+            draw_code(n, self.extra, kind=kind, block_size=self.options.block_size, rng=self.rng)
         )
-        be = self.backend
-        self._encode = self.code.encoder(be)
-        self._decode = self.code.decoder(be)
-        self._encode_noisy = self.code.noisy_encoder(be)
-        self.kit = ClientKit(self._encode, self._decode)
-        self._noise = be.noise_stream(self.rng)
-        self.key_bytes = self.code.nbytes
-        self.n_encoded = self.code.n_total
+        self._noise = self.backend.noise_stream(self.rng)
         self.w = w0.clone()
         self._os_entropy = secrets.randbits(64)
 
+    def _use_code(self, code: "DenseCode | StructuredCode") -> None:
+        """Hold ``code`` (``Pi1``, ``Pi1_left``, ``N1``) and its runtime encoders."""
+        be = self.backend
+        self.code = code
+        self._encode = code.encoder(be)
+        self._decode = code.decoder(be)
+        self._encode_noisy = code.noisy_encoder(be)
+        self.kit = ClientKit(self._encode, self._decode)
+        self.key_bytes = code.nbytes
+        self.n_encoded = code.n_total
+
     def key_arrays(self) -> dict[str, np.ndarray]:
-        """The code's arrays (``N1`` included), for a checkpoint's integrity check."""
+        """The code's arrays (``N1`` included): what a checkpoint saves."""
         return code_arrays(self.code)
+
+    def restore_keys(self, arrays: dict[str, np.ndarray]) -> None:
+        """Use the saved code (:meth:`key_arrays`) instead of the one :meth:`setup` drew.
+
+        Parameters
+        ----------
+        arrays:
+            As in :meth:`Scheme.restore_keys <immersion_fl.scheme.Scheme.restore_keys>`.
+        """
+        code = code_from_arrays(arrays, name="Pi1")
+        if code.n_total != self.code.n_total or code.n_signal != self.code.n_signal:
+            raise InvalidArgumentError(
+                "keys",
+                f"the saved code is {code.n_total} x {code.n_signal}, this run's "
+                f"{self.code.n_total} x {self.code.n_signal}",
+            )
+        self._use_code(code)
 
     def client_upload(
         self, client: LocalTrainer, received: "torch.Tensor", round_t: int
@@ -778,20 +799,64 @@ class SiflM2(SiflM1):
         """
         self.p = self.options.p
         super().setup(w0)
-        torch = _torch()
         pi2 = self.rng.uniform(0.5, 1.5, size=(1, self.p)) * self.rng.choice(
             [-1.0, 1.0], size=(1, self.p)
         )
         pi2_right = pi2.T / float((pi2 @ pi2.T)[0, 0])  # Pi2 Pi2^R = 1
         n2 = null_space(pi2_right.T).T  # (p-1) x p with N2 Pi2^R = 0
+        self._use_aggregator_keys(pi2, pi2_right, n2)
+        self.w_bar = None
+
+    def _use_aggregator_keys(self, pi2: np.ndarray, pi2_right: np.ndarray, n2: np.ndarray) -> None:
+        """Hold ``Pi2`` (1 x p), ``Pi2^R`` (p x 1) and ``N2`` ((p-1) x p) as tensors."""
+        torch = _torch()
         as_t = {"dtype": torch.float64, "device": self.w.device}
         self.pi2, self.pi2_right, self.n2 = (
             torch.as_tensor(a, **as_t) for a in (pi2, pi2_right, n2)
         )
         self._pi2_right_array = pi2_right
         self.kit = ClientKit(self._encode, self._decode, self.pi2_right[:, 0])
-        self.w_bar = None
-        self.key_bytes += pi2.nbytes + pi2_right.nbytes + n2.nbytes
+        self.key_bytes = self.code.nbytes + pi2.nbytes + pi2_right.nbytes + n2.nbytes
+
+    def key_arrays(self) -> dict[str, np.ndarray]:
+        """M1's code plus the aggregator's ``Pi2``, ``Pi2^R`` and ``N2``."""
+        aggregator = {"pi2": self.pi2, "pi2_right": self.pi2_right, "n2": self.n2}
+        return {
+            **super().key_arrays(),
+            **{f"aggregator.{k}": v.cpu().numpy() for k, v in aggregator.items()},
+        }
+
+    def restore_keys(self, arrays: dict[str, np.ndarray]) -> None:
+        """M1's :meth:`~SiflM1.restore_keys`, and the aggregator's keys where they were saved.
+
+        Checkpoints written before the aggregator's keys were saved hold the code only: their
+        ``Pi2`` is the one
+        :meth:`setup` re-drew from the seed, bit for bit on every machine (uniform draws and
+        signs only), and ``Pi2^R``, ``N2`` follow from it (on another CPU to rounding; any
+        ``N2`` with ``N2 Pi2^R = 0`` cancels the aggregator's noise).
+
+        Parameters
+        ----------
+        arrays:
+            As in :meth:`Scheme.restore_keys <immersion_fl.scheme.Scheme.restore_keys>`.
+        """
+        super().restore_keys({k: v for k, v in arrays.items() if not k.startswith("aggregator.")})
+        names = ("pi2", "pi2_right", "n2")
+        if all(f"aggregator.{k}" in arrays for k in names):
+            pi2, pi2_right, n2 = (
+                np.asarray(arrays[f"aggregator.{k}"], dtype=np.float64) for k in names
+            )
+            if (
+                pi2.shape != (1, self.p)
+                or pi2_right.shape != (self.p, 1)
+                or n2.shape != (self.p - 1, self.p)
+            ):
+                raise InvalidArgumentError(
+                    "keys", f"the saved Pi2, Pi2^R, N2 do not have p = {self.p} columns"
+                )
+        else:
+            pi2, pi2_right, n2 = (getattr(self, k).cpu().numpy() for k in names)
+        self._use_aggregator_keys(pi2, pi2_right, n2)
 
     def broadcast(self, round_t: int) -> "torch.Tensor":
         """Round 0: M1's ``Pi1 w + N1 r``; then the ``p`` encoded columns of ``w_bar`` (eq. 26).

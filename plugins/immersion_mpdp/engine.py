@@ -502,7 +502,9 @@ def run_local(
     :func:`immersion_mpdp.runner.run_mpdp` picks this engine or Flower's.
     """
     validate(cfg, task)
+    tick = time.perf_counter()
     run = start(cfg, task)
+    run.result.setup_s = time.perf_counter() - tick
     clients = {c.index: c for c in run.setup.clients}
     for t in range(cfg.rounds):
         phases: dict[str, float] = {}

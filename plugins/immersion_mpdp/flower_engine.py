@@ -339,7 +339,9 @@ def serve(
         "cfg": cfg.to_json(),
         "faults": json.dumps([[c, t, k] for (c, t), k in plan.faults.items()]),
     }
+    tick = time.perf_counter()
     run = engine.start(cfg)
+    run.result.setup_s = time.perf_counter() - tick  # the nodes answer first in round 1
     nodes = _Nodes(grid, cfg, run.result.dropped)
     for t in range(cfg.rounds):
         phases: dict[str, float] = {}

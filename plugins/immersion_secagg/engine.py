@@ -232,6 +232,7 @@ def run_secagg(
             "seed 001's analysis assumes every user in every round; dropouts are not modelled",
         )
     opt = options_of(cfg)
+    setup_start = time.perf_counter()  # users, model, noise calibration and accounting
     if task is not None:
         check_task(cfg, task, engine)
         users, model, test = users_from_task(task), task.model, task.test
@@ -261,6 +262,7 @@ def run_secagg(
         guarantee=account(cfg.scheme, s, sigma2, opt.delta, cfg.rounds),
     )
     plain = w.clone()
+    result.setup_s = time.perf_counter() - setup_start
     flower = _flower_models(cfg, w, sigma2) if engine == "flower" else None
     for t in range(cfg.rounds):
         start = time.perf_counter()

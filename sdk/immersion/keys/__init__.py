@@ -11,7 +11,7 @@ from .modular import (
     draw_modular_code,
 )
 from .stats import RowStats
-from .store import load_keys, save_keys
+from .store import code_from_arrays, load_keys, save_keys
 
 __all__ = [
     "Keys",
@@ -30,4 +30,5 @@ __all__ = [
     "load_keys",
     "save_keys",
     "code_arrays",
+    "code_from_arrays",
 ]

@@ -269,27 +269,31 @@ def _scalar(arr: np.ndarray) -> float:
     return float(value[0])
 
 
-def _check_working(keys: "Keys") -> None:
-    """Raise ValueError unless every code decodes what it encodes and the mask fits the codes."""
+def _check_code(code: Any, name: str) -> None:
+    """Raise ValueError unless the float ``code`` decodes what it encodes."""
     from ..backends.numpy_backend import NumpyBackend
 
     be, rng = NumpyBackend(), np.random.default_rng(0)
+    if not 1 <= code.n_signal < code.n_total or code.n_noise != code.n_total - code.n_signal:
+        raise ValueError(
+            f"{name} code: {code.n_signal} signal and {code.n_noise} noise entries in "
+            f"{code.n_total}"
+        )
+    y, s = rng.standard_normal(code.n_signal), rng.standard_normal(code.n_noise)
+    with np.errstate(all="ignore"):
+        yt = code.noisy_encoder(be)(y, s)
+        back, dec = code.decoder(be)(yt), code.decoder(be)(code.encoder(be)(y))
+    scale = 1.0 + float(np.abs(yt).max())
+    if not (
+        np.abs(back - y).max() <= 1e-8 * scale and np.abs(dec - y).max() <= 1e-8 * scale
+    ):  # NaN fails too
+        raise ValueError(f"{name} code does not decode what it encodes")
+
+
+def _check_working(keys: "Keys") -> None:
+    """Raise ValueError unless every code decodes what it encodes and the mask fits the codes."""
     for name in CODE_NAMES:
-        code = getattr(keys, f"{name}_code")
-        if not 1 <= code.n_signal < code.n_total or code.n_noise != code.n_total - code.n_signal:
-            raise ValueError(
-                f"{name} code: {code.n_signal} signal and {code.n_noise} noise entries in "
-                f"{code.n_total}"
-            )
-        y, s = rng.standard_normal(code.n_signal), rng.standard_normal(code.n_noise)
-        with np.errstate(all="ignore"):
-            yt = code.noisy_encoder(be)(y, s)
-            back, dec = code.decoder(be)(yt), code.decoder(be)(code.encoder(be)(y))
-        scale = 1.0 + float(np.abs(yt).max())
-        if not (
-            np.abs(back - y).max() <= 1e-8 * scale and np.abs(dec - y).max() <= 1e-8 * scale
-        ):  # NaN fails too
-            raise ValueError(f"{name} code does not decode what it encodes")
+        _check_code(getattr(keys, f"{name}_code"), name)
     if isinstance(keys.mask, DenseMask):
         want = (keys.output_code.n_total, keys.input_code.n_total)
         if keys.mask.pi4.shape != want:
@@ -352,3 +356,60 @@ def _code(arrays: dict[str, np.ndarray], name: str, kind: str) -> Any:
         raise ValueError(f"{name} code: expected one flat position per group")
     mix = MixParams(blocks, tail, _real(a["householder"], 1), group_ids, row_perm)
     return StructuredCode(mix, signal_pos, noise_pos, flat_pos, _scalar(a["signal_scale"]))
+
+
+def code_from_arrays(arrays: dict[str, np.ndarray], *, name: str = "code") -> Any:
+    """Rebuild one code from :func:`~immersion.keys.code_arrays`'s output, validated.
+
+    The inverse of ``code_arrays`` for all four kinds (float or integer, dense or block): files
+    that carry a code (checkpoints, kits) load it from its arrays instead of re-drawing it from a
+    seed, so they load on any machine (float keys re-drawn from a seed differ in their last bits
+    between BLAS/LAPACK kernels). Names that are not the code's are ignored.
+
+    Parameters
+    ----------
+    arrays:
+        ``code_arrays(code)``, possibly with other entries beside it.
+    name:
+        What the code is, for the error message.
+
+    Returns
+    -------
+    DenseCode, StructuredCode, ModularDenseCode or ModularBlockCode
+        The code, checked to decode what it encodes (float) or to be well formed (integer).
+
+    Raises
+    ------
+    ValueError
+        The arrays do not form a code (missing, mis-shaped, not invertible); names ``name``.
+
+    Examples
+    --------
+    >>> from immersion.keys import code_arrays, draw_code
+    >>> code = draw_code(20, 5, kind="block", block_size=4, rng=0)
+    >>> back = code_from_arrays(code_arrays(code))
+    >>> bool(np.array_equal(back.mix.blocks, code.mix.blocks)), back.n_total
+    (True, 25)
+    """
+    modular = "shear" in arrays or "noise_left" in arrays
+    kind = "block" if ("householder" in arrays or "shear" in arrays) else "dense"
+    prefixed = {f"{name}.{k}": v for k, v in arrays.items()}
+    try:
+        if modular:
+            code = _modular_code(prefixed, name, kind)
+            _check_modular_code(code, name)
+        else:
+            code = _code(prefixed, name, kind)
+            _check_code(code, name)
+    except (KeyError, TypeError, AttributeError, IndexError, np.linalg.LinAlgError) as exc:
+        raise ValueError(f"{name}: the arrays do not form a {kind} code ({exc!r})") from None
+    return code
+
+
+def _check_modular_code(code: Any, name: str) -> None:
+    """Raise ValueError unless the integer ``code`` decodes what it encodes, bit for bit."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2**64, size=code.n_signal, dtype=np.uint64)
+    s = rng.integers(0, 2**64, size=code.n_noise, dtype=np.uint64)
+    if not np.array_equal(code.decoder()(code.noisy_encoder()(y, s)), y):
+        raise ValueError(f"{name} code does not decode what it encodes modulo 2^64")
