@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -363,6 +364,12 @@ def bench_control_cmd(
 )
 @click.option("--max-sessions", type=click.IntRange(1), default=256, show_default=True)
 @click.option(
+    "--max-sessions-per-client",
+    type=click.IntRange(1),
+    default=None,
+    help="Sessions one client key may hold (default: a quarter of --max-sessions).",
+)
+@click.option(
     "--session-idle",
     "session_idle_s",
     type=FiniteFloatRange(min=0, min_open=True),
@@ -385,6 +392,49 @@ def bench_control_cmd(
     help="Threads for target work (0: on the socket thread).",
 )
 @click.option(
+    "--max-connections",
+    type=click.IntRange(1),
+    default=None,
+    help="Open connections at once (default 1024, lowered to fit ulimit -n).",
+)
+@click.option(
+    "--connection-rate",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=100.0,
+    show_default=True,
+    help="New connections per second from one source address (bursts of twice as many).",
+)
+@click.option(
+    "--peer-timeout",
+    "peer_timeout_s",
+    type=FiniteFloatRange(min=0.02, max=86400),
+    default=30.0,
+    show_default=True,
+    help="Seconds a peer may send nothing (heartbeats, a half-sent message) before it is cut.",
+)
+@click.option(
+    "--handshake-timeout",
+    "handshake_timeout_s",
+    type=FiniteFloatRange(min=0.01, max=86400),
+    default=5.0,
+    show_default=True,
+    help="Seconds a connection has to complete its handshake.",
+)
+@click.option(
+    "--drain",
+    "drain_s",
+    type=FiniteFloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="On SIGTERM, the longest wait for the requests in flight (a second signal: none).",
+)
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Append the log lines to this file instead of stderr (best effort, never blocks).",
+)
+@click.option(
     "--log-every",
     "log_every_s",
     type=FiniteFloatRange(min=0, min_open=True),
@@ -396,12 +446,37 @@ def bench_control_cmd(
     "--json", "as_json", is_flag=True, help="JSON log lines on stderr, final stats on stdout."
 )
 def serve_cmd(as_json: bool, **options: Any) -> None:
-    """Run the cloud side: sessions of encoded targets, until SIGTERM/SIGINT (extra: remote)."""
-    from .service import Service, serve
+    """Run the cloud side: sessions of encoded targets, until SIGTERM/SIGINT (extra: remote).
 
-    summary = serve(Service(options.pop("bind"), json_log=as_json, **options))
+    Exit code 0 after a stop, 70 if a thread of the service died (for a supervisor to restart
+    it); stdout and stderr that fail (a closed pipe) never change it.
+    """
+    from .service import EXIT_THREAD_DIED, Service, ServiceFailure, serve
+
+    try:
+        summary = serve(Service(options.pop("bind"), json_log=as_json, **options))
+    except ServiceFailure as failure:
+        _write_quietly(sys.stderr, f"{failure}\n")
+        raise SystemExit(EXIT_THREAD_DIED) from None
     if as_json:
-        click.echo(json.dumps(summary))
+        _write_quietly(sys.stdout, json.dumps(summary) + "\n")
+
+
+def _write_quietly(stream: Any, text: str) -> None:
+    """Write to stdout or stderr, ignoring a closed pipe or a full disk (the exit code stands):
+    straight to the descriptor, so nothing stays buffered for a flush at exit to fail on."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (click's test runner)
+        click.echo(text, file=stream, nl=False)
+        return
+    data = memoryview(text.encode())
+    try:
+        stream.flush()
+        while data:
+            data = data[os.write(fd, data) :]
+    except OSError:
+        pass
 
 
 @main.group("remote", cls=_Group)

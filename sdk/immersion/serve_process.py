@@ -29,6 +29,15 @@ class ServerProcess:
         :attr:`address`), which a restart can then bind explicitly.
     server_key, clients, admins, workers, max_sessions, session_idle_s, max_message_bytes:
         As the ``immersion serve`` options (None: the default).
+    max_sessions_per_client, max_connections, connection_rate, peer_timeout_s:
+        As the ``immersion serve`` options (None: the default).
+    handshake_timeout_s, drain_s:
+        As ``--handshake-timeout`` and ``--drain`` (None: the default).
+    log_file:
+        As ``--log-file``: the log goes to this file and :attr:`events` are read from it (it
+        must be a regular file).
+    open_files:
+        The child's ``ulimit -n`` (soft and hard), e.g. to check the connection cap against it.
     start_timeout_s:
         How long to wait for the ``listening`` line.
 
@@ -49,6 +58,14 @@ class ServerProcess:
         max_sessions: int | None = None,
         session_idle_s: float | None = None,
         max_message_bytes: int | None = None,
+        max_sessions_per_client: int | None = None,
+        max_connections: int | None = None,
+        connection_rate: float | None = None,
+        peer_timeout_s: float | None = None,
+        handshake_timeout_s: float | None = None,
+        drain_s: float | None = None,
+        log_file: str | os.PathLike[str] | None = None,
+        open_files: int | None = None,
         start_timeout_s: float = 120.0,
     ) -> None:
         command = [sys.executable, "-m", "immersion", "serve", "--bind", bind, "--json"]
@@ -60,6 +77,13 @@ class ServerProcess:
             ("--max-sessions", max_sessions),
             ("--session-idle", session_idle_s),
             ("--max-message-bytes", max_message_bytes),
+            ("--max-sessions-per-client", max_sessions_per_client),
+            ("--max-connections", max_connections),
+            ("--connection-rate", connection_rate),
+            ("--peer-timeout", peer_timeout_s),
+            ("--handshake-timeout", handshake_timeout_s),
+            ("--drain", drain_s),
+            ("--log-file", log_file),
         ):
             if value is not None:
                 command += [
@@ -69,15 +93,22 @@ class ServerProcess:
         self.events: list[dict[str, Any]] = []
         self.other_lines: list[str] = []
         self._listening = threading.Event()
+        self._stopped = threading.Event()
+        self.log_file = None if log_file is None else Path(log_file)
         self.proc = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=None if open_files is None else _open_files_limit(open_files),
         )
         self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
+        self._tail: threading.Thread | None = None
+        if self.log_file is not None:
+            self._tail = threading.Thread(target=self._tail_log_file, daemon=True)
+            self._tail.start()
         if not self._listening.wait(start_timeout_s) or self.proc.poll() is not None:
             self.kill()
             tail = "\n".join(self.other_lines[-20:])
@@ -87,17 +118,39 @@ class ServerProcess:
     def _read_log(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                self.other_lines.append(line.rstrip())
-                continue
-            if isinstance(event, dict) and "event" in event:
-                self.events.append(event)
-                if event["event"] == "listening":
-                    self._listening.set()
-            else:
-                self.other_lines.append(line.rstrip())
+            self._line(line)
+
+    def _line(self, line: str) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            self.other_lines.append(line.rstrip())
+            return
+        if isinstance(event, dict) and "event" in event:
+            self.events.append(event)
+            if event["event"] == "listening":
+                self._listening.set()
+        else:
+            self.other_lines.append(line.rstrip())
+
+    def _tail_log_file(self) -> None:
+        """Read the lines of ``--log-file`` as they come, until the child has exited."""
+        assert self.log_file is not None
+        partial = ""
+        while not self.log_file.exists():
+            if self.proc.poll() is not None or self._stopped.wait(0.02):
+                return
+        with open(self.log_file, encoding="utf-8", errors="replace") as stream:
+            while True:
+                exited = self.proc.poll() is not None
+                chunk = stream.readline()
+                if chunk:
+                    partial += chunk
+                    if partial.endswith("\n"):
+                        self._line(partial)
+                        partial = ""
+                elif exited or self._stopped.wait(0.02):
+                    return
 
     def stop(
         self, sig: signal.Signals = signal.SIGTERM, *, timeout_s: float = 60.0
@@ -123,6 +176,8 @@ class ServerProcess:
         stdout = self.proc.stdout  # closed by kill(): a killed server printed no stats
         out = stdout.read() if stdout is not None and not stdout.closed else ""
         self._reader.join(5)
+        if self._tail is not None:
+            self._tail.join(5)
         try:
             return dict(json.loads(out.strip().splitlines()[-1])) if out.strip() else None
         except ValueError:
@@ -134,6 +189,7 @@ class ServerProcess:
             self.proc.kill()
         self.proc.wait()
         self._reader.join(5)
+        self._stopped.set()
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()
@@ -148,3 +204,13 @@ class ServerProcess:
     def __exit__(self, *exc: Any) -> None:
         if self.proc.poll() is None:
             self.stop()
+
+
+def _open_files_limit(count: int) -> Any:
+    """A ``preexec_fn`` setting the child's ``ulimit -n`` to ``count``."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+    return limit
