@@ -1,4 +1,5 @@
-"""LWE coding: conversion, exactness against the fixed-point twin, bounded error, refusals."""
+"""LWE coding (RLWE, gains encrypted): conversion, exactness against the fixed-point twin, the
+proven bounds, tampering clouds, refusals, the remote service."""
 
 from __future__ import annotations
 
@@ -6,19 +7,17 @@ import pickle
 
 import numpy as np
 import pytest
-from immersion import ImmersionError, InvalidArgumentError
+from immersion import InvalidArgumentError
 from immersion.lwe import (
     CiphertextIntegrityError,
-    LweTarget,
+    ControllerTarget,
+    WrapAroundError,
     encrypt_controller,
     history_form,
     linear_controller,
-    public_part,
 )
-from immersion.lwe.examples import lqg_loop, pi_loop, simulate_float
-from immersion.lwe.fixed_point import quantize
-from immersion.lwe.keys import public_vectors
-from immersion.lwe.target import HEADER
+from immersion.lwe.controller import history_matrices
+from immersion.lwe.examples import controller_of_order, four_tank_loop, lqg_loop, pi_loop
 
 
 def _random_controller(rng, n, ny, nu, radius=0.95):
@@ -92,157 +91,285 @@ def test_pi_becomes_velocity_form():
     assert h.theta_y[0, 0, 0] == -2.0 and h.theta_y[1, 0, 0] == pytest.approx(2.0 - 0.2)
 
 
-def _loops(loop, imm, steps, *, twin=True):
-    """Encrypted, twin and float closed loops side by side (same disturbances)."""
+def _closed_loop(loop, ctrl, steps, *, cloud=None):
+    """The encrypted closed loop beside the twin's (same disturbances), and the inputs applied."""
     A, B, C = loop.plant
+    cloud = cloud or ctrl.target
     w, v = loop.disturbance(steps)
-    tw = imm.fixed_point_twin()
-    x, xt = loop.x0.copy(), imm.encode_state()
-    xs = loop.x0.copy()
-    us, us_twin = np.empty((steps, B.shape[1])), np.empty((steps, B.shape[1]))
+    twin = ctrl.fixed_point_twin()
+    x, xt, x_twin = loop.x0.copy(), ctrl.encode_state(), loop.x0.copy()
+    us, us_twin, vs = [], [], []
     for k in range(steps):
         y = C @ x + v[k]
-        yt = imm.encode_input(y)
-        u = imm.decode_output(imm.target.output(xt, yt), yt)
-        xt = imm.target.step(xt, yt)
+        yt = ctrl.encode_input(y)
+        ut, xt = cloud.advance(xt, yt)
+        u = ctrl.decode_output(ut, yt)
+        vs.append(np.concatenate([y, us[-1] if us else np.zeros(B.shape[1])]))
         x = A @ x + B @ u + w[k]
-        us[k] = u
-        if twin:
-            ys = C @ xs + v[k]
-            us_twin[k] = tw.output(ys)
-            xs = A @ xs + B @ us_twin[k] + w[k]
-    return us, us_twin
+        us.append(u)
+        y_twin = C @ x_twin + v[k]
+        us_twin.append(twin.output(y_twin))
+        x_twin = A @ x_twin + B @ us_twin[-1] + w[k]
+    return np.array(us), np.array(us_twin), np.array(vs)
+
+
+def _encrypt(loop, **options):
+    options.setdefault("rng", 0)
+    return encrypt_controller(
+        loop.controller, input_range=loop.input_range, output_range=loop.output_range, **options
+    )
+
+
+@pytest.fixture(scope="module")
+def four_tank():
+    loop = four_tank_loop()
+    return loop, _encrypt(loop)
 
 
 @pytest.mark.parametrize(
-    "loop, bits",
-    [(lqg_loop(2), 64), (lqg_loop(3), 64), (lqg_loop(4), 64), (pi_loop(), 64),
-     (lqg_loop(2), 104), (lqg_loop(3, n_input=2, n_output=2), 96)],
-    ids=["lqg2", "lqg3", "lqg4", "pi", "lqg2-104bit", "lqg3-mimo-96bit"],
-)  # fmt: skip
-def test_decoded_u_is_bit_identical_to_the_fixed_point_twin(loop, bits):
-    imm = encrypt_controller(
-        loop.controller, input_range=loop.input_range, output_range=loop.output_range,
-        modulus_bits=bits, rng=1,
-    )  # fmt: skip
-    us, us_twin = _loops(loop, imm, 400)
+    "loop", [lqg_loop(2), lqg_loop(4), pi_loop(), four_tank_loop()], ids=lambda loop: loop.name
+)
+def test_decoded_u_is_bit_identical_to_the_fixed_point_twin(loop):
+    ctrl = _encrypt(loop)
+    us, us_twin, _ = _closed_loop(loop, ctrl, 150)
     assert np.array_equal(us, us_twin)  # every sample, every bit
-    ref = simulate_float(loop, 400)[1]
-    assert np.abs(us - ref).max() <= 0.02 * np.abs(ref).max()  # and it is the controller
 
 
-@pytest.mark.parametrize("bits", [64, 104])
-def test_one_in_a_million_on_the_lqg(bits):
-    """The issue's goal, at q = 2^64 already: the noise, subtracted exactly, takes no bits of q."""
-    loop = lqg_loop(2)
-    imm = encrypt_controller(
-        loop.controller, input_range=loop.input_range, output_range=loop.output_range,
-        modulus_bits=bits, rng=0,
-    )  # fmt: skip
-    assert imm.report().parameters.dimension == 4096  # 104 <= 109: still n = 4096 at 128 bits
-    us, _ = _loops(loop, imm, 2000, twin=False)
-    ref = simulate_float(loop, 2000)[1]
-    assert np.abs(us - ref).max() / np.abs(ref).max() <= 1e-6
+@pytest.mark.parametrize("loop", [lqg_loop(3), four_tank_loop()], ids=lambda loop: loop.name)
+def test_one_step_error_is_within_the_proven_bound(loop):
+    """From the same past (the inputs the encrypted loop applied), the float history form and
+    the decoded u differ by at most the design's proven one-step bound, output by output."""
+    ctrl = _encrypt(loop)
+    us, _, vs = _closed_loop(loop, ctrl, 200)
+    phis = history_matrices(history_form(linear_controller(loop.controller)))
+    bound = np.array(ctrl.design.step_error_bound)
+    worst = np.zeros_like(bound)
+    for k in range(len(us)):
+        u_float = sum(p @ vs[k - j] for j, p in enumerate(phis) if k - j >= 0)
+        worst = np.maximum(worst, np.abs(us[k] - u_float))
+    assert (worst <= bound).all() and (worst > 0).any()
+    assert ctrl.design.precision == pytest.approx((bound / ctrl.design.output_range).max())
+
+
+def test_precision_picks_the_ring_and_refuses_what_cannot_be_reached():
+    loop = four_tank_loop()
+    fast = _encrypt(loop)
+    assert fast.design.degree == 4096 and fast.design.security_bits == 128
+    assert fast.design.noise_margin_bits > 0 and fast.design.message_bound < (
+        fast.design.plaintext_modulus // 2
+    )
+    finer = _encrypt(loop, precision=fast.design.precision / 100)
+    assert finer.design.degree == 8192 and finer.design.precision <= fast.design.precision / 100
+    with pytest.raises(InvalidArgumentError, match="smallest proven one-step error") as err:
+        _encrypt(loop, precision=1e-15)
+    assert err.value.argument == "precision" and "N = 8192" in str(err.value)
+    for bad in (0, 1.5, "1e-4", True):
+        with pytest.raises(InvalidArgumentError, match="precision"):
+            _encrypt(loop, precision=bad)
+
+
+@pytest.mark.parametrize(
+    "level, degrees", [(128, (4096, 109)), (192, (8192, 152)), (256, (8192, 118))]
+)
+def test_the_modulus_is_within_the_he_standard_table(level, degrees):
+    ctrl = _encrypt(pi_loop(), security_bits=level)
+    degree, max_bits = degrees
+    d = ctrl.design
+    assert d.degree == degree and np.log2(float(d.modulus)) <= max_bits
+    assert d.security_bits == level
+
+
+def test_plant_work_and_bytes_do_not_grow_with_the_controller():
+    """2-, 4-, 6- and 8-state controllers (one input, one output): the same ciphertext sizes up
+    and down; only the cloud's window grows."""
+    sizes, windows = set(), []
+    for n in (2, 4, 6, 8):
+        ctrl = encrypt_controller(controller_of_order(n), input_range=1, output_range=50, rng=0)
+        xt = ctrl.encode_state()
+        yt = ctrl.encode_input([0.1])
+        ut = ctrl.target.output(xt, yt)
+        ctrl.decode_output(ut, yt)
+        sizes.add((yt.nbytes, ut.nbytes, ctrl.design.bytes_up, ctrl.design.bytes_down))
+        windows.append(ctrl.design.window)
+    assert len(sizes) == 1 and windows == [2, 4, 6, 8]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "loop, bits, bound",
-    [(lqg_loop(2), 64, 1e-6), (lqg_loop(3), 64, 3e-5), (lqg_loop(4), 64, 5e-4),
-     (lqg_loop(3, n_input=2, n_output=2), 64, 1e-6), (pi_loop(), 64, 1e-7),
-     (lqg_loop(2), 104, 1e-12)],
-    ids=["lqg2", "lqg3", "lqg4", "lqg3-mimo", "pi", "lqg2-104bit"],
-)  # fmt: skip
-def test_error_stays_bounded_over_100000_steps(loop, bits, bound):
-    """Noise and quantisation error do not grow: the last 10,000 samples are no worse than a bound
-    set by the first 10,000, and the twin stays exact (the noise is subtracted every sample, so
-    it cannot accumulate). ``bound``: the level of the error relative to the float loop's
-    largest ``u`` (coarser for higher-order controllers at ``q = 2^64``:
-    ``benchmarks/lwe_precision.py``)."""
-    steps = 100_000
-    imm = encrypt_controller(
-        loop.controller, input_range=loop.input_range, output_range=loop.output_range, rng=2,
-        modulus_bits=bits,
-    )  # fmt: skip
-    us, us_twin = _loops(loop, imm, steps)
-    ref = simulate_float(loop, steps)[1]
-    err = np.abs(us - ref).max(axis=1)
-    scale = np.abs(ref).max()
-    assert np.array_equal(us, us_twin)
-    assert err[-10_000:].max() <= 2 * err[:10_000].max() + 1e-12
-    assert err.max() / scale < bound
+def test_no_growth_of_noise_or_scale_over_100000_steps():
+    """A small ring (no security claim) so that 100,000 samples run in seconds: the decoded u is
+    the twin's at every sample (a noise overflow would break it; nothing is re-scaled)."""
+    loop = pi_loop()
+    ctrl = _encrypt(loop, security_bits=None, degree=16, n_primes=4)
+    twin = ctrl.fixed_point_twin()
+    xt = ctrl.encode_state()
+    rng = np.random.default_rng(3)
+    ys = rng.uniform(-loop.input_range, loop.input_range, 100_000) / 4
+    for y in ys:
+        yt = ctrl.encode_input([y])
+        u = ctrl.decode_output(ctrl.target.output(xt, yt), yt)
+        xt = ctrl.target.step(xt, yt)
+        assert u[0] == twin.output([y])[0]
 
 
-def test_output_ciphertexts_are_ordinary_lwe_ciphertexts():
-    """The public part expanded from the seed gives (b, a) with b - <a, s> = L acc + e: genuine
-    LWE noise, within its proven bound and far above L (so the handle, which subtracts it, does
-    not depend on rounding it away); the uplink words decrypt with the key alone (|e| <= 19)."""
-    loop = lqg_loop(2)
-    imm = encrypt_controller(
-        loop.controller, input_range=loop.input_range, output_range=loop.output_range, rng=3
-    )
-    tw, fp = imm.fixed_point_twin(), imm.design
-    xt = imm.encode_state()
-    secret = imm._key.secret.astype(np.int64).view(np.uint64)
-    L, per_sample = 1 << fp.noise_bits, imm.n_input + imm.target.n_feedback
-    noises = []
+# ---------------------------------------------------------------- tampering clouds
+class _Tamper:
+    """A cloud that computes honestly, then alters its reply with ``alter(reply, k)``."""
 
-    def centered(word):
-        return (word + 2**63) % 2**64 - 2**63
+    def __init__(self, target, alter):
+        self.target, self.alter, self.k, self.replies = target, alter, 0, []
 
-    for k, y in enumerate(np.random.default_rng(0).uniform(-1, 1, (6, 1))):
-        vector = quantize(y, fp.frac_input) + tw._u_prev + tw._window  # what the cloud multiplies
-        acc = sum(c * v for c, v in zip(fp.matrix[0], vector, strict=True))
-        yt = imm.encode_input(y)
-        ut = imm.target.output(xt, yt)
-        u = imm.decode_output(ut, yt)
-        assert u[0] == tw.output(y)[0]
-        (a,) = public_part(imm.target, imm.params.dimension, imm.prg, ut[:HEADER])
-        phase = centered(int(ut[HEADER]) - int(a @ secret))  # textbook LWE decryption
-        noises.append(phase - acc * L)
-        assert abs(noises[-1]) <= imm.report().noise_bound
-        up = public_vectors(yt[:2].astype("<u8").tobytes(), k * per_sample, 1, 4096, imm.prg)[0]
-        y_phase = centered(int(yt[HEADER]) - int(up @ secret))
-        assert round(y_phase / L) == quantize(y, fp.frac_input)[0]  # |e| <= 19 < L / 2
-        assert abs(y_phase - round(y_phase / L) * L) <= 19
-        xt = imm.target.step(xt, yt)
-    assert max(map(abs, noises)) > L  # real noise, which rounding by L could not remove
+    def output(self, xt, yt):
+        reply = self.target.output(xt, yt)
+        self.replies.append(reply.copy())
+        out = self.alter(reply.copy(), self.k, self.replies)
+        self.k += 1
+        return out
+
+    def step(self, xt, yt):
+        return self.target.step(xt, yt)
 
 
-def test_target_pickles_without_any_secret():
-    loop = lqg_loop(2)
-    imm = encrypt_controller(
-        loop.controller, input_range=loop.input_range, output_range=loop.output_range, rng=4
-    )
-    blob = pickle.dumps(imm.target)
-    key = imm._key
-    assert key._master not in blob
-    s = key.secret.tobytes()
-    assert all(s[i : i + 32] not in blob for i in range(0, len(s) - 32, 512))
-    assert set(vars(imm.target)) <= {
-        "ring", "n_input", "n_output", "window", "n_feedback", "n_window", "matrix",
-        "n_input_encoded", "n_state_encoded", "n_output_encoded",
-    }  # fmt: skip
-    assert all(isinstance(c, int) for row in imm.target.matrix for c in row)
-    cloud = pickle.loads(blob)  # and the unpickled target runs the loop
-    xt = imm.encode_state()
-    yt = imm.encode_input([0.3])
-    u = imm.decode_output(cloud.output(xt, yt), yt)
-    assert u[0] == imm.fixed_point_twin().output([0.3])[0]
+def _detected(ctrl, alter, *, at=3, steps=6):
+    """Run ``steps`` samples with the reply altered at sample ``at``: True if decode refused."""
+    loop = four_tank_loop()
+    A, B, C = loop.plant
+    cloud = _Tamper(ctrl.target, lambda r, k, rs: alter(r, k, rs) if k == at else r)
+    x, xt = loop.x0.copy(), ctrl.encode_state()
+    for _ in range(steps):
+        yt = ctrl.encode_input(C @ x)
+        try:
+            u = ctrl.decode_output(cloud.output(xt, yt), yt)
+        except CiphertextIntegrityError:
+            return True
+        xt = cloud.step(xt, yt)
+        x = A @ x + B @ u
+    return False
+
+
+def test_an_honest_cloud_passes_the_check(four_tank):
+    _, ctrl = four_tank
+    assert not _detected(ctrl, lambda r, k, rs: r)
+
+
+def _residue_offset(ctrl, reply, index, delta):
+    q = ctrl.design.primes[index % len(ctrl.design.primes)]
+    reply[index] = np.uint32((int(reply[index]) + delta) % q)
+    return reply
+
+
+@pytest.mark.parametrize("row", [0, 1, 2, 3])  # two controller rows, two check rows
+@pytest.mark.parametrize("delta", [1, 7, 2**20])
+def test_an_offset_on_any_row_is_detected(four_tank, row, delta):
+    _, ctrl = four_tank
+    L = len(ctrl.design.primes)
+    assert _detected(ctrl, lambda r, k, rs: _residue_offset(ctrl, r, row * L, delta))
+
+
+def test_single_bit_flips_of_the_reply_are_detected(four_tank):
+    _, ctrl = four_tank
+    rng = np.random.default_rng(7)
+    size = ctrl.target.n_output_encoded
+    positions = zip(rng.integers(0, size, 24), rng.integers(0, 25, 24), strict=True)
+    for index, bit in positions:
+        alter = lambda r, k, rs, i=int(index), b=int(bit): _flip(r, i, b)  # noqa: E731
+        assert _detected(ctrl, alter), (index, bit)
+
+
+def _flip(reply, index, bit):
+    reply[index] ^= np.uint32(1 << bit)
+    return reply
+
+
+def test_replayed_stale_scaled_and_mixed_replies_are_detected(four_tank):
+    _, ctrl = four_tank
+    design = ctrl.design
+    q = np.array(design.primes, dtype=np.uint64)
+
+    def scaled(r, k, rs):  # every residue times 2: u and the tags scale together
+        L, rows = len(q), design.rows
+        words = r.astype(np.uint64)
+        words[: rows * L] = (words[: rows * L].reshape(rows, L) * 2 % q).reshape(-1)
+        body = words[rows * L :].reshape(2, L, -1)
+        words[rows * L :] = (body * 2 % q[None, :, None]).reshape(-1)
+        return words.astype(np.uint32)
+
+    def mixed(r, k, rs):  # the sum of this reply and the previous one
+        L, rows = len(q), design.rows
+        a, b = r.astype(np.uint64), rs[-2].astype(np.uint64)
+        head = ((a[: rows * L] + b[: rows * L]).reshape(rows, L) % q).reshape(-1)
+        body = ((a[rows * L :] + b[rows * L :]).reshape(2, L, -1) % q[None, :, None]).reshape(-1)
+        return np.concatenate([head, body]).astype(np.uint32)
+
+    for alter in (lambda r, k, rs: rs[0], lambda r, k, rs: rs[-2], scaled, mixed):
+        assert _detected(ctrl, alter)
+
+
+def test_a_reply_of_another_session_is_detected(four_tank):
+    loop, ctrl = four_tank
+    other = _encrypt(loop, rng=1)
+    C = loop.plant[2]
+    xo = other.encode_state()
+    foreign = other.target.output(xo, other.encode_input(C @ loop.x0))
+    assert _detected(ctrl, lambda r, k, rs: foreign.copy(), at=0)
+
+
+def test_the_cloud_injecting_a_fake_measurement_is_detected(four_tank):
+    """The cloud adds the encrypted coefficients times a plaintext of its choice (what a fake
+    y would contribute): the kappa terms of the check rows catch it."""
+    _, ctrl = four_tank
+    target, design = ctrl.target, ctrl.design
+    ring = target.ring
+
+    def inject(r, k, rs):
+        fake = np.zeros(design.degree, dtype=np.int64)
+        fake[0] = 12345  # a fake y_0 slot
+        p = ring.ntt(fake)
+        L, rows = len(design.primes), design.rows
+        words = r.astype(np.uint64)
+        # (b_theta + a_theta s) p: adds p b_theta to c0 and p a_theta to c1
+        c0_add = ring.read(ring.mul(target.theta_b[1], p), ring.readers(design.read_positions))
+        words[: rows * L] = ((words[: rows * L].reshape(rows, L) + c0_add) % ring.q[:, 0]).reshape(
+            -1
+        )
+        c1 = words[rows * L : rows * L + L * design.degree].reshape(L, -1)
+        words[rows * L : rows * L + L * design.degree] = ring.add(
+            c1, ring.mul(target.theta_a[1], p)
+        ).reshape(-1)
+        return words.astype(np.uint32)
+
+    assert _detected(ctrl, inject)
+
+
+def test_after_a_detection_the_run_is_stopped(four_tank):
+    loop, ctrl = four_tank
+    C = loop.plant[2]
+    xt = ctrl.encode_state()
+    yt = ctrl.encode_input(C @ loop.x0)
+    bad = ctrl.target.output(xt, yt)
+    bad[-1] ^= np.uint32(1)
+    with pytest.raises(CiphertextIntegrityError):
+        ctrl.decode_output(bad, yt)
+    with pytest.raises(CiphertextIntegrityError, match="stopped"):
+        ctrl.decode_output(ctrl.target.output(xt, yt), yt)
+
+
+# ---------------------------------------------------------------- what the cloud holds
+def test_target_pickles_without_any_secret_and_rebuilds_from_public_arrays(four_tank):
+    loop, ctrl = four_tank
+    blob = pickle.dumps(ctrl.target)
+    assert ctrl._key.s.tobytes()[:64] not in blob
+    clone = ControllerTarget.from_public_arrays(ctrl.target.public_arrays())
+    xt = ctrl.encode_state()
+    yt = ctrl.encode_input(loop.plant[2] @ loop.x0)
+    assert np.array_equal(clone.output(xt, yt), ctrl.target.output(xt, yt))
     with pytest.raises(TypeError, match="not pickled"):
-        pickle.dumps(imm)  # the handle holds the key: refuses
-
-
-def test_target_rebuilds_from_public_arrays():
-    imm = encrypt_controller(
-        lqg_loop(3).controller, input_range=5, output_range=5, rng=0, modulus_bits=100
-    )
-    arrays = imm.target.public_arrays()
-    assert {k: v.dtype.kind for k, v in arrays.items()} == {"matrix": "u", "sizes": "i"}
-    clone = LweTarget.from_public_arrays(arrays)
-    assert clone.matrix == imm.target.matrix and clone.ring.bits == 100
+        pickle.dumps(ctrl)
+    arrays = ctrl.target.public_arrays()
+    assert {a.dtype.kind for a in arrays.values()} <= {"u", "i"}
     with pytest.raises(InvalidArgumentError, match="setup"):
-        LweTarget.from_public_arrays({"matrix": arrays["matrix"][:-1], "sizes": arrays["sizes"]})
+        ControllerTarget.from_public_arrays({**arrays, "theta_b": arrays["theta_b"][:-1]})
+    with pytest.raises(InvalidArgumentError, match="setup"):
+        ControllerTarget.from_public_arrays({**arrays, "prg": np.frombuffer(b"rot13", np.uint8)})
 
 
 def test_nonlinear_and_unconvertible_systems_are_refused():
@@ -273,154 +400,66 @@ def test_python_control_statespace_equals_arrays():
     control = pytest.importorskip("control")
     loop = lqg_loop(2)
     sys = control.ss(*loop.controller, dt=0.05)
-    a = encrypt_controller(sys, input_range=loop.input_range, output_range=loop.output_range, rng=0)
-    b = encrypt_controller(
-        loop.controller, input_range=loop.input_range, output_range=loop.output_range, rng=0
+    a, b = (
+        _encrypt(loop, rng=4),
+        encrypt_controller(
+            sys, input_range=loop.input_range, output_range=loop.output_range, rng=4
+        ),
     )
-    assert a.target.matrix == b.target.matrix
+    assert np.array_equal(a.target.theta_b, b.target.theta_b)
 
 
-def test_loop_order_is_enforced():
-    imm = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=0)
+def test_loop_order_ranges_and_options_are_checked():
+    ctrl = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=0)
     with pytest.raises(InvalidArgumentError, match="encode_state"):
-        imm.encode_input([0.1])
-    xt = imm.encode_state()
-    yt = imm.encode_input([0.1])
-    with pytest.raises(InvalidArgumentError, match="decode_output"):
-        imm.encode_input([0.2])
-    ut = imm.target.output(xt, yt)
-    xt2 = imm.target.step(xt, yt)
+        ctrl.encode_input([0.1])
+    xt = ctrl.encode_state()
+    yt = ctrl.encode_input([0.1])
+    ut = ctrl.target.output(xt, yt)
+    with pytest.raises(CiphertextIntegrityError):
+        ctrl.decode_output(ut, ctrl.encode_input([0.2]))  # the reply to an earlier input
+    xt = ctrl.encode_state()
+    yt = ctrl.encode_input([0.1])
+    ctrl.decode_output(ctrl.target.output(xt, yt), yt)
     with pytest.raises(InvalidArgumentError, match="encoded_input"):
-        imm.target.output(xt2, yt)  # an old input against the next state
-    with pytest.raises(InvalidArgumentError, match="encoded_output"):
-        imm.decode_output(np.zeros_like(ut), yt)  # headers differ
-    imm.decode_output(ut, yt)
+        ctrl.decode_output(ctrl.target.output(xt, yt), yt)  # one decode per sample
+    with pytest.raises(WrapAroundError, match="input_range"):
+        ctrl.encode_input([3.5])
     with pytest.raises(InvalidArgumentError, match="encoded_input"):
-        imm.decode_output(ut, yt)  # one decode per sample
-    with pytest.raises(InvalidArgumentError, match="uint64"):
-        imm.target.step(xt2.astype(np.int64), yt)
-
-
-def test_altered_reply_is_detected():
-    imm = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=0)
-    xt = imm.encode_state()
-    yt = imm.encode_input([0.1])
-    ut = imm.target.output(xt, yt)
-    L = 1 << imm.design.noise_bits
-    for delta in (1, L // 2, L - 1, L + 3):
-        altered = ut.copy()
-        altered[HEADER] += np.uint64(delta)  # not a multiple of L: caught, whatever the noise
-        with pytest.raises(CiphertextIntegrityError, match="altered"):
-            imm.decode_output(altered, yt)
-    assert issubclass(CiphertextIntegrityError, ImmersionError)
-    shifted = ut.copy()
-    shifted[HEADER] += np.uint64(L)  # a multiple of L passes: integrity is not protected
-    u = imm.decode_output(shifted, yt)
-    assert u[0] != imm.fixed_point_twin().output([0.1])[0]
-
-
-def test_runs_use_fresh_public_seeds():
-    imm = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=0)
-    first = imm.encode_state()
-    imm.encode_input([0.1])
-    second = imm.encode_state()
-    assert first[:2].tolist() != second[:2].tolist()  # a restart never reuses a's under the key
-    other = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=1)
-    assert other.encode_state()[:2].tolist() != first[:2].tolist()
-
-
-def test_default_key_comes_from_os_entropy_not_a_numpy_seed(monkeypatch):
-    """``rng=None``: 32 bytes of ``secrets.token_bytes`` are the master secret; no numpy
-    generator (at most 128 bits of seed) is involved. A seeded ``rng`` stays reproducible."""
-    from immersion.lwe import keys
-
-    a = encrypt_controller(pi_loop().controller, input_range=3, output_range=6)
-    b = encrypt_controller(pi_loop().controller, input_range=3, output_range=6)
-    assert a._key.fingerprint != b._key.fingerprint
-    assert not np.array_equal(a._key.secret, b._key.secret)
-
-    drawn = []
-
-    def token_bytes(n):
-        drawn.append(n)
-        return bytes(range(n))
-
-    def no_numpy(*args, **kwargs):
-        raise AssertionError("the default key went through a numpy generator")
-
-    default_rng = np.random.default_rng
-
-    def seeded_only(seed=None):  # the conversion's fixed public picker (seed 0) may run
-        if seed is None:
-            no_numpy()
-        return default_rng(seed)
-
-    monkeypatch.setattr(keys._secrets, "token_bytes", token_bytes)
-    monkeypatch.setattr(keys, "resolve_rng", no_numpy)
-    monkeypatch.setattr(np.random, "default_rng", seeded_only)
-    for secure in (False, True):
-        imm = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, secure=secure)
-        assert imm._key._master == bytes(range(32))
-    assert drawn == [32, 32]
-    monkeypatch.undo()
-    seeded = [encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=7)]
-    seeded.append(encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=7))
-    assert seeded[0]._key._master == seeded[1]._key._master  # tests: reproducible
+        ctrl.target.output(xt, yt[:-1])
+    with pytest.raises(InvalidArgumentError, match="x0"):
+        ctrl.encode_state(np.ones(1))
     with pytest.raises(InvalidArgumentError, match="secure"):
         encrypt_controller(pi_loop().controller, input_range=3, output_range=6, secure="yes")
     with pytest.raises(InvalidArgumentError, match="either rng or secure"):
         encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=1, secure=True)
+    with pytest.raises(InvalidArgumentError, match="input_range.*required"):
+        encrypt_controller(pi_loop().controller, output_range=6)
 
 
-def test_remote_lwe_loop_on_loopback():
-    """`immersion serve` runs an LWE target: integer matrix at set-up, uint64 words per sample."""
+def test_keys_come_from_os_entropy_by_default():
+    a = encrypt_controller(pi_loop().controller, input_range=3, output_range=6)
+    b = encrypt_controller(pi_loop().controller, input_range=3, output_range=6)
+    c = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=2)
+    d = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=2)
+    assert a._key.fingerprint != b._key.fingerprint and c._key.fingerprint == d._key.fingerprint
+    assert "fingerprint" in repr(a._key) and "s=" not in repr(a._key)
+
+
+def test_remote_lwe_loop_on_loopback(four_tank):
+    """`immersion serve` runs the encrypted controller: the coefficient ciphertexts at set-up,
+    one input ciphertext up and one degree-2 reply down per sample."""
     pytest.importorskip("zmq")
     from immersion.remote import RemoteTarget
     from immersion.service import Service
 
-    loop = lqg_loop(2)
-    imm = encrypt_controller(
-        loop.controller, input_range=loop.input_range, output_range=loop.output_range,
-        modulus_bits=100, rng=5,
-    )  # fmt: skip
+    loop, _ = four_tank
+    ctrl = _encrypt(loop, rng=5)
     with Service("tcp://127.0.0.1:*", log=lambda *a, **k: None) as service:
-        with RemoteTarget(service.address, imm, timeout_s=10) as cloud:
+        with RemoteTarget(service.address, ctrl, timeout_s=20) as cloud:
             assert cloud.kind == "lwe"
-            twin = imm.fixed_point_twin()
-            xt = imm.encode_state()
-            steps = 30
-            for y in np.random.default_rng(1).uniform(-1, 1, (steps, 1)):
-                yt = imm.encode_input(y)
-                ut, xt = cloud.advance(xt, yt)
-                assert imm.decode_output(ut, yt)[0] == twin.output(y)[0]
-            r = imm.report()
-            assert cloud.bytes_sent == steps * (r.state_bytes + r.uplink_bytes)
-            assert cloud.bytes_received == steps * (r.downlink_bytes + r.state_bytes)
-            assert r.uplink_bytes == 8 * (3 + 2 * 2)  # header + y and u_prev, two limbs each
-
-
-def test_remote_lwe_bench_reports_round_trips_bytes_and_the_local_ratio():
-    """`immersion bench remote --coding lwe`, short: a server child process on loopback."""
-    pytest.importorskip("zmq")
-    from click.testing import CliRunner
-    from immersion.cli import main
-    from immersion.remote_bench import bench_remote_lwe
-
-    result = bench_remote_lwe(samples=20, modulus_bits=(64,), curve=False)
-    (row,) = result["rows"].values()
-    r = encrypt_controller(
-        lqg_loop(2).controller, input_range=1, output_range=1, rng=0
-    ).report()  # the sizes depend on the controller's shape and q only
-    assert result["benchmark"] == "remote-lwe" and row["bit_identical_to_twin"]
-    assert row["bytes_sent_per_sample"] == r.state_bytes + r.uplink_bytes
-    assert row["bytes_received_per_sample"] == r.downlink_bytes + r.state_bytes
-    assert 0 < row["round_trip_us"]["p50_us"] <= row["round_trip_us"]["p99_us"]
-    ratio = row["round_trip_us"]["p50_us"] / row["local_advance_us"]["p50_us"]
-    assert row["p50_ratio_remote_vs_local_advance"] == pytest.approx(ratio)
-    refused = CliRunner().invoke(main, ["bench", "remote", "--coding", "lwe", "--plants", "3"])
-    assert refused.exit_code == 2 and "--plants" in refused.output
-    refused = CliRunner().invoke(main, ["bench", "remote", "--modulus-bits", "64"])
-    assert refused.exit_code == 2 and "--coding lwe" in refused.output
+            us, us_twin, _ = _closed_loop(loop, ctrl, 20, cloud=cloud)
+    assert np.array_equal(us, us_twin)
 
 
 def test_immerse_system_coding_lwe():
@@ -429,17 +468,16 @@ def test_immerse_system_coding_lwe():
 
     loop = lqg_loop(2)
     ranges = {"input_range": loop.input_range, "output_range": loop.output_range}
-    imm = immerse_system(loop.controller, coding="lwe", rng=0, **ranges)
-    assert imm.target.matrix == encrypt_controller(loop.controller, rng=0, **ranges).target.matrix
-    twin = imm.fixed_point_twin()
-    xt = imm.encode_state()
-    yt = imm.encode_input([0.4])
-    assert imm.decode_output(imm.target.output(xt, yt), yt)[0] == twin.output([0.4])[0]
+    ctrl = immerse_system(loop.controller, coding="lwe", rng=0, **ranges)
+    same = encrypt_controller(loop.controller, rng=0, **ranges)
+    assert np.array_equal(ctrl.target.theta_b, same.target.theta_b)
+    assert immerse_system(loop.controller, coding="lwe", hide_gains=True, rng=0, **ranges)
     with pytest.raises(InvalidArgumentError, match="accepted: input_range") as err:
         immerse_system(loop.controller, coding="lwe", epsilon_input=1e-3, **ranges)
     assert err.value.argument == "epsilon_input"
-    with pytest.raises(InvalidArgumentError, match="hide_gains"):
-        immerse_system(loop.controller, coding="lwe", hide_gains="yes", **ranges)
+    for bad in (False, "yes"):
+        with pytest.raises(InvalidArgumentError, match="always encrypts the gains"):
+            immerse_system(loop.controller, coding="lwe", hide_gains=bad, **ranges)
     control = pytest.importorskip("control")
     nonlinear = control.nlsys(
         lambda t, x, u, p: 0.5 * x + u, lambda t, x, u, p: x, states=1, inputs=1, outputs=1,

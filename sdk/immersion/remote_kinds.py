@@ -114,15 +114,15 @@ def _immersion_target(header: dict[str, Any], matrices: dict[str, np.ndarray]) -
 
 
 def _lwe_arrays(imm: Any) -> dict[str, np.ndarray]:
-    """The public integer matrix and sizes of an LWE handle's target (never its secret key)."""
+    """The encrypted coefficients and public sizes of an LWE handle's target (never its key)."""
     return imm.target.public_arrays()
 
 
 def _lwe_target(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> CloudTarget:
-    """An LWE target (:mod:`immersion.lwe`) from its public arrays: integer matrix times words."""
-    from .lwe import LweTarget
+    """An encrypted controller (:mod:`immersion.lwe`) from its public arrays."""
+    from .lwe import ControllerTarget
 
-    return LweTarget.from_public_arrays(arrays)
+    return ControllerTarget.from_public_arrays(arrays)
 
 
 #: The kinds this installation serves, by ``coding``.
@@ -136,7 +136,11 @@ TARGET_KINDS: dict[str, TargetKind] = {
         array_names=frozenset(PUBLIC_MATRICES),
     ),
     "lwe": TargetKind(
-        "lwe", np.uint64, _lwe_arrays, _lwe_target, array_names=frozenset(("matrix", "sizes"))
+        "lwe",
+        np.uint32,
+        _lwe_arrays,
+        _lwe_target,
+        array_names=frozenset(("header", "primes", "prg", "theta_b", "theta_a")),
     ),
 }
 

@@ -33,10 +33,10 @@ from .coding import Immersion, immerse
 from .errors import InvalidArgumentError, OptionalDependencyError
 
 if TYPE_CHECKING:
-    from .lwe import HiddenGainsImmersion, LweImmersion
+    from .lwe import EncryptedController
 
 #: What :func:`immerse_system` returns, by coding: the float immersion's handle, or an LWE one.
-CodedController = Union[Immersion, "LweImmersion", "HiddenGainsImmersion"]
+CodedController = Union[Immersion, "EncryptedController"]
 
 #: Options that :func:`immerse_system` sets itself from ``sys`` (the user may not pass them).
 _DERIVED_OPTIONS = ("n_state", "n_input", "n_output", "n_public")
@@ -293,9 +293,9 @@ def _lwe_coding(
     params: dict[str, Any] | None,
     options: dict[str, Any],
 ) -> CodedController:
-    """LWE encryption of a linear controller (:func:`immersion.lwe.encrypt_controller`; with
-    ``hide_gains=True``, :func:`immersion.lwe.encrypt_controller_and_gains`)."""
-    from .lwe import encrypt_controller, encrypt_controller_and_gains
+    """RLWE encryption of a linear controller, gains included
+    (:func:`immersion.lwe.encrypt_controller`)."""
+    from .lwe import encrypt_controller
 
     if controller.matrices is None:
         raise InvalidArgumentError(
@@ -316,13 +316,17 @@ def _lwe_coding(
     if params is not None:
         raise InvalidArgumentError("params", "a linear system (A, B, C, D) takes no params")
     options = dict(options)
-    hide = options.pop("hide_gains", False)
-    if not isinstance(hide, bool):
-        raise InvalidArgumentError("hide_gains", f"expected True or False, got {hide!r}")
-    builder: Callable[..., CodedController] = (
-        encrypt_controller_and_gains if hide else encrypt_controller
+    hide = options.pop("hide_gains", True)
+    if hide is not True:
+        raise InvalidArgumentError(
+            "hide_gains",
+            f"got {hide!r}: coding='lwe' always encrypts the gains (the cloud computes on "
+            "encrypted coefficients); the earlier public-gains mode, in which the plant re-ran "
+            "the controller on its own pads, was removed. Omit hide_gains or pass True",
+        )
+    return encrypt_controller(
+        controller.matrices, **_checked_options(options, encrypt_controller, "lwe")
     )
-    return builder(controller.matrices, **_checked_options(options, builder, "lwe"))
 
 
 #: Codings by name: each takes the controller, ``time``, ``params`` and the remaining options.
@@ -376,15 +380,15 @@ def immerse_system(
         ``rng``, ``keys``, ``backend``, ...); the dimensions come from ``sys``. A
         ``NonlinearIOSystem`` runs with ``backend="numpy"`` only. With ``coding="lwe"``: those
         of :func:`immersion.lwe.encrypt_controller` (``input_range`` and ``output_range``
-        required; ``security_bits``, ``modulus_bits``, ``rng``, ``secure``, ...), and
-        ``hide_gains=True`` for :func:`immersion.lwe.encrypt_controller_and_gains`.
+        required; ``precision``, ``security_bits``, ``rng``, ``secure``, ...); the gains are
+        always encrypted (``hide_gains=True``, the default, is the only value).
 
     Returns
     -------
-    Immersion, LweImmersion or HiddenGainsImmersion
+    Immersion or EncryptedController
         User-side handle (by ``coding``); ``.target`` goes to the cloud. For a
         ``NonlinearIOSystem`` the target holds ``sys`` (it pickles if ``sys``'s functions do);
-        for a linear one only the matrices (``"lwe"``: an integer matrix, or encrypted rows).
+        for a linear one only the matrices (``"lwe"``: the encrypted coefficients).
 
     Examples
     --------
@@ -403,7 +407,7 @@ def immerse_system(
     >>> xt = lwe.encode_state()                   # x0 = 0: the first u is D y
     >>> yt = lwe.encode_input(y)
     >>> u = lwe.decode_output(lwe.target.output(xt, yt), yt)
-    >>> bool(abs(u[0] - 0.06) < 1e-4), lwe.report().parameters.dimension
+    >>> bool(abs(u[0] - 0.06) < 1e-4), lwe.design.degree
     (True, 4096)
     """
     build = _CODINGS[v.one_of("coding", coding, tuple(_CODINGS))]

@@ -100,6 +100,47 @@ def pi_loop(*, seed: int = 0) -> ControlLoop:
     return ControlLoop(loop.name, plant, controller, loop.x0, 2 * y_max, 2 * u_max, seed)
 
 
+@functools.lru_cache(maxsize=1)
+def four_tank_loop(*, seed: int = 0) -> ControlLoop:
+    """CDSL's benchmark: the discretised four-tank plant and its 4-state, 2-input, 2-output
+    observer-based controller, as in CDSL ``ctrRGSW/packing/main.go`` (public repository
+    CDSL-EncryptedControl/CDSL).
+
+    CDSL writes the controller with ``u`` fed back, ``x+ = F x + G y + R u``, ``u = H x``
+    (``F`` an integer matrix); as a controller from ``y`` to ``u`` that is
+    ``(F + R H, G, H, 0)``. It starts at rest here (CDSL starts it at ``[-1, 0, -1, 0]``).
+    """
+    A = np.array(
+        [[0.9984, 0, 0.0042, 0], [0, 0.9989, 0, -0.0033], [0, 0, 0.9958, 0], [0, 0, 0, 0.9967]]
+    )
+    B = np.array([[0.0083, 0], [0, 0.0063], [0, 0.0048], [0.0031, 0]])
+    C = np.array([[0.5, 0, 0, 0], [0, 0.5, 0, 0]])
+    F = np.array([[-1.0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 2, 0], [0, 0, 0, 1]])
+    G = np.array([[0.7160, -0.3828], [-0.8131, -1.4790], [0.6646, 1.1860], [0.0181, -0.0060]])
+    R = np.array([[-1.7396, 0.3476], [0.2588, 1.3226], [0.5115, 2.4668], [0.0122, 0.0030]])
+    H = np.array([[-0.8829, 0.0445, -0.0533, -0.0855], [0.1791, 0.2180, -0.2738, 0.0180]])
+    controller = (F + R @ H, G, H, np.zeros((2, 2)))
+    loop = ControlLoop("four-tank", (A, B, C), controller, np.ones(4), 1.0, 1.0, seed)
+    y_max, u_max = _ranges(loop, 20_000)
+    return ControlLoop(loop.name, loop.plant, controller, loop.x0, 2 * y_max, 2 * u_max, seed)
+
+
+def controller_of_order(n_state: int, *, seed: int = 0) -> tuple[np.ndarray, ...]:
+    """A stable SISO controller of ``n_state`` states (spectral radius 0.6, Gaussian gains): the
+    order sweep of the benchmarks (the plant's work must not depend on ``n_state``).
+
+    Examples
+    --------
+    >>> [m.shape for m in controller_of_order(3)]
+    [(3, 3), (3, 1), (1, 3), (1, 1)]
+    """
+    n = positive_int("n_state", n_state)
+    rng = np.random.default_rng(seed)
+    F = rng.standard_normal((n, n))
+    F *= 0.6 / max(abs(np.linalg.eigvals(F)))
+    return F, rng.standard_normal((n, 1)), rng.standard_normal((1, n)), rng.standard_normal((1, 1))
+
+
 def _ranges(loop: ControlLoop, steps: int) -> tuple[float, float]:
     ys, us = simulate_float(loop, steps)
     return float(np.abs(ys).max()), float(np.abs(us).max())
