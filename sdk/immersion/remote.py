@@ -87,9 +87,12 @@ class AuthenticationError(RemoteError):
 
 
 class DisconnectedError(RemoteError):
-    """The server closed the connection on every attempt, unanswered: a frame of the request is
-    over its ``max_message_bytes``. ZeroMQ drops such a frame before it is read, so the server
-    neither answers nor logs it; the code is the client's (:data:`wire.CLIENT_ERROR_CODES`)."""
+    """The server closed the connection on every attempt, unanswered: it stopped or restarted,
+    cut a connection it had to (its connection cap), or, if the request has a frame over its
+    ``max_message_bytes``, dropped that frame unread (``RemoteTarget`` checks its frames
+    against the limit the server announced and raises :class:`MessageTooLargeError` instead).
+    The message says which of these fit; the code is the client's
+    (:data:`wire.CLIENT_ERROR_CODES`)."""
 
     code = "disconnected"
 
@@ -195,6 +198,8 @@ class _Channel:
         )
         self._next_id = 0
         self._sock: Any = None
+        #: the server's max_message_bytes once known (``hello``): larger frames are not sent
+        self.max_message_bytes: int | None = None
         self._open()
 
     def _open(self) -> None:
@@ -242,6 +247,13 @@ class _Channel:
     def request(self, kind: bytes, *body: bytes, attempts: int | None = None) -> list[bytes]:
         """Send one request and return the reply body; raise the named error the server sent."""
         tries = self.attempts if attempts is None else attempts
+        largest = max(map(len, body), default=0)
+        if self.max_message_bytes is not None and largest > self.max_message_bytes:
+            raise MessageTooLargeError(
+                f"remote: a frame of {largest} bytes is over the max_message_bytes of "
+                f"{self.address} ({self.max_message_bytes}); ZeroMQ there would drop it unread",
+                code="message-too-large",
+            )
         dropped = failed_handshakes = 0
         for _ in range(tries):
             self._next_id += 1
@@ -259,15 +271,27 @@ class _Channel:
             failed_handshakes = failed_handshakes + 1 if outcome == "handshake" else 0
             if failed_handshakes == min(tries, _HANDSHAKE_TRIES):
                 raise AuthenticationError(
-                    f"remote: the handshake with {self.address} failed: server_key is not that "
-                    "server's public key, or one side uses CurveZMQ keys and the other does not"
+                    f"remote: the handshake with {self.address} failed on {failed_handshakes} "
+                    "fresh connections: server_key is not that server's public key, or the "
+                    "server cuts new connections from this address (over its connection rate "
+                    "or cap: its log says `connection-shed`)"
                 )
             self.close()  # a fresh socket: nothing stale is queued, the handshake is redone
+            if failed_handshakes:
+                time.sleep(0.1 * 2**failed_handshakes)  # a server shedding connections recovers
             self._open()
         if dropped == tries:
+            if self.max_message_bytes is None and largest > 1024:
+                frame = (
+                    f", or a frame of the request ({largest} bytes) is over its "
+                    "max_message_bytes, which ZeroMQ drops unread"
+                )
+            else:
+                frame = ""
             raise DisconnectedError(
                 f"remote: {self.address} closed the connection on each of {tries} attempts "
-                "(the server does so when one frame exceeds its max_message_bytes)"
+                f"before answering: the server stopped or restarted, or cut the connection "
+                f"(its connection cap){frame}"
             )
         raise RemoteTimeoutError(
             f"remote: no answer from {self.address} in {self.timeout_s:g} s on {tries} attempts "
@@ -298,19 +322,29 @@ class _Channel:
                 return frames[2:]  # anything else answers an earlier, abandoned attempt
 
     def _connection_event(self) -> str | None:
-        """Read monitor events: raise if the server refused our key; "handshake" if a handshake
-        failed otherwise (a wrong server key, or a server killed mid-handshake); "dropped" if
-        the server closed an established connection; None if nothing happened."""
+        """Read monitor events: raise if the server refused our key or CurveZMQ is on one side
+        only; "handshake" if a handshake failed otherwise (a wrong server key, a server killed
+        mid-handshake, or one that cut the connection: this side cannot tell them apart);
+        "dropped" if the server closed an established connection; None if nothing happened."""
         from zmq.utils.monitor import parse_monitor_message
 
         zmq = self._zmq
         outcome = None
         while self._monitor.poll(0):
-            event = parse_monitor_message(self._monitor.recv_multipart())["event"]
+            message = parse_monitor_message(self._monitor.recv_multipart())
+            event = message["event"]
             if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 raise AuthenticationError(
                     f"remote: {self.address} refused this client's public key (it is not in "
                     "the server's clients folder)"
+                )
+            if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and message["value"] == getattr(
+                zmq, "PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH", 0x11000002
+            ):
+                raise AuthenticationError(
+                    f"remote: the handshake with {self.address} failed: one side uses "
+                    "CurveZMQ keys and the other does not (pass server_key and client_key for a "
+                    "server started with --server-key, neither for one without)"
                 )
             if event in (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
                 return "handshake"
@@ -386,6 +420,7 @@ class RemoteTarget:
         self._channel = _Channel(address, timeout_s=timeout_s, attempts=attempts, curve=curve)
         try:
             self.limits: dict[str, Any] = json.loads(self._channel.request(wire.HELLO)[0])
+            self._channel.max_message_bytes = int(self.limits["max_message_bytes"])
             size = sum(map(len, self._setup_frames)) + 64
             if size > self.limits["max_message_bytes"]:
                 raise MessageTooLargeError(

@@ -17,11 +17,11 @@ fewer plants than ``workers`` are slow at once: each slow sample holds a worker)
 * **Limits.** ZeroMQ drops a connection that sends one frame over ``max_message_bytes``
   (``ZMQ_MAXMSGSIZE``), before the bytes are read; a message whose frames add up to more is
   answered ``message-too-large``. Every refusal is a named error code (:data:`wire.ERROR_CODES`).
-  Per connection at most :data:`QUEUED_MESSAGES` requests wait to be read and as many replies
-  to be sent (``ZMQ_RCVHWM``, ``ZMQ_SNDHWM``: a client that does not read loses replies, not
-  the server's memory); a peer silent for ``peer_timeout_s`` (ZeroMQ heartbeats: a half-sent
-  message included) or not through its handshake in ``handshake_timeout_s``
-  (``ZMQ_HANDSHAKE_IVL``) is disconnected.
+  Per connection at most :data:`QUEUED_REQUESTS` requests wait to be read and
+  :data:`QUEUED_REPLIES` replies to be sent (``ZMQ_RCVHWM``, ``ZMQ_SNDHWM``: a client that does
+  not read loses replies, not the server's memory); a peer silent for ``peer_timeout_s``
+  (ZeroMQ heartbeats: a half-sent message included) or not through its handshake in
+  ``handshake_timeout_s`` (``ZMQ_HANDSHAKE_IVL``) is disconnected.
 * **Connections.** At most ``max_connections`` (default 1024, checked at start-up against
   ``ulimit -n`` with :data:`FD_RESERVE` descriptors to spare) and ``connection_rate`` new ones
   per second from one source address; over the cap the newest connection of the address
@@ -93,8 +93,11 @@ DEFAULT_CONNECTION_RATE = 100.0
 DEFAULT_MAX_CONNECTIONS = 1024
 #: Descriptors kept free besides the connections (ZeroMQ's own, the log, the accept lag).
 FD_RESERVE = 128
-#: Requests waiting to be read, and replies waiting to be sent, per connection (the HWMs).
-QUEUED_MESSAGES = 4
+#: Requests waiting to be read per connection (ZMQ_RCVHWM; a lock-step client has one).
+QUEUED_REQUESTS = 8
+#: Replies waiting to be sent per connection (ZMQ_SNDHWM): room for a burst of answers to a
+#: client that pipelines and reads, none for one that never reads.
+QUEUED_REPLIES = 64
 #: Exit code of ``immersion serve`` when a thread of the service died (EX_SOFTWARE).
 EXIT_THREAD_DIED = 70
 
@@ -215,6 +218,7 @@ class _LogWriter:
         self._queued = 0
         self._cond = threading.Condition()
         self._closing = False
+        self._writing = 0  # lines of the batch in os.write now
         self.written = self.dropped = 0
         self.thread = threading.Thread(target=self._loop, name="immersion-serve-log", daemon=True)
         self.thread.start()
@@ -240,6 +244,7 @@ class _LogWriter:
                     return
                 batch = list(self._lines)
                 self._lines.clear()
+                self._writing = len(batch)
             data = memoryview(b"".join(batch))
             try:
                 while data:
@@ -250,6 +255,12 @@ class _LogWriter:
             finally:
                 with self._cond:
                     self._queued -= sum(map(len, batch))
+                    self._writing = 0
+
+    @property
+    def pending(self) -> int:
+        """Lines not written yet (queued, or in a write that has not returned)."""
+        return len(self._lines) + self._writing
 
     def close(self, timeout_s: float = _LOG_FLUSH_S) -> None:
         """Write what is queued (waiting at most ``timeout_s``), then stop."""
@@ -259,7 +270,7 @@ class _LogWriter:
         self.thread.join(timeout_s)
         if self.thread.is_alive():  # blocked in a write: whatever is left is lost
             with self._cond:
-                self.dropped += len(self._lines)
+                self.dropped += len(self._lines) + self._writing
                 self._lines.clear()
         elif self._close_fd:
             os.close(self._fd)
@@ -865,6 +876,7 @@ class Service:
 
         self._ctx = zmq.Context()
         self._zap_thread: threading.Thread | None = None
+        self._zap_socket: Any = None
         self._zap_stop = threading.Event()
         self._monitor: Any = None
         self._router: Any = None
@@ -877,8 +889,8 @@ class Service:
             for option, value in (
                 (zmq.LINGER, 1000),
                 (zmq.MAXMSGSIZE, self.max_message_bytes),
-                (zmq.RCVHWM, QUEUED_MESSAGES),
-                (zmq.SNDHWM, QUEUED_MESSAGES),
+                (zmq.RCVHWM, QUEUED_REQUESTS),
+                (zmq.SNDHWM, QUEUED_REPLIES),
                 (zmq.HANDSHAKE_IVL, round(self.handshake_timeout_s * 1000)),
                 (zmq.HEARTBEAT_IVL, round(self.peer_timeout_s * 500)),
                 (zmq.HEARTBEAT_TIMEOUT, round(self.peer_timeout_s * 500)),
@@ -927,27 +939,30 @@ class Service:
         zap = self._ctx.socket(zmq.REP)
         zap.setsockopt(zmq.LINGER, 0)
         zap.bind("inproc://zeromq.zap.01")
+        self._zap_socket = zap
         self._zap_thread = threading.Thread(
             target=self._zap_loop, args=(zap,), name="immersion-serve-zap", daemon=True
         )
         self._zap_thread.start()
 
     def _zap_loop(self, zap: Any) -> None:
+        """Answer ZAP requests until stopped. If this thread dies its socket stays bound (closed
+        by :meth:`_release`): with no ZAP handler bound libzmq would let every key in, with
+        one bound and silent handshakes wait and time out until the watchdog stops the
+        service."""
         zmq = self._zmq
-        try:
-            while not self._zap_stop.is_set():
-                if not zap.poll(100):
-                    continue
-                frames = zap.recv_multipart()
-                try:
-                    reply = self._zap_reply(frames)
-                except Exception:  # noqa: BLE001 - a bad request is refused, never fatal
-                    reply = [b"1.0", frames[1] if len(frames) > 1 else b"", b"500", b"", b"", b""]
-                    with self._stats_lock:
-                        self._handshakes["zap-error"] += 1
-                zap.send_multipart(reply, zmq.NOBLOCK)
-        finally:
-            zap.close(linger=0)
+        while not self._zap_stop.is_set():
+            if not zap.poll(100):
+                continue
+            frames = zap.recv_multipart()
+            try:
+                reply = self._zap_reply(frames)
+            except Exception:  # noqa: BLE001 - a bad request is refused, never fatal
+                reply = [b"1.0", frames[1] if len(frames) > 1 else b"", b"500", b"", b"", b""]
+                with self._stats_lock:
+                    self._handshakes["zap-error"] += 1
+            zap.send_multipart(reply, zmq.NOBLOCK)
+        zap.close(linger=0)
 
     def _zap_reply(self, frames: list[bytes]) -> list[bytes]:
         """Accept a listed CURVE key (user id: its Z85 text); refuse anything else."""
@@ -1004,6 +1019,7 @@ class Service:
         return {
             "written": writer.written if writer else None,
             "dropped": (writer.dropped if writer else 0) + self._log_failed,
+            "pending": writer.pending if writer else 0,
             "suppressed": self._limiter.suppressed,
         }
 
@@ -1059,7 +1075,7 @@ class Service:
             "max_sessions_per_client": self.max_sessions_per_client,
             "session_idle_s": self.session_idle_s,
             "max_message_bytes": self.max_message_bytes,
-            "queued_messages_per_connection": QUEUED_MESSAGES,
+            "queued_per_connection": {"requests": QUEUED_REQUESTS, "replies": QUEUED_REPLIES},
             "peer_timeout_s": self.peer_timeout_s,
             "handshake_timeout_s": self.handshake_timeout_s,
             "workers": self.workers,
@@ -1210,6 +1226,8 @@ class Service:
         self._zap_stop.set()
         if zap is not None:
             zap.join(2.0)
+            if not zap.is_alive() and not self._zap_socket.closed:
+                self._zap_socket.close(linger=0)  # its thread died: nobody else uses it
         if self._router is not None:
             try:
                 self._router.disable_monitor()
@@ -1295,13 +1313,15 @@ class Service:
     # ------------------------------------------------------------------ requests
     def _dispatch(self, frames: list[Any]) -> None:
         identity = frames[0].bytes
-        user = (frames[0].get("User-Id") or "") if self.curve else ""
+        user = _user_id(frames[0]) if self.curve else ""
         body = frames[1:]
         envelope = [b""] if body and len(body[0]) == 0 else []
         body = body[len(envelope) :]
         rid = body[1].bytes if len(body) >= 2 else b""
         job = _Job(identity, envelope, rid, b"", body[2:], user)
         try:
+            if self.curve and not user:  # never: the ZAP handler names every key it lets in
+                raise _Refusal("forbidden", "no authenticated client key on this connection")
             if len(body) < 2 or not 0 < len(rid) <= wire.MAX_REQUEST_ID_BYTES:
                 raise _Refusal(
                     "malformed", "expected frames [b'', kind, request_id (1-16 bytes), ...]"
@@ -1679,6 +1699,14 @@ class Service:
         for session in list(self._sessions.values()):
             if not session.in_flight and now - session.last_seen > self.session_idle_s:
                 self._end(session, "idle")
+
+
+def _user_id(frame: Any) -> str:
+    """The ZAP user id (the client's Z85 key) of a frame, "" if it has none."""
+    try:
+        return str(frame.get("User-Id") or "")
+    except Exception:  # noqa: BLE001 - pyzmq raises ZMQError (EINVAL) for a missing property
+        return ""
 
 
 def _milliseconds(name: str, value: Any, *, minimum: float) -> float:

@@ -79,9 +79,9 @@ CLIENT_ERROR_CODES: dict[str, str] = {
     "timeout": "no answer within timeout_s on any of the attempts (RemoteTimeoutError)",
     "authentication": "the CurveZMQ handshake failed: key not listed, wrong server key, keys on "
     "one side only (AuthenticationError)",
-    "disconnected": "the server closed the connection on every attempt: one frame was over its "
-    "max_message_bytes, which ZeroMQ drops unread, so the server neither answers nor logs it "
-    "(DisconnectedError)",
+    "disconnected": "the server closed the connection on every attempt before answering: it "
+    "stopped or restarted, cut the connection (its connection cap), or dropped unread a frame "
+    "over its max_message_bytes (DisconnectedError; the message says which fit)",
 }
 
 _TCP = re.compile(r"^tcp://(?P<host>\[[0-9A-Fa-f:.]+\]|[^:/\[\]\s]+):(?P<port>\d{1,5}|\*)$")
