@@ -169,7 +169,8 @@ def test_every_round_matches_and_datasets_equal_arrays():
         shuffle=False,
         rng=0,
     )
-    assert max(a.history.diff_vs_plain) < 1e-12 and len(a.history.diff_vs_plain) == 4
+    # float64 rounding of the coded round trip: about 1e-12 here, its last bits vary by BLAS kernel
+    assert max(a.history.diff_vs_plain) < 1e-10 and len(a.history.diff_vs_plain) == 4
     assert len(a.history.accuracy) == 4
     assert torch.equal(_vector(a.model), _vector(b.model))
 

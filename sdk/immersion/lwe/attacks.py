@@ -53,7 +53,7 @@ def _stream(samples: int, seed: int, *, toy: bool = False) -> dict[str, Any]:
     loop = lqg_loop(2)
     options: dict[str, Any] = {"rng": seed}
     if toy:
-        options.update(security_bits=None, degree=8, n_primes=3)
+        options.update(security_bits=None, degree=8, n_primes=3, precision=1e-2)
     ctrl = encrypt_controller(
         loop.controller, input_range=loop.input_range, output_range=loop.output_range, **options
     )

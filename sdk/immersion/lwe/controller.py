@@ -326,8 +326,9 @@ def design_controller(
         )
     raise InvalidArgumentError(
         "precision",
-        f"{precision:g} cannot be reached for this controller at "
-        f"{security_bits or 'no claimed'}-bit security: the smallest proven one-step error is "
+        f"{precision:g} cannot be reached for this controller "
+        f"{f'at {security_bits}-bit security' if security_bits else 'in this ring'}: the "
+        "smallest proven one-step error is "
         f"{best.precision:.2e} of output_range (N = {best.degree}, log2 Q = "
         f"{math.log2(best.modulus):.0f}, t ~ 2^{math.log2(best.plaintext_modulus):.1f}, "
         f"f_c = {best.coefficient_bits}, f_v = {best.signal_bits}); ask for at least that, "
