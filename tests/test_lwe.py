@@ -479,3 +479,47 @@ def test_immerse_system_coding_lwe():
     with pytest.raises(InvalidArgumentError, match="coding='immersion'") as err:
         immerse_system(nonlinear, coding="lwe", **ranges)
     assert err.value.argument == "sys"
+
+
+def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
+    pytest.importorskip("numba")
+    from immersion.lwe import kernels
+    from immersion.lwe.rns import RnsRing, ntt_primes
+
+    ring = RnsRing(64, ntt_primes(64, 3))
+    q = ring.q[:, 0]
+    rng = np.random.default_rng(5)
+
+    def residues(*shape):
+        return rng.integers(0, 2**25, shape).astype(np.uint64) % q[:, None]
+
+    a, s, s2, te, b0 = (residues(3, 64) for _ in range(5))
+    th_b, th_a, v_b, v_a = (residues(4, 3, 64) for _ in range(4))
+    mono, readers = residues(5, 3, 64), residues(3, 3, 64)
+    values = rng.integers(0, 2**25, (5, 3)).astype(np.uint64) % q
+    companions = kernels.shoup(ring._psi_rev, q), kernels.shoup(ring._psi_inv_rev, q)
+
+    def run():
+        return [
+            kernels.ntt(a.copy(), ring._psi_rev, companions[0], q),
+            kernels.intt(a.copy(), ring._psi_inv_rev, companions[1], q),
+            kernels.mul_fixed(a, s, kernels.shoup(s, q), q),
+            kernels.zero(a, s, kernels.shoup(s, q), te, q),
+            kernels.add_sparse(b0, mono, values, q),
+            *kernels.products(th_b, th_a, v_b, v_a, readers, q),
+            kernels.decrypt_read(
+                a, b0, (s, kernels.shoup(s, q)), (s2, kernels.shoup(s2, q)), readers, q
+            ),
+        ]
+
+    fast = run()
+    monkeypatch.setenv("IMMERSION_NO_NUMBA", "1")
+    kernels._numba.cache_clear()
+    try:
+        assert not kernels.available()
+        slow = run()
+    finally:
+        monkeypatch.delenv("IMMERSION_NO_NUMBA")
+        kernels._numba.cache_clear()
+    for x, y in zip(fast, slow, strict=True):
+        assert x.dtype == np.uint64 and np.array_equal(x, y)

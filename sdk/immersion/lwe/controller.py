@@ -458,10 +458,11 @@ class ControllerTarget:
         ring = self.ring
         v_b = np.concatenate([b[None], window[:, 0].astype(np.uint64)])
         v_a = np.concatenate([a[None], window[:, 1].astype(np.uint64)])
-        c0, c1, c2 = kernels.products(self.theta_b, self.theta_a, v_b, v_a, ring.q[:, 0])
         if self._readers is None:
             self._readers = ring.readers(self.design.read_positions)
-        c0_read = ring.read(c0, self._readers)  # (rows, L)
+        c0_read, c1, c2 = kernels.products(  # c0 read at the rows' coefficients: (rows, L)
+            self.theta_b, self.theta_a, v_b, v_a, self._readers, ring.q[:, 0]
+        )
         return np.concatenate([c0_read.reshape(-1), c1.reshape(-1), c2.reshape(-1)]).astype(
             np.uint32
         )

@@ -1,9 +1,10 @@
-"""Hot integer loops of the RLWE controller: the negacyclic NTT and the sums of products.
+"""Hot integer loops of the RLWE controller: the negacyclic NTT, products with a fixed key,
+encryption's sparse sums, the cloud's sums of products and the plant's reading of them.
 
 Each function has a numpy form (always there) and a numba form (extra ``lwe``; compiled at first
-use and cached on disk). Both compute the same integers: residues below ``2^25``, products below
-``2^50``, reductions exact (numba's quotient estimate through a float64 is corrected to the exact
-remainder). Set ``IMMERSION_NO_NUMBA=1`` to force the numpy forms.
+use and cached on disk, :mod:`._numba_kernels`). Both compute the same integers: residues below
+``2^25``, products below ``2^50``, exact reductions. Arrays are ``(L, N)`` uint64 residues, one
+row per RNS prime ``q`` (``(L,)`` uint64). Set ``IMMERSION_NO_NUMBA=1`` to force the numpy forms.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ def _numba() -> Any:
     if os.environ.get("IMMERSION_NO_NUMBA"):
         return None
     try:
-        import numba
+        from . import _numba_kernels
     except ImportError:
         return None
-    return numba
+    return _numba_kernels
 
 
 def available() -> bool:
@@ -31,8 +32,16 @@ def available() -> bool:
     return _numba() is not None
 
 
-# ---------------------------------------------------------------------- numpy forms
-def _ntt_numpy(a: np.ndarray, psi_rev: np.ndarray, q: np.ndarray) -> np.ndarray:
+def shoup(w: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``floor(w 2^32 / q)`` per residue (the companion of a fixed multiplier)."""
+    return (w << np.uint64(32)) // q.reshape((-1,) + (1,) * (w.ndim - 1))
+
+
+def ntt(a: np.ndarray, psi: np.ndarray, psi_s: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """In-place forward negacyclic NTT (Cooley-Tukey, bit-reversed output)."""
+    fast = _numba()
+    if fast is not None:
+        return fast.ntt(a, psi, psi_s, q)
     L, n = a.shape
     qq = q[:, None, None]
     m, t = 1, n
@@ -40,14 +49,18 @@ def _ntt_numpy(a: np.ndarray, psi_rev: np.ndarray, q: np.ndarray) -> np.ndarray:
         t //= 2
         view = a.reshape(L, m, 2, t)
         u = view[:, :, 0, :].copy()
-        v = (view[:, :, 1, :] * psi_rev[:, m : 2 * m, None]) % qq
+        v = (view[:, :, 1, :] * psi[:, m : 2 * m, None]) % qq
         view[:, :, 0, :] = (u + v) % qq
         view[:, :, 1, :] = (u + qq - v) % qq
         m *= 2
     return a
 
 
-def _intt_numpy(a: np.ndarray, psi_inv_rev: np.ndarray, q: np.ndarray) -> np.ndarray:
+def intt(a: np.ndarray, psi_inv: np.ndarray, psi_inv_s: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """In-place inverse of :func:`ntt`, without the final factor ``N^-1``."""
+    fast = _numba()
+    if fast is not None:
+        return fast.intt(a, psi_inv, psi_inv_s, q)
     L, n = a.shape
     qq = q[:, None, None]
     m, t = n, 1
@@ -57,57 +70,90 @@ def _intt_numpy(a: np.ndarray, psi_inv_rev: np.ndarray, q: np.ndarray) -> np.nda
         u = view[:, :, 0, :].copy()
         v = view[:, :, 1, :].copy()
         view[:, :, 0, :] = (u + v) % qq
-        view[:, :, 1, :] = ((u + qq - v) % qq * psi_inv_rev[:, h:m, None]) % qq
+        view[:, :, 1, :] = ((u + qq - v) % qq * psi_inv[:, h:m, None]) % qq
         t *= 2
         m = h
     return a
 
 
-def _products_numpy(
-    theta_b: np.ndarray, theta_a: np.ndarray, v_b: np.ndarray, v_a: np.ndarray, q: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def mul_fixed(x: np.ndarray, w: np.ndarray, ws: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``x w mod q``, ``w`` a fixed multiplier with companion ``ws`` (:func:`shoup`)."""
+    fast = _numba()
+    if fast is not None:
+        return fast.mul_fixed(x, w, ws, q)
+    return (x * w) % q[:, None]
+
+
+def zero(
+    a: np.ndarray, s: np.ndarray, s_s: np.ndarray, te: np.ndarray, q: np.ndarray
+) -> np.ndarray:
+    """``b0 = t e - a s mod q``, the part of an encryption that does not depend on the message."""
+    fast = _numba()
+    if fast is not None:
+        return fast.zero(a, s, s_s, te, q)
     qq = q[:, None]
-    c0 = (theta_b * v_b).sum(axis=0, dtype=np.uint64) % qq
-    c1 = (
-        (theta_b * v_a).sum(axis=0, dtype=np.uint64) % qq
-        + (theta_a * v_b).sum(axis=0, dtype=np.uint64) % qq
-    ) % qq
-    c2 = (theta_a * v_a).sum(axis=0, dtype=np.uint64) % qq
-    return c0, c1, c2
+    return (te + qq - (a * s) % qq) % qq
 
 
-@functools.lru_cache(maxsize=1)
-def _compiled() -> Any:
-    from . import _numba_kernels  # compiled at first call, cached on disk (numba's cache)
-
-    return _numba_kernels
-
-
-# ---------------------------------------------------------------------- dispatch
-def ntt(a: np.ndarray, psi_rev: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """In-place forward negacyclic NTT of ``(L, N)`` uint64 residues (bit-reversed output)."""
-    if available():
-        return _compiled().ntt(a, psi_rev, q)
-    return _ntt_numpy(a, psi_rev, q)
-
-
-def intt(a: np.ndarray, psi_inv_rev: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """In-place inverse of :func:`ntt`, without the final factor ``N^-1``."""
-    if available():
-        return _compiled().intt(a, psi_inv_rev, q)
-    return _intt_numpy(a, psi_inv_rev, q)
+def add_sparse(
+    b0: np.ndarray, monomials: np.ndarray, values: np.ndarray, q: np.ndarray
+) -> np.ndarray:
+    """``b0 + sum_c values[c] X^(p_c) mod q`` (``values``: ``(count, L)`` residues)."""
+    fast = _numba()
+    if fast is not None:
+        return fast.add_sparse(b0, monomials, values, q)
+    total = b0 + (monomials * values[:, :, None]).sum(axis=0, dtype=np.uint64)
+    return total % q[:, None]
 
 
 def products(
-    theta_b: np.ndarray, theta_a: np.ndarray, v_b: np.ndarray, v_a: np.ndarray, q: np.ndarray
+    theta_b: np.ndarray,
+    theta_a: np.ndarray,
+    v_b: np.ndarray,
+    v_a: np.ndarray,
+    readers: np.ndarray,
+    q: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``sum_j (theta_b + theta_a s)(v_b + v_a s)`` as a degree-2 ciphertext ``(c0, c1, c2)``.
+    """``sum_j (theta_b + theta_a s)(v_b + v_a s)`` as a degree-2 ciphertext: ``c0`` read at the
+    readers' coefficients ``(positions, L)``, ``c1`` and ``c2`` in NTT form.
 
-    Inputs ``(terms, L, N)`` uint64 NTT residues; ``terms`` up to ``2^12`` (the uint64 sums of
-    products below ``2^50`` cannot wrap).
+    ``theta_*``, ``v_*``: ``(terms, L, N)``, at most ``2^12`` terms (uint64 sums of products
+    below ``2^50`` cannot wrap).
     """
     if theta_b.shape[0] > 2**12:
         raise ValueError("at most 4096 products are summed before one reduction")
-    if available():
-        return _compiled().products(theta_b, theta_a, v_b, v_a, q)
-    return _products_numpy(theta_b, theta_a, v_b, v_a, q)
+    fast = _numba()
+    if fast is not None:
+        return fast.products(theta_b, theta_a, v_b, v_a, readers, q)
+    qq = q[:, None]
+    c0 = (theta_b * v_b).sum(axis=0, dtype=np.uint64) % qq
+    c1 = ((theta_b * v_a).sum(axis=0, dtype=np.uint64) % qq) + (
+        (theta_a * v_b).sum(axis=0, dtype=np.uint64) % qq
+    )
+    c2 = (theta_a * v_a).sum(axis=0, dtype=np.uint64) % qq
+    return read(c0, readers, q), c1 % qq, c2
+
+
+def read(a: np.ndarray, readers: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Coefficients ``(positions, L)`` of ``a`` (NTT form) where ``readers`` point
+    (:meth:`~immersion.lwe.rns.RnsRing.readers`); ``N <= 2^13`` products per sum."""
+    return (readers * a[None]).sum(axis=-1, dtype=np.uint64) % q
+
+
+def decrypt_read(
+    c1: np.ndarray,
+    c2: np.ndarray | None,
+    s: tuple[np.ndarray, np.ndarray],
+    s2: tuple[np.ndarray, np.ndarray],
+    readers: np.ndarray,
+    q: np.ndarray,
+) -> np.ndarray:
+    """Coefficients ``(positions, L)`` of ``c1 s + c2 s^2`` (``s``, ``s2``: key and companion)."""
+    fast = _numba()
+    if c2 is None:
+        c2 = np.zeros_like(c1)
+    if fast is not None:
+        return fast.decrypt_read(c1, c2, s[0], s[1], s2[0], s2[1], readers, q)
+    qq = q[:, None]
+    d = ((c1 * s[0]) % qq + (c2 * s2[0]) % qq) % qq
+    return read(d, readers, q)

@@ -27,31 +27,32 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..keygen import resolve_rng
+from . import kernels
 from .keys import _ternary, public_vectors, resolve_prg
 from .params import ERROR_BOUND, ERROR_SIGMA
 from .rns import RnsRing
 
-#: Words drawn per prime for the rejection sampling of ``a`` beyond ``N`` (acceptance > 98.8 %).
+#: Words drawn per prime for the rejection sampling of ``a`` beyond ``1.0625 N``.
 _EXTRA_WORDS = 128
 
 
 def expand_uniform(ring: RnsRing, seed: bytes, prg: str) -> np.ndarray:
     """The uniform polynomial ``a`` of a ciphertext, ``(L, N)`` uint64 residues, from its seed.
 
-    Residue row ``i`` takes the top 25 bits of 64-bit words of the stream (vector ``i``, then
+    Residue row ``i`` takes the top 25 bits of the 64-bit words of stream vector ``i`` (then
     ``L + i``, ``2L + i`` ... if ever short) and keeps those below ``q_i``: exactly uniform.
     Uniform in the coefficient domain is uniform in the NTT domain, so ``a`` is drawn in NTT form.
     """
     n, L = ring.degree, ring.n_primes
     out = np.empty((L, n), dtype=np.uint64)
+    width = n + n // 16 + _EXTRA_WORDS  # primes lie within 3 % of 2^25: 6 % spare words
+    words = public_vectors(seed, 0, L, width, prg) >> np.uint64(39)
     for row, q in enumerate(ring.primes):
-        kept = np.empty(0, dtype=np.uint64)
-        block = 0
-        while kept.size < n:
-            words = public_vectors(seed, row + block * L, 1, n + _EXTRA_WORDS, prg)[0] >> np.uint64(
-                39
-            )
-            kept = np.concatenate([kept, words[words < q]])
+        kept = words[row][words[row] < q]
+        block = 1
+        while kept.size < n:  # below 2^-100 per row; still drawn from the stream if it happens
+            more = public_vectors(seed, row + block * L, 1, width, prg)[0] >> np.uint64(39)
+            kept = np.concatenate([kept, more[more < q]])
             block += 1
         out[row] = kept[:n]
     return out
@@ -101,8 +102,11 @@ class RlweSecretKey:
             raise InvalidArgumentError("master", "expected 32 bytes")
         self._master, self.ring, self.prg = master, ring, prg
         s = _ternary(master, ring.degree).astype(np.int64)
+        q = ring.q[:, 0]
         self.s = ring.ntt(s)
         self.s2 = ring.mul(self.s, self.s)
+        self._s_s, self._s2_s = kernels.shoup(self.s, q), kernels.shoup(self.s2, q)
+        self._error_key = hashlib.shake_256(b"immersion-rlwe-e-key" + master).digest(16)
         self.fingerprint = hashlib.sha256(b"immersion-rlwe-fp" + master).hexdigest()[:16]
 
     @classmethod
@@ -128,17 +132,34 @@ class RlweSecretKey:
         return self._stream(b"a", index, 16)
 
     def error(self, index: int) -> np.ndarray:
-        """The error polynomial of ciphertext ``index``: ``N`` int64, ``|e| <= 19``."""
-        uniform = np.frombuffer(self._stream(b"e", index, 8 * self.ring.degree), dtype="<u8")
+        """The error polynomial of ciphertext ``index``: ``N`` int64, ``|e| <= 19``, from a keyed
+        stream (AES-128-CTR under a key derived from the master secret, or SHAKE-256)."""
+        n_bytes = 8 * self.ring.degree
+        if self.prg == "aes128-ctr":
+            from ..prg import aes_ctr
+
+            stream = aes_ctr(
+                self._error_key,
+                n_bytes,
+                first_block=index * (n_bytes // 16),
+                extra="lwe",
+                purpose="RLWE errors",
+            )
+        else:
+            stream = self._stream(b"e", index, n_bytes)
+        uniform = np.frombuffer(stream, dtype="<u8")
         return np.searchsorted(_CDT, uniform, side="right").astype(np.int64) - ERROR_BOUND
 
     def zero(self, index: int, t: int) -> tuple[bytes, np.ndarray, np.ndarray]:
         """Ciphertext ``index`` of zero: seed, ``b = -a s + t e`` and ``a`` (NTT form)."""
         ring = self.ring
+        q = ring.q[:, 0]
         seed = self.seed(index)
         a = expand_uniform(ring, seed, self.prg)
-        te = ring.mul(ring.ntt(self.error(index)), ring.scalar(t))
-        return seed, ring.add(ring.neg(ring.mul(a, self.s)), te), a
+        e = ring.ntt(self.error(index))
+        t_mod = np.broadcast_to(ring.scalar(t), e.shape)
+        te = kernels.mul_fixed(e, t_mod, kernels.shoup(np.ascontiguousarray(t_mod), q), q)
+        return seed, kernels.zero(a, self.s, self._s_s, te, q), a
 
     def decrypt(
         self, c0_read: np.ndarray, c1: np.ndarray, c2: np.ndarray | None, readers: np.ndarray
@@ -149,11 +170,9 @@ class RlweSecretKey:
         cloud sends it); ``c1``, ``c2`` are in NTT form.
         """
         ring = self.ring
-        d = ring.mul(c1, self.s)
-        if c2 is not None:
-            d = ring.add(d, ring.mul(c2, self.s2))
-        total = (ring.read(d, readers) + c0_read) % ring.q[:, 0]
-        return ring.crt(total.T)
+        q = ring.q[:, 0]
+        read = kernels.decrypt_read(c1, c2, (self.s, self._s_s), (self.s2, self._s2_s), readers, q)
+        return ring.crt(((read + c0_read) % q).T)
 
     def __repr__(self) -> str:
         return (
@@ -207,8 +226,5 @@ class Encryptor:
             self.precompute(1)
         _, seed, b0 = self._ready.popleft()
         ring = self.key.ring
-        b = b0.copy()
-        for value, mono in zip(values, self._monomials, strict=True):
-            if value:
-                b = ring.add(b, ring.mul(mono, ring.scalar(int(value))))
-        return Ciphertext(seed, b)
+        residues = np.array([[int(v) % q for q in ring.primes] for v in values], dtype=np.uint64)
+        return Ciphertext(seed, kernels.add_sparse(b0, self._monomials, residues, ring.q[:, 0]))

@@ -148,6 +148,8 @@ class RnsRing:
             points.append([powers[e] if e < degree else q - powers[e - degree] for e in odd])
         self._psi_rev = np.array(psi_rev, dtype=np.uint64)
         self._psi_inv_rev = np.array(psi_inv_rev, dtype=np.uint64)
+        self._psi_rev_s = kernels.shoup(self._psi_rev, self.q[:, 0])
+        self._psi_inv_rev_s = kernels.shoup(self._psi_inv_rev, self.q[:, 0])
         self._points = points
         self._n_inv = np.array([pow(degree, -1, q) for q in self.primes], dtype=np.uint64)[:, None]
         self._crt = [(self.modulus // q) * pow(self.modulus // q, -1, q) for q in self.primes]
@@ -190,11 +192,18 @@ class RnsRing:
 
     def ntt_residues(self, a: np.ndarray) -> np.ndarray:
         """Forward negacyclic NTT of ``(L, N)`` residues (Cooley-Tukey, bit-reversed output)."""
-        return kernels.ntt(np.array(a, dtype=np.uint64, copy=True), self._psi_rev, self.q[:, 0])
+        return kernels.ntt(
+            np.array(a, dtype=np.uint64, copy=True), self._psi_rev, self._psi_rev_s, self.q[:, 0]
+        )
 
     def intt(self, a: np.ndarray) -> np.ndarray:
         """Inverse of :meth:`ntt_residues`: ``(L, N)`` coefficient residues."""
-        out = kernels.intt(np.array(a, dtype=np.uint64, copy=True), self._psi_inv_rev, self.q[:, 0])
+        out = kernels.intt(
+            np.array(a, dtype=np.uint64, copy=True),
+            self._psi_inv_rev,
+            self._psi_inv_rev_s,
+            self.q[:, 0],
+        )
         return (out * self._n_inv) % self.q
 
     # ------------------------------------------------------------------ sparse access
@@ -219,7 +228,7 @@ class RnsRing:
     def read(self, a: np.ndarray, readers: np.ndarray) -> np.ndarray:
         """Residues ``(len, L)`` of the coefficients that ``readers`` select, from NTT form ``a``
         (each product is below ``2^50``; ``N <= 2^13`` of them add up in a uint64)."""
-        return (readers * a[None]).sum(axis=-1, dtype=np.uint64) % self.q[:, 0]
+        return kernels.read(a, readers, self.q[:, 0])
 
     def crt(self, residues: np.ndarray) -> list[int]:
         """Integers in ``(-Q/2, Q/2]`` from residues ``(L, m)``."""
