@@ -34,8 +34,9 @@ class ServerProcess:
     handshake_timeout_s, drain_s:
         As ``--handshake-timeout`` and ``--drain`` (None: the default).
     log_file:
-        As ``--log-file``: the log goes to this file and :attr:`events` are read from it (it
-        must be a regular file).
+        As ``--log-file``: the log goes to this file and :attr:`events` are read from it. For
+        a file that is not a regular one (``/dev/full``) nothing is read: ``bind`` must then
+        name its port, and the server counts as started once the port accepts connections.
     open_files:
         The child's ``ulimit -n`` (soft and hard), e.g. to check the connection cap against it.
     start_timeout_s:
@@ -106,14 +107,23 @@ class ServerProcess:
         self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
         self._tail: threading.Thread | None = None
-        if self.log_file is not None:
+        regular = self.log_file is None or not self.log_file.exists() or self.log_file.is_file()
+        if self.log_file is not None and regular:
             self._tail = threading.Thread(target=self._tail_log_file, daemon=True)
             self._tail.start()
-        if not self._listening.wait(start_timeout_s) or self.proc.poll() is not None:
+        if regular:
+            started = self._listening.wait(start_timeout_s)
+        else:  # e.g. /dev/full: no log to read, the port must be given and answer
+            started = _port_open(bind, start_timeout_s, self.proc)
+        if not started or self.proc.poll() is not None:
             self.kill()
             tail = "\n".join(self.other_lines[-20:])
             raise ImmersionError(f"immersion serve did not start:\n{tail}")
-        self.address: str = next(e["address"] for e in self.events if e["event"] == "listening")
+        self.address: str = (
+            bind
+            if not regular
+            else next(e["address"] for e in self.events if e["event"] == "listening")
+        )
 
     def _read_log(self) -> None:
         assert self.proc.stderr is not None
@@ -214,3 +224,26 @@ def _open_files_limit(count: int) -> Any:
         resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
 
     return limit
+
+
+def _port_open(bind: str, timeout_s: float, proc: subprocess.Popen) -> bool:
+    """Wait until ``tcp://HOST:PORT`` accepts a TCP connection (False: time out, or exited)."""
+    import socket
+    import time
+
+    from .wire import endpoint_host
+
+    host = endpoint_host(bind, name="bind")
+    port = bind.rsplit(":", 1)[1]
+    if host is None or not port.isdigit():
+        raise ImmersionError(
+            f"a log file that is not a regular file needs bind with a port: {bind}"
+        )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
