@@ -125,7 +125,7 @@ _PLAIN = re.compile(r"[A-Za-z0-9_.:/@+,\-\[\]]+")  # text-mode values written wi
 _EVENT_ACCEPTED, _EVENT_DISCONNECTED = 0x0020, 0x0200
 _EVENT_HANDSHAKE_FAILED_NO_DETAIL, _EVENT_HANDSHAKE_SUCCEEDED = 0x0800, 0x1000
 _EVENT_HANDSHAKE_FAILED_PROTOCOL, _EVENT_HANDSHAKE_FAILED_AUTH = 0x2000, 0x4000
-_MONITOR_BATCH = 4096  # monitor events handled per turn of the loop
+_MONITOR_BATCH = 512  # monitor events handled per turn of the loop (the rest wait)
 
 
 class ServiceFailure(ImmersionError):
@@ -444,9 +444,11 @@ class _Connections:
 
     def _shed_one(self) -> tuple[str, str] | None:
         """Shut down the newest connection of the address holding the most."""
-        for conn in sorted(self.open.values(), key=lambda c: c.since, reverse=True):
-            if self.per_address[conn.address] != max(self.per_address.values()):
-                continue
+        while len(self.open) > self.max_connections:
+            heaviest = max(self.per_address, key=self.per_address.__getitem__)
+            conn = max(
+                (c for c in self.open.values() if c.address == heaviest), key=lambda c: c.since
+            )
             sock = _dup_socket(conn.fd)
             still = sock is not None and _peer(sock) == (conn.address, conn.port)
             self._forget(conn.fd)
@@ -457,10 +459,7 @@ class _Connections:
             if still:
                 self.shed["cap"] += 1
                 return conn.address, "cap"
-            if len(self.open) <= self.max_connections:  # it had closed: room again
-                return None
-            return self._shed_one()
-        return None
+        return None  # the entries over the cap had closed already
 
     @staticmethod
     def _shutdown(sock: socket.socket) -> None:
