@@ -497,6 +497,7 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
     th_b, th_a, v_b, v_a = (residues(4, 3, 64) for _ in range(4))
     mono, readers = residues(5, 3, 64), residues(3, 3, 64)
     values = rng.integers(0, 2**25, (5, 3)).astype(np.uint64) % q
+    window = np.stack([v_b[1:], v_a[1:]], axis=1).astype(np.uint32)
     companions = kernels.shoup(ring._psi_rev, q), kernels.shoup(ring._psi_inv_rev, q)
 
     def run():
@@ -506,7 +507,7 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
             kernels.mul_fixed(a, s, kernels.shoup(s, q), q),
             kernels.zero(a, s, kernels.shoup(s, q), te, q),
             kernels.add_sparse(b0, mono, values, q),
-            *kernels.products(th_b, th_a, v_b, v_a, readers, q),
+            *kernels.products(th_b, th_a, v_b[0], v_a[0], window, readers, q),
             kernels.decrypt_read(
                 a, b0, (s, kernels.shoup(s, q)), (s2, kernels.shoup(s2, q)), readers, q
             ),

@@ -243,98 +243,101 @@ def bench_remote_cmd(
 
 
 @bench.command("control")
-@click.option("--steps", type=click.IntRange(10), default=2000, show_default=True)
-@click.option("--repeats", type=click.IntRange(1), default=3, show_default=True)
-@click.option("--n-state", type=click.IntRange(1, 8), default=2, show_default=True)
+@click.option("--steps", type=click.IntRange(10), default=1000, show_default=True)
 @click.option(
-    "--wide-bits",
-    type=click.IntRange(65, 128),
-    default=104,
+    "--precision",
+    type=FiniteFloatRange(1e-12, 0.5),
+    default=1e-4,
     show_default=True,
-    help="log2 q of the wide-modulus LWE row (104: still n = 4096 at 128 bits).",
+    help="One-step error of u allowed, relative to output_range (it picks the ring).",
 )
 @click.option(
     "--eclib-dims",
-    default="10,64,128",
+    default="2,4,8",
     show_default=True,
-    help="LWE dimensions for ECLib and ours side by side (comma-separated; '' for none).",
+    help="LWE dimensions of ECLib's GSW-LWE controller, ascending, while the budget lasts "
+    "(comma-separated; '' for none).",
 )
 @click.option(
     "--eclib-budget",
-    type=FiniteFloatRange(0.1, 600),
-    default=10.0,
+    type=FiniteFloatRange(0.0, 3600),
+    default=150.0,
     show_default=True,
-    help="Seconds of ECLib samples per dimension (at least 2 samples).",
+    help="Seconds ECLib may take in all (its GSW set-up dominates).",
 )
-@click.option(
-    "--hidden-samples",
-    type=click.IntRange(0),
-    default=20,
-    show_default=True,
-    help="Samples of the hidden-gains (BFV) loop; 0 skips it.",
-)
-@click.option("--quick", is_flag=True, help="200 steps, 1 repeat, ECLib at n = 10, 3 BFV samples.")
+@click.option("--quick", is_flag=True, help="100 steps, 50 per frontier point, ECLib at n = 2.")
 @_json_out
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_control_cmd(
     steps: int,
-    repeats: int,
-    n_state: int,
-    wide_bits: int,
+    precision: float,
     eclib_dims: str,
     eclib_budget: float,
-    hidden_samples: int,
     quick: bool,
     out_path: Path | None,
     as_json: bool,
 ) -> None:
-    """One LQG controller per sample: plain, float immersion, LWE (q = 2^64 and wide), ECLib."""
+    """CDSL's four-tank controller encrypted (gains too): plant offline, plant online and cloud
+    time per sample, bytes, the precision frontier, the order sweep, plain and ECLib beside."""
+    from .control_bench import bench_control
     from .errors import InvalidArgumentError
-    from .lwe.benchmark import bench_control
 
     dims = _int_list("--eclib-dims", eclib_dims)
-    if any(d < 2 for d in dims):
-        raise InvalidArgumentError("--eclib-dims", f"dimensions must be >= 2, got {dims}")
+    if any(d < 2 for d in dims) or list(dims) != sorted(dims):
+        raise InvalidArgumentError(
+            "--eclib-dims", f"expected ascending dimensions >= 2, got {dims}"
+        )
+    frontier_steps = order_steps = 200
     if quick:
-        steps, repeats, dims, hidden_samples = 200, 1, dims[:1], min(hidden_samples, 3)
+        steps, frontier_steps, order_steps, dims = 100, 50, 50, dims[:1]
     result = bench_control(
-        n_state=n_state,
         steps=steps,
-        repeats=repeats,
-        wide_modulus_bits=wide_bits,
-        eclib_dimensions=dims,
+        precision=precision,
+        frontier_steps=frontier_steps,
+        order_steps=order_steps,
+        eclib_dimensions=tuple(dims),
         eclib_budget_s=eclib_budget,
-        hidden_samples=hidden_samples,
         progress=lambda msg: click.echo(f"[bench] {msg}", err=True),
     )
     _save_json(out_path, result)
     if as_json:
         click.echo(json.dumps(json_safe(result)))
         return
-    click.echo(f"{result['controller']}, {steps} samples, best of {repeats} (wall / CPU)")
-    for name, row in result["rows"].items():
-        if "skipped" in row:
-            click.echo(f"{name:>9} skipped: {row['skipped']}")
+    row = result["lwe"]
+    us = 1e6
+    click.echo(f"{result['controller']}, {steps} samples")
+    click.echo(f"  plain controller          {result['plain_s'] * us:10.1f} us")
+    click.echo(
+        f"  encrypted (N={row['degree']}, log2 Q={row['modulus_bits']}, 128-bit)  "
+        f"total {row['total_s'] * us:.0f} us = plant offline {row['plant_offline_s'] * us:.0f} "
+        f"+ plant online {row['plant_online_s'] * us:.0f} + cloud {row['cloud_s'] * us:.0f}; "
+        f"x{result['ratio_lwe_total_over_plain']:.0f} plain"
+    )
+    click.echo(
+        f"  bytes up/down {row['bytes_up']}/{row['bytes_down']}; precision proven "
+        f"{row['precision_proven']:.1e}, measured one-step {row['one_step_error_measured']:.1e}; "
+        f"twin bit-identical: {row['bit_identical_to_twin']}"
+    )
+    for point in result["frontier"]:
+        if "refused" in point:
+            click.echo(f"  precision {point['requested']:g}: refused")
             continue
-        extra = ""
-        if "dimension" in row:
-            extra = (
-                f"  n={row['dimension']} q=2^{row['modulus_bits']} "
-                f"(plant {row['plant_s'] * 1e6:.1f} + cloud {row['cloud_s'] * 1e6:.1f} us wall), "
-                f"rel. error {row['max_rel_u_error_vs_float']:.1e}"
-            )
         click.echo(
-            f"{name:>9} {row['per_sample_s'] * 1e6:>9.1f} / {row['per_sample_cpu_s'] * 1e6:.1f} us"
-            f"{extra}"
+            f"  precision {point['requested']:g}: N={point['degree']}, proven "
+            f"{point['precision_proven']:.1e}, {point['total_s'] * us:.0f} us per sample"
         )
-    for c in result["eclib"]:
+    for o in result["orders"]:
         click.echo(
-            f"n={c['dimension']:>4}: ECLib {c['eclib']['per_sample_cpu_s'] * 1e3:.2f} ms CPU, "
-            f"ours {c['lwe_same_dimension']['per_sample_cpu_s'] * 1e6:.1f} us: "
-            f"x{c['cpu_ratio_eclib_over_lwe']:.0f}"
+            f"  {o['n_state']} states: plant {o['plant_s'] * us:.0f} us, cloud "
+            f"{o['cloud_s'] * us:.0f} us"
+        )
+    for e in result["eclib_gsw_lwe"]:
+        click.echo(
+            f"  ECLib GSW-LWE n={e['dimension']}: {e['total_s'] * 1e3:.1f} ms per sample "
+            f"(set-up {e['setup_s']:.0f} s)"
         )
     if result["note"]:
-        click.echo(result["note"])
+        click.echo(f"  {result['note']}")
 
 
 @main.command("serve")

@@ -3,7 +3,8 @@
 Two reductions keep the hot loops free of 64-bit divisions: Shoup's (a fixed multiplier ``w``
 with ``w' = floor(w 2^32 / q)``: ``x w - floor(x w' / 2^32) q`` lies in ``[0, 2q)`` for
 ``x < 2^32``), and a float quotient estimate for sums below ``2^63`` corrected to the exact
-remainder (``_reduce``).
+remainder (``_reduce``). Corrections are branch-free (``r += (r >> 63) & q`` on int64): a data-
+dependent branch mispredicts half the time and cost more than the arithmetic.
 """
 
 from __future__ import annotations
@@ -15,42 +16,43 @@ njit = numba.njit(cache=True, nogil=True)
 
 
 @njit
-def _reduce(x: np.int64, q: np.int64, qf: np.float64) -> np.int64:
-    """``x mod q`` for ``0 <= x < 2^63`` (the float quotient is off by a few at most)."""
-    r = x - np.int64(np.float64(x) * qf) * q
-    while r < 0:
-        r += q
-    while r >= q:
-        r -= q
-    return r
+def _fix(r: np.int64, q: np.int64) -> np.int64:
+    """``r`` from ``[-q, q)`` to ``[0, q)`` without a branch."""
+    return r + ((r >> 63) & q)
 
 
 @njit
-def _shoup(x: np.uint64, w: np.uint64, ws: np.uint64, q: np.uint64) -> np.uint64:
+def _reduce(x: np.int64, q: np.int64, qf: np.float64) -> np.int64:
+    """``x mod q`` for ``0 <= x < 2^63`` (the float quotient is off by one at most)."""
+    r = _fix(x - np.int64(np.float64(x) * qf) * q, q)  # [0, 2q)
+    return _fix(r - q, q)
+
+
+@njit
+def _shoup(x: np.int64, w: np.int64, ws: np.int64, q: np.int64) -> np.int64:
     """``x w mod q`` for ``x, w < q < 2^25`` and ``ws = floor(w 2^32 / q)``."""
-    r = x * w - ((x * ws) >> np.uint64(32)) * q
-    return r - q if r >= q else r
+    return _fix(x * w - ((x * ws) >> 32) * q - q, q)
 
 
 @njit
 def ntt(a: np.ndarray, psi: np.ndarray, psi_s: np.ndarray, q: np.ndarray) -> np.ndarray:
     L, n = a.shape
     for row in range(L):
-        ql = np.uint64(q[row])
-        x = a[row]
+        ql = np.int64(q[row])
+        x = a[row].view(np.int64)
+        w_all, ws_all = psi[row].view(np.int64), psi_s[row].view(np.int64)
         m, t = 1, n
         while m < n:
-            t //= 2
+            t >>= 1
             for i in range(m):
-                w, ws = psi[row, m + i], psi_s[row, m + i]
+                w, ws = w_all[m + i], ws_all[m + i]
                 j1 = 2 * i * t
                 for j in range(j1, j1 + t):
                     u = x[j]
                     v = _shoup(x[j + t], w, ws, ql)
-                    s = u + v
-                    x[j] = s - ql if s >= ql else s
-                    x[j + t] = u - v if u >= v else u + ql - v
-            m *= 2
+                    x[j] = _fix(u + v - ql, ql)
+                    x[j + t] = _fix(u - v, ql)
+            m <<= 1
     return a
 
 
@@ -58,21 +60,21 @@ def ntt(a: np.ndarray, psi: np.ndarray, psi_s: np.ndarray, q: np.ndarray) -> np.
 def intt(a: np.ndarray, psi: np.ndarray, psi_s: np.ndarray, q: np.ndarray) -> np.ndarray:
     L, n = a.shape
     for row in range(L):
-        ql = np.uint64(q[row])
-        x = a[row]
+        ql = np.int64(q[row])
+        x = a[row].view(np.int64)
+        w_all, ws_all = psi[row].view(np.int64), psi_s[row].view(np.int64)
         m, t = n, 1
         while m > 1:
-            h = m // 2
+            h = m >> 1
             for i in range(h):
-                w, ws = psi[row, h + i], psi_s[row, h + i]
+                w, ws = w_all[h + i], ws_all[h + i]
                 j1 = 2 * i * t
                 for j in range(j1, j1 + t):
                     u = x[j]
                     v = x[j + t]
-                    s = u + v
-                    x[j] = s - ql if s >= ql else s
-                    x[j + t] = _shoup(u - v if u >= v else u + ql - v, w, ws, ql)
-            t *= 2
+                    x[j] = _fix(u + v - ql, ql)
+                    x[j + t] = _shoup(_fix(u - v, ql), w, ws, ql)
+            t <<= 1
             m = h
     return a
 
@@ -83,9 +85,11 @@ def mul_fixed(x: np.ndarray, w: np.ndarray, ws: np.ndarray, q: np.ndarray) -> np
     L, n = x.shape
     out = np.empty((L, n), dtype=np.uint64)
     for row in range(L):
-        ql = np.uint64(q[row])
+        ql = np.int64(q[row])
+        xr, wr, wsr = x[row].view(np.int64), w[row].view(np.int64), ws[row].view(np.int64)
+        o = out[row].view(np.int64)
         for k in range(n):
-            out[row, k] = _shoup(x[row, k], w[row, k], ws[row, k], ql)
+            o[k] = _shoup(xr[k], wr[k], wsr[k], ql)
     return out
 
 
@@ -97,11 +101,11 @@ def zero(
     L, n = a.shape
     out = np.empty((L, n), dtype=np.uint64)
     for row in range(L):
-        ql = np.uint64(q[row])
+        ql = np.int64(q[row])
+        ar, sr, ssr = a[row].view(np.int64), s[row].view(np.int64), s_s[row].view(np.int64)
+        ter, o = te[row].view(np.int64), out[row].view(np.int64)
         for k in range(n):
-            p = _shoup(a[row, k], s[row, k], s_s[row, k], ql)
-            v = te[row, k]
-            out[row, k] = v - p if v >= p else v + ql - p
+            o[k] = _fix(ter[k] - _shoup(ar[k], sr[k], ssr[k], ql), ql)
     return out
 
 
@@ -116,11 +120,12 @@ def add_sparse(
     for row in range(L):
         ql = np.int64(q[row])
         qf = 1.0 / np.float64(ql)
+        br, o = b0[row].view(np.int64), out[row].view(np.int64)
         for k in range(n):
-            acc = np.int64(b0[row, k])
+            acc = br[k]
             for c in range(count):
                 acc += np.int64(values[c, row]) * np.int64(monomials[c, row, k])
-            out[row, k] = _reduce(acc, ql, qf)
+            o[k] = _reduce(acc, ql, qf)
     return out
 
 
@@ -128,44 +133,51 @@ def add_sparse(
 def products(
     theta_b: np.ndarray,
     theta_a: np.ndarray,
-    v_b: np.ndarray,
-    v_a: np.ndarray,
+    b: np.ndarray,
+    a: np.ndarray,
+    window: np.ndarray,
     readers: np.ndarray,
     q: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``sum_j (theta_b + theta_a s)(v_b + v_a s)``: ``c0`` read at the readers' coefficients
-    ``(positions, L)``, ``c1`` and ``c2`` in NTT form."""
+    """``sum_j (theta_b + theta_a s)(v_b + v_a s)`` over the input ``(b, a)`` and the window's
+    ``(W, 2, L, N)`` past inputs: ``c0`` read at the readers' coefficients ``(positions, L)``,
+    ``c1`` and ``c2`` in NTT form."""
     terms, L, n = theta_b.shape
     positions = readers.shape[0]
     c0 = np.zeros((positions, L), dtype=np.int64)
     c1 = np.empty((L, n), dtype=np.uint64)
     c2 = np.empty((L, n), dtype=np.uint64)
+    tb_all, ta_all = theta_b.view(np.int64), theta_a.view(np.int64)
+    b_now, a_now = b.view(np.int64), a.view(np.int64)
+    rd = readers.view(np.int64)
     for row in range(L):
         ql = np.int64(q[row])
         qf = 1.0 / np.float64(ql)
+        o1, o2 = c1[row].view(np.int64), c2[row].view(np.int64)
         acc = np.zeros(positions, dtype=np.int64)
         for k in range(n):
-            s0 = np.int64(0)
-            s1 = np.int64(0)
-            s2 = np.int64(0)
-            for j in range(terms):
-                tb = np.int64(theta_b[j, row, k])
-                ta = np.int64(theta_a[j, row, k])
-                vb = np.int64(v_b[j, row, k])
-                va = np.int64(v_a[j, row, k])
+            tb, ta = tb_all[0, row, k], ta_all[0, row, k]
+            vb, va = b_now[row, k], a_now[row, k]
+            s0 = tb * vb
+            s1 = tb * va + ta * vb
+            s2 = ta * va
+            for j in range(1, terms):
+                tb, ta = tb_all[j, row, k], ta_all[j, row, k]
+                vb, va = np.int64(window[j - 1, 0, row, k]), np.int64(window[j - 1, 1, row, k])
                 s0 += tb * vb
                 s1 += tb * va + ta * vb
                 s2 += ta * va
             r0 = _reduce(s0, ql, qf)
-            c1[row, k] = _reduce(s1, ql, qf)
-            c2[row, k] = _reduce(s2, ql, qf)
+            o1[k] = _reduce(s1, ql, qf)
+            o2[k] = _reduce(s2, ql, qf)
             for p in range(positions):
-                acc[p] += r0 * np.int64(readers[p, row, k])
-                if (k & 4095) == 4095:  # keep the sums of products below 2^63
+                acc[p] += r0 * rd[p, row, k]
+            if (k & 4095) == 4095:  # keep the sums of products below 2^63
+                for p in range(positions):
                     acc[p] = _reduce(acc[p], ql, qf)
         for p in range(positions):
             c0[p, row] = _reduce(acc[p], ql, qf)
-    return c0.astype(np.uint64), c1, c2
+    return c0.view(np.uint64), c1, c2
 
 
 @njit
@@ -182,21 +194,23 @@ def decrypt_read(
     """Coefficients ``(positions, L)`` of ``c1 s + c2 s^2`` at the readers' positions."""
     L, n = c1.shape
     positions = readers.shape[0]
-    out = np.empty((positions, L), dtype=np.uint64)
+    out = np.empty((positions, L), dtype=np.int64)
+    rd = readers.view(np.int64)
     for row in range(L):
-        ql = np.uint64(q[row])
-        qi = np.int64(ql)
+        ql = np.int64(q[row])
         qf = 1.0 / np.float64(ql)
+        c1r, c2r = c1[row].view(np.int64), c2[row].view(np.int64)
+        sr, ssr = s[row].view(np.int64), s_s[row].view(np.int64)
+        s2r, s2sr = s2[row].view(np.int64), s2_s[row].view(np.int64)
         acc = np.zeros(positions, dtype=np.int64)
         for k in range(n):
-            d = _shoup(c1[row, k], s[row, k], s_s[row, k], ql) + _shoup(
-                c2[row, k], s2[row, k], s2_s[row, k], ql
-            )
-            d = d - ql if d >= ql else d
+            d = _shoup(c1r[k], sr[k], ssr[k], ql) + _shoup(c2r[k], s2r[k], s2sr[k], ql)
+            d = _fix(d - ql, ql)
             for p in range(positions):
-                acc[p] += np.int64(d) * np.int64(readers[p, row, k])
-                if (k & 4095) == 4095:
-                    acc[p] = _reduce(acc[p], qi, qf)
+                acc[p] += d * rd[p, row, k]
+            if (k & 4095) == 4095:
+                for p in range(positions):
+                    acc[p] = _reduce(acc[p], ql, qf)
         for p in range(positions):
-            out[p, row] = np.uint64(_reduce(acc[p], qi, qf))
-    return out
+            out[p, row] = _reduce(acc[p], ql, qf)
+    return out.view(np.uint64)

@@ -456,12 +456,10 @@ class ControllerTarget:
         window = self._state(encoded_state)
         a = self._expand(seed)
         ring = self.ring
-        v_b = np.concatenate([b[None], window[:, 0].astype(np.uint64)])
-        v_a = np.concatenate([a[None], window[:, 1].astype(np.uint64)])
         if self._readers is None:
             self._readers = ring.readers(self.design.read_positions)
         c0_read, c1, c2 = kernels.products(  # c0 read at the rows' coefficients: (rows, L)
-            self.theta_b, self.theta_a, v_b, v_a, self._readers, ring.q[:, 0]
+            self.theta_b, self.theta_a, b, a, window, self._readers, ring.q[:, 0]
         )
         return np.concatenate([c0_read.reshape(-1), c1.reshape(-1), c2.reshape(-1)]).astype(
             np.uint32

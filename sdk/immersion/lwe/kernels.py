@@ -109,23 +109,27 @@ def add_sparse(
 def products(
     theta_b: np.ndarray,
     theta_a: np.ndarray,
-    v_b: np.ndarray,
-    v_a: np.ndarray,
+    b: np.ndarray,
+    a: np.ndarray,
+    window: np.ndarray,
     readers: np.ndarray,
     q: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``sum_j (theta_b + theta_a s)(v_b + v_a s)`` as a degree-2 ciphertext: ``c0`` read at the
     readers' coefficients ``(positions, L)``, ``c1`` and ``c2`` in NTT form.
 
-    ``theta_*``, ``v_*``: ``(terms, L, N)``, at most ``2^12`` terms (uint64 sums of products
-    below ``2^50`` cannot wrap).
+    ``theta_*``: ``(W + 1, L, N)`` uint64; the input's ``b``, ``a``: ``(L, N)`` uint64 (term 0);
+    ``window``: ``(W, 2, L, N)`` uint32, the past inputs' ``(b, a)`` (terms 1..W). At most
+    ``2^12`` terms (uint64 sums of products below ``2^50`` cannot wrap).
     """
     if theta_b.shape[0] > 2**12:
         raise ValueError("at most 4096 products are summed before one reduction")
     fast = _numba()
     if fast is not None:
-        return fast.products(theta_b, theta_a, v_b, v_a, readers, q)
+        return fast.products(theta_b, theta_a, b, a, window, readers, q)
     qq = q[:, None]
+    v_b = np.concatenate([b[None], window[:, 0].astype(np.uint64)])
+    v_a = np.concatenate([a[None], window[:, 1].astype(np.uint64)])
     c0 = (theta_b * v_b).sum(axis=0, dtype=np.uint64) % qq
     c1 = ((theta_b * v_a).sum(axis=0, dtype=np.uint64) % qq) + (
         (theta_a * v_b).sum(axis=0, dtype=np.uint64) % qq
