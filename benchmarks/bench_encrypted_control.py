@@ -58,10 +58,10 @@ for k in range(samples):
     up, down = size(yt), size(ut)
     x = A @ x + B @ u + w[k]; us.append(u)
 ref = simulate_float(loop, samples)[1]
+error = float(np.abs(np.array(us) - ref).max() / loop.output_range)
 print(json.dumps({"samples": samples, "setup_s": setup, "plant_s": plant / samples,
                   "cloud_s": cloud / samples, "total_s": (plant + cloud) / samples,
-                  "bytes_up": up, "bytes_down": down,
-                  "closed_loop_error_vs_float": float(np.abs(np.array(us) - ref).max() / loop.output_range)}))
+                  "bytes_up": up, "bytes_down": down, "closed_loop_error_vs_float": error}))
 """
 
 _FOUR_TANK = r"""
