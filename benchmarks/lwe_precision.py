@@ -1,11 +1,12 @@
-"""LWE coding: the decoded controls against the float controller, per loop and modulus.
+"""LWE coding: the proven and the measured precision, per controller and requested precision.
 
 Run:  .venv/bin/python benchmarks/lwe_precision.py [--steps 2000]   (prints one JSON object)
 
-For each example loop (LQG with 2, 3, 4 states, a 2-input 2-output LQG, a PI) and each modulus
-(q = 2^64, 2^104 at n = 4096, 2^128 at n = 8192; 128-bit security), the encrypted closed loop
-runs beside the float one from the same disturbances; the figure is max |u - u_float| over the
-float loop's max |u|. Decoding is bit-identical to the fixed-point twin, so the figures do not
+For each example loop (LQG with 2, 3, 4 states, a 2-input 2-output LQG, a PI, CDSL's four-tank)
+and each requested precision (1e-4 and 1e-6 of output_range; 128-bit security), the design's
+ring and proven one-step bound, and the encrypted closed loop beside the float one from the same
+disturbances: max |u - u_float| over output_range (closed loop: the one-step errors accumulate
+through the plant). Decoding is bit-identical to the fixed-point twin, so the figures do not
 depend on the key or the noise.
 """
 
@@ -16,17 +17,20 @@ import json
 
 import numpy as np
 from immersion.lwe import encrypt_controller
-from immersion.lwe.examples import lqg_loop, pi_loop, simulate_float
+from immersion.lwe.examples import four_tank_loop, lqg_loop, pi_loop, simulate_float
 
 
-def relative_error(loop, modulus_bits: int, steps: int) -> dict:
-    imm = encrypt_controller(
-        loop.controller,
-        input_range=loop.input_range,
-        output_range=loop.output_range,
-        modulus_bits=modulus_bits,
-        rng=0,
-    )
+def relative_error(loop, precision: float, steps: int) -> dict:
+    try:
+        imm = encrypt_controller(
+            loop.controller,
+            input_range=loop.input_range,
+            output_range=loop.output_range,
+            precision=precision,
+            rng=0,
+        )
+    except ValueError as exc:
+        return {"requested": precision, "refused": str(exc)}
     A, B, C = loop.plant
     w, v = loop.disturbance(steps)
     x, xt = loop.x0.copy(), imm.encode_state()
@@ -38,12 +42,15 @@ def relative_error(loop, modulus_bits: int, steps: int) -> dict:
         us[k] = imm.decode_output(ut, yt)
         x = A @ x + B @ us[k] + w[k]
     ref = simulate_float(loop, steps)[1]
-    r = imm.report()
+    d = imm.design
     return {
-        "modulus_bits": modulus_bits,
-        "dimension": r.parameters.dimension,
-        "window": r.window,
-        "max_rel_u_error": float(np.abs(us - ref).max() / np.abs(ref).max()),
+        "requested": precision,
+        "degree": d.degree,
+        "modulus_bits": round(float(np.log2(float(d.modulus))), 1),
+        "plaintext_modulus_bits": round(float(np.log2(float(d.plaintext_modulus))), 1),
+        "window": d.window,
+        "precision_proven_one_step": d.precision,
+        "closed_loop_error": float(np.abs(us - ref).max() / max(d.output_range)),
     }
 
 
@@ -57,12 +64,18 @@ def main() -> None:
         "lqg-4": lqg_loop(4),
         "lqg-3-mimo": lqg_loop(3, n_input=2, n_output=2),
         "pi": pi_loop(),
+        "four-tank": four_tank_loop(),
     }
     rows = {
-        name: [relative_error(loop, bits, args.steps) for bits in (64, 104, 128)]
+        name: [relative_error(loop, precision, args.steps) for precision in (1e-4, 1e-6)]
         for name, loop in loops.items()
     }
-    print(json.dumps({"benchmark": "lwe-precision", "steps": args.steps, "loops": rows}))
+    command = "python benchmarks/lwe_precision.py --steps %d" % args.steps
+    print(
+        json.dumps(
+            {"benchmark": "lwe-precision", "command": command, "steps": args.steps, "loops": rows}
+        )
+    )
 
 
 if __name__ == "__main__":

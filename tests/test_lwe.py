@@ -455,6 +455,42 @@ def test_remote_lwe_loop_on_loopback(four_tank):
     assert np.array_equal(us, us_twin)
 
 
+def test_the_server_keeps_the_encrypted_history_and_a_restart_rebuilds_it(four_tank):
+    """The state stays on the server (the client sends none and gets an empty array back); the
+    server SIGKILLed and restarted mid-loop: the client sets up again and re-sends its last W
+    inputs, and every decoded u is still the twin's."""
+    pytest.importorskip("zmq")
+    import signal
+
+    from immersion.remote import RemoteTarget
+    from immersion.serve_process import ServerProcess
+
+    loop, _ = four_tank
+    ctrl = _encrypt(loop, rng=6)
+    A, B, C = loop.plant
+    twin = ctrl.fixed_point_twin()
+    server = ServerProcess()
+    address = server.address
+    try:
+        with RemoteTarget(address, ctrl, timeout_s=3, attempts=40) as cloud:
+            x, xt = loop.x0.copy(), ctrl.encode_state()
+            for k in range(12):
+                if k == 7:
+                    server.kill()
+                    assert server.returncode == -signal.SIGKILL
+                    server = ServerProcess(address)
+                y = C @ x
+                yt = ctrl.encode_input(y)
+                ut, xt = cloud.advance(xt, yt)
+                assert xt.size == 0 and cloud.bytes_sent == (k + 1) * yt.nbytes
+                u = ctrl.decode_output(ut, yt)
+                assert np.array_equal(u, twin.output(y))
+                x = A @ x + B @ u
+            assert cloud.resumed == 1
+    finally:
+        server.stop()
+
+
 def test_immerse_system_coding_lwe():
     """``immerse_system(sys, coding="lwe", ...)``: the same handle as ``encrypt_controller``."""
     from immersion import immerse_system
@@ -524,3 +560,26 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
         kernels._numba.cache_clear()
     for x, y in zip(fast, slow, strict=True):
         assert x.dtype == np.uint64 and np.array_equal(x, y)
+
+
+def test_remote_lwe_bench_reports_round_trips_bytes_and_the_local_ratio():
+    """`immersion bench remote --coding lwe`, short: a server child process on loopback."""
+    pytest.importorskip("zmq")
+    from click.testing import CliRunner
+    from immersion.cli import main
+    from immersion.remote_bench import bench_remote_lwe
+
+    result = bench_remote_lwe(samples=12, curve=False)
+    (row,) = result["rows"].values()
+    assert result["benchmark"] == "remote-lwe" and row["bit_identical_to_twin"]
+    assert row["bytes_sent_per_sample"] == row["design_bytes"]["up"]  # no state travels
+    assert row["bytes_received_per_sample"] == row["design_bytes"]["down"]
+    assert 0 < row["round_trip_us"]["p50_us"] <= row["round_trip_us"]["p99_us"]
+    ratio = row["round_trip_us"]["p50_us"] / row["local_advance_us"]["p50_us"]
+    assert row["p50_ratio_remote_vs_local_advance"] == pytest.approx(ratio)
+    refused = CliRunner().invoke(main, ["bench", "remote", "--coding", "lwe", "--plants", "3"])
+    assert refused.exit_code == 2 and "--plants" in refused.output
+    refused = CliRunner().invoke(main, ["bench", "remote", "--precision", "1e-4"])
+    assert refused.exit_code == 2 and "--coding lwe" in refused.output
+    refused = CliRunner().invoke(main, ["bench", "remote", "--coding", "lwe", "--precision", "2"])
+    assert refused.exit_code == 2 and "--precision" in refused.output

@@ -16,51 +16,45 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_encrypted_lqg_demo(tmp_path):
     out = subprocess.run(
-        [sys.executable, str(ROOT / "control_demos" / "encrypted_lqg.py"), "--steps", "300",
-         "--modulus-bits", "104", "--plot", str(tmp_path), "--json"],
-        capture_output=True, text=True, check=True, timeout=120,
+        [sys.executable, str(ROOT / "control_demos" / "encrypted_lqg.py"), "--steps", "150",
+         "--plot", str(tmp_path), "--json"],
+        capture_output=True, text=True, check=True, timeout=300,
     )  # fmt: skip
     result = json.loads(out.stdout)
-    assert result["bit_identical_to_twin"] is True
-    assert result["max_rel_u_error"] < 1e-6 and result["security_bits"] == 128
-    assert result["headroom_bits"] > 0 and result["noise_bound"] > 1 << result["scale_bits"]
+    assert result["bit_identical_to_twin"] is True and result["security_bits"] == 128
+    assert result["max_rel_u_error"] < 1e-3 and result["precision_proven"] <= 1e-4
+    assert result["noise_margin_bits"] > 0
     assert (tmp_path / "encrypted_lqg.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_bench_control_quick_json(tmp_path):
+def test_bench_control_quick_json(tmp_path, monkeypatch):
+    import immersion.control_bench as bench
+
+    monkeypatch.setattr(bench, "FRONTIER", (1e-3, 1e-15))  # one point, one refusal
     saved = tmp_path / "control.json"
     result = CliRunner().invoke(
         main,
-        ["bench", "control", "--quick", "--eclib-budget", "0.2", "--hidden-samples", "0", "--json",
-         "--out", str(saved)],
-    )  # fmt: skip
+        ["bench", "control", "--quick", "--eclib-dims", "", "--json", "--out", str(saved)],
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output.strip().splitlines()[-1])
     assert json.loads(saved.read_text()) == out  # --out saves the same object
-    rows = out["rows"]
-    assert set(rows) == {"plain", "immerse", "lwe", "lwe-wide", "lwe-hidden-gains"}
-    assert rows["lwe-hidden-gains"] == {"skipped": "hidden_samples = 0"}
-    assert rows["lwe"]["dimension"] == 4096 and rows["lwe"]["security_bits"] == 128
-    assert rows["lwe"]["bit_identical_to_twin"] and rows["lwe-wide"]["bit_identical_to_twin"]
-    assert rows["lwe"]["per_sample_s"] == pytest.approx(
-        rows["lwe"]["plant_s"] + rows["lwe"]["cloud_s"]
+    row = out["lwe"]
+    assert row["degree"] == 4096 and row["security_bits"] == 128 and row["bit_identical_to_twin"]
+    assert row["total_s"] == pytest.approx(
+        row["plant_offline_s"] + row["plant_online_s"] + row["cloud_s"]
     )
-    if out["note"] is None:  # ECLib installed: one dimension, ours beside it
-        (c,) = out["eclib"]
-        assert c["dimension"] == 10 and c["lwe_same_dimension"]["security_bits"] is None
-        assert c["ratio_eclib_over_lwe"] == pytest.approx(
-            c["eclib"]["per_sample_s"] / c["lwe_same_dimension"]["per_sample_s"]
-        )
-
-
-def test_bench_control_skips_eclib_with_a_note(monkeypatch):
-    import immersion.lwe.benchmark as bench
-
-    monkeypatch.setattr(bench, "eclib_available", lambda: False)
-    out = bench.bench_control(steps=20, repeats=1, eclib_dimensions=(10,), hidden_samples=0)
-    assert out["eclib"] == [] and "eclib not installed" in out["note"]
+    assert row["one_step_error_measured"] <= row["precision_proven"]
+    assert out["ratio_lwe_total_over_plain"] == pytest.approx(row["total_s"] / out["plain_s"])
+    (point, refused) = out["frontier"]
+    assert point["precision_proven"] <= 1e-3 and "smallest proven" in refused["refused"]
+    assert [o["n_state"] for o in out["orders"]] == [2, 4, 6, 8]
+    assert len({(o["bytes_up"], o["bytes_down"]) for o in out["orders"]}) == 1
+    assert out["eclib_gsw_lwe"] == []
 
 
 def test_bench_control_refuses_bad_dimensions():
     result = CliRunner().invoke(main, ["bench", "control", "--eclib-dims", "10,x"])
     assert result.exit_code == 2 and "--eclib-dims" in result.output
+    result = CliRunner().invoke(main, ["bench", "control", "--eclib-dims", "8,4"])
+    assert result.exit_code == 2 and "ascending" in result.output

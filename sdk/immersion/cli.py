@@ -161,14 +161,15 @@ def _int_list(option: str, text: str) -> tuple[int, ...]:
     type=click.Choice(["immersion", "lwe"]),
     default="immersion",
     show_default=True,
-    help="lwe: one LWE-encrypted 2-state LQG loop, remote beside local (not --plants, "
-    "--algorithm).",
+    help="lwe: the encrypted four-tank loop (gains encrypted, history kept by the server), "
+    "remote beside local (not --plants, --algorithm).",
 )
 @click.option(
-    "--modulus-bits",
-    default="64,104",
+    "--precision",
+    "precisions",
+    default="1e-4",
     show_default=True,
-    help="--coding lwe: log2 q of each row (comma-separated).",
+    help="--coding lwe: the precision= of each row (comma-separated).",
 )
 @click.option("--workers", type=click.IntRange(0), default=2, show_default=True)
 @click.option("--no-curve", is_flag=True, help="Plain loopback transport instead of CurveZMQ.")
@@ -182,7 +183,7 @@ def bench_remote_cmd(
     samples: int,
     algorithm: str,
     coding: str,
-    modulus_bits: str,
+    precisions: str,
     workers: int,
     no_curve: bool,
     seed: int,
@@ -191,8 +192,9 @@ def bench_remote_cmd(
 ) -> None:
     """Concurrent plants against one `immersion serve`: exactness, round trips, ratios.
 
-    With --coding lwe: an LWE-encrypted LQG loop through the server and with the local target,
-    side by side (round-trip percentiles, bytes each way per sample, ratio remote / local).
+    With --coding lwe: the encrypted four-tank loop through the server (which keeps the encrypted
+    history) and with the local target, side by side (round-trip percentiles, bytes each way per
+    sample, ratio remote / local).
     """
     from .errors import InvalidArgumentError
     from .remote_bench import bench_remote, bench_remote_lwe
@@ -200,7 +202,7 @@ def bench_remote_cmd(
     say = lambda msg: click.echo(f"[bench] {msg}", err=True)  # noqa: E731
     explicit = {
         name
-        for name in ("plants", "algorithm", "modulus_bits")
+        for name in ("plants", "algorithm", "precisions")
         if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
     }
     if coding == "lwe":
@@ -209,22 +211,25 @@ def bench_remote_cmd(
             raise InvalidArgumentError(
                 f"--{name}", "applies to --coding immersion (--coding lwe runs one LQG plant)"
             )
-        bits = _int_list("--modulus-bits", modulus_bits)
-        if not bits or any(not 32 <= b <= 128 for b in bits):
+        try:
+            values = tuple(float(p) for p in precisions.split(","))
+        except ValueError:
+            values = ()
+        if not values or any(not 0 < p < 1 for p in values):
             raise InvalidArgumentError(
-                "--modulus-bits", f"expected integers from 32 to 128, got {modulus_bits!r}"
+                "--precision", f"expected numbers in (0, 1), comma-separated, got {precisions!r}"
             )
         result = bench_remote_lwe(
             samples=samples,
-            modulus_bits=bits,
+            precisions=values,
             workers=workers,
             curve=not no_curve,
             seed=seed,
             progress=say,
         )
     else:
-        if "modulus_bits" in explicit:
-            raise InvalidArgumentError("--modulus-bits", "applies to --coding lwe only")
+        if "precisions" in explicit:
+            raise InvalidArgumentError("--precision", "applies to --coding lwe only")
         result = bench_remote(
             plants=plants,
             samples=samples,

@@ -29,6 +29,7 @@ import json
 import struct
 import time
 import uuid
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -413,6 +414,10 @@ class RemoteTarget:
             raise InvalidArgumentError("params", f"expected JSON-ready values ({exc})") from None
         self._setup_frames = [header_bytes, npz_bytes(kind.public_arrays(imm))]
         self._kind = kind
+        #: the last encoded inputs, to rebuild a state kept on the server after its restart
+        self._replay: deque[bytes] | None = (
+            deque(maxlen=kind.replay_depth(imm)) if kind.replay_depth is not None else None
+        )
         self._dtype = np.dtype(kind.wire_dtype)
         self.address, self.kind = address, kind.name
         self.resumed = self.samples = self.bytes_sent = self.bytes_received = 0
@@ -452,20 +457,25 @@ class RemoteTarget:
     def advance(self, encoded_state: Any, encoded_input: Any) -> tuple[np.ndarray, np.ndarray]:
         """Send ``x~, y~``; receive ``u~, x~+`` (set up again by itself after a server restart).
 
-        ``bytes_sent`` and ``bytes_received`` count the vectors of every ``advance``.
+        For a target that keeps its state on the server (``coding="lwe"``: the encrypted
+        history) ``encoded_state`` is not sent and an empty array comes back; after a server
+        restart the last inputs are sent again to rebuild that state. ``bytes_sent`` and
+        ``bytes_received`` count the vectors of every ``advance``.
         """
         if self._channel._sock is None:
             raise InvalidArgumentError("self", "this RemoteTarget is closed")
-        xt, yt = (
-            self._vector("encoded_state", encoded_state),
-            self._vector("encoded_input", encoded_input),
-        )
+        yt = self._vector("encoded_input", encoded_input)
+        xt = b"" if self._replay is not None else self._vector("encoded_state", encoded_state)
         try:
             reply = self._channel.request(wire.ADVANCE, self._session, xt, yt)
         except UnknownSessionError:
             self._setup()
             self.resumed += 1
+            for past in self._replay or ():  # the server's state, rebuilt from the last inputs
+                self._channel.request(wire.ADVANCE, self._session, b"", past)
             reply = self._channel.request(wire.ADVANCE, self._session, xt, yt)
+        if self._replay is not None:
+            self._replay.append(yt)
         if len(reply) != 2 or any(len(r) % self._dtype.itemsize for r in reply):
             raise RemoteError("remote: the server's reply is malformed", code="malformed")
         self.samples += 1

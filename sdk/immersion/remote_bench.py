@@ -396,20 +396,20 @@ def _lwe_loop(cloud: Any, imm: Any, loop: Any, samples: int) -> dict[str, Any]:
 def bench_remote_lwe(
     *,
     samples: int = 2000,
-    modulus_bits: tuple[int, ...] = (64, 104),
-    n_state: int = 2,
+    precisions: tuple[float, ...] = (1e-4,),
     workers: int = 2,
     curve: bool = True,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """An LWE-encrypted LQG loop through one ``immersion serve`` child process, beside the same
+    """The encrypted four-tank loop through one ``immersion serve`` child process, beside the same
     loop with the target in this process (``immersion bench remote --coding lwe``).
 
-    For each modulus: the closed loop of :func:`immersion.lwe.examples.lqg_loop` runs once with
-    the local target and once through the server (CurveZMQ keys unless ``curve=False``), from the
-    same disturbances. Reports the p50/p99 of ``advance`` (remote: the round trip), the user's
-    encryption plus decryption per sample, the whole loop per sample (plant simulation
+    For each requested precision: the closed loop of
+    :func:`immersion.lwe.examples.four_tank_loop` runs once with the local target and once
+    through the server (CurveZMQ keys unless ``curve=False``; the encrypted history kept there),
+    from the same disturbances. Reports the p50/p99 of ``advance`` (remote: the round trip), the
+    plant's encryption plus decryption per sample, the whole loop per sample (plant simulation
     excluded), the ratios remote / local, the bytes each way per sample, and whether every
     decoded ``u`` of both runs is bit-identical to the fixed-point twin.
 
@@ -417,47 +417,45 @@ def bench_remote_lwe(
     ----------
     samples:
         Samples per loop.
-    modulus_bits:
-        ``log2 q`` of each row (128-bit security: ``n = 4096`` up to 109 bits).
-    n_state:
-        States of the example LQG controller.
+    precisions:
+        The ``precision=`` of each row (it picks the ring).
     workers, curve:
         The server's worker threads; CurveZMQ keys or the plain loopback transport.
     seed:
-        Seed of the LWE key (a benchmark: reproducible, not for deployment).
+        Seed of the key (a benchmark: reproducible, not for deployment).
     progress:
         Called with a line of progress.
 
     Returns
     -------
     dict
-        One JSON-ready object, a row per modulus.
+        One JSON-ready object, a row per precision.
     """
     from .lwe import encrypt_controller
-    from .lwe.examples import lqg_loop
+    from .lwe.examples import four_tank_loop
     from .remote import RemoteTarget
     from .serve_process import ServerProcess
 
     samples = v.positive_int("samples", samples)
-    loop = lqg_loop(v.positive_int("n_state", n_state))
+    loop = four_tank_loop()
     say = progress or (lambda message: None)
     handles = {
-        bits: encrypt_controller(
+        p: encrypt_controller(
             loop.controller,
             input_range=loop.input_range,
             output_range=loop.output_range,
-            modulus_bits=bits,
+            precision=p,
             rng=seed,
         )
-        for bits in modulus_bits
+        for p in precisions
     }
     rows: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         keys = curve_key_folder(Path(tmp), 1) if curve else None
         say(f"server: workers={workers} curve={curve}")
         with ServerProcess(workers=workers, **(keys["server"] if keys else {})) as server:
-            for bits, imm in handles.items():
-                say(f"q = 2^{bits}: {samples} samples local, then remote")
+            for precision, imm in handles.items():
+                say(f"precision {precision:g}: {samples} samples local, then remote")
                 local = _lwe_loop(imm.target, imm, loop, samples)
                 with RemoteTarget(
                     server.address, imm, **(keys["clients"][0] if keys else {})
@@ -469,7 +467,9 @@ def bench_remote_lwe(
                     np.array_equal(run["u"], _twin_controls(tw, loop, samples))
                     for run, tw in zip((local, remote), twin, strict=True)
                 )
-                rows[f"q=2^{bits}"] = _lwe_row(imm, local, remote, sent, received, exact)
+                rows[f"precision={precision:g}"] = _lwe_row(
+                    imm, local, remote, sent, received, exact
+                )
     return {
         "benchmark": "remote-lwe",
         "controller": loop.name,
@@ -499,12 +499,13 @@ def _lwe_row(
     received: float,
     exact: bool,
 ) -> dict[str, Any]:
-    r = imm.report()
+    d = imm.design
     loops = {name: run["advance"] + run["user"] for name, run in (("l", local), ("r", remote))}
     row: dict[str, Any] = {
-        "modulus_bits": r.parameters.modulus_bits,
-        "dimension": r.parameters.dimension,
-        "security_bits": r.parameters.security_bits,
+        "degree": d.degree,
+        "modulus_bits": round(float(np.log2(float(d.modulus))), 1),
+        "security_bits": d.security_bits,
+        "precision_proven": d.precision,
         "round_trip_us": _percentiles_us(remote["advance"]),
         "local_advance_us": _percentiles_us(local["advance"]),
         "user_us": {
@@ -517,11 +518,7 @@ def _lwe_row(
         },
         "bytes_sent_per_sample": sent,
         "bytes_received_per_sample": received,
-        "report_bytes": {
-            "uplink": r.uplink_bytes,
-            "downlink": r.downlink_bytes,
-            "state": r.state_bytes,
-        },
+        "design_bytes": {"up": d.bytes_up, "down": d.bytes_down, "state_kept_by_server": True},
         "bit_identical_to_twin": exact,
     }
     row["p50_ratio_remote_vs_local_advance"] = (

@@ -62,6 +62,11 @@ class TargetKind:
     array_names:
         The names ``public_arrays`` returns: the server reads exactly these from a set-up or
         a rekey and refuses any other (None: any distinct names, at most 64).
+    replay_depth:
+        None: the state travels with every sample (the client holds it). Otherwise the server
+        keeps the session's state (it starts at zero) and ``replay_depth(imm)`` is how many of
+        the last encoded inputs rebuild it: a client resuming after a server restart sends them
+        again before its next sample.
     """
 
     name: str
@@ -70,6 +75,7 @@ class TargetKind:
     build: Callable[[dict[str, Any], dict[str, np.ndarray]], CloudTarget]
     needs_algorithm: bool = False
     array_names: frozenset[str] | None = None
+    replay_depth: Callable[[Any], int] | None = None
 
 
 def public_target_matrices(keys: Any) -> dict[str, np.ndarray]:
@@ -141,6 +147,7 @@ TARGET_KINDS: dict[str, TargetKind] = {
         _lwe_arrays,
         _lwe_target,
         array_names=frozenset(("header", "primes", "prg", "theta_b", "theta_a")),
+        replay_depth=lambda imm: int(imm.design.window),  # the encrypted history, kept there
     ),
 }
 

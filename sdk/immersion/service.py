@@ -538,6 +538,8 @@ class _Session:
     rekeys: int = 0
     errors: int = 0
     in_flight: int = 0
+    #: the target's state, for kinds whose state stays on the server (None: it travels)
+    state: np.ndarray | None = None
     logged_samples: int = 0
     latency_ns: deque[int] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
 
@@ -1512,7 +1514,16 @@ class Service:
             raise _Refusal(
                 "malformed", f"advance: vectors must be raw {np.dtype(dtype).name} bytes"
             ) from None
-        ut, xt_next = job.session.target.advance(xt, yt)
+        session = job.session
+        if session.state is not None:  # kept here: the client sends none and gets none back
+            if xt.size:
+                raise _Refusal(
+                    "malformed", "advance: this target keeps its state on the server; send none"
+                )
+            ut, session.state = session.target.advance(session.state, yt)
+            job.reply = [np.ascontiguousarray(ut, dtype=dtype).tobytes(), b""]
+            return
+        ut, xt_next = session.target.advance(xt, yt)
         job.reply = [
             np.ascontiguousarray(ut, dtype=dtype).tobytes(),
             np.ascontiguousarray(xt_next, dtype=dtype).tobytes(),
@@ -1660,6 +1671,8 @@ class Service:
             header,
             arrays_digest=job.digest,
         )
+        if kind.replay_depth is not None:  # the state stays here, from zero (the run at rest)
+            session.state = np.zeros(int(target.n_state_encoded), dtype=kind.wire_dtype)
         self._sessions[session.sid] = session
         self._counts["sessions_created"] += 1
         self._counts["sessions_peak"] = max(self._counts["sessions_peak"], len(self._sessions))
