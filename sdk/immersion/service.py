@@ -21,7 +21,8 @@ fewer plants than ``workers`` are slow at once: each slow sample holds a worker)
   :data:`QUEUED_REPLIES` replies to be sent (``ZMQ_RCVHWM``, ``ZMQ_SNDHWM``: a client that does
   not read loses replies, not the server's memory); a peer silent for ``peer_timeout_s``
   (ZeroMQ heartbeats: a half-sent message included) or not through its handshake in
-  ``handshake_timeout_s`` (``ZMQ_HANDSHAKE_IVL``) is disconnected.
+  ``handshake_timeout_s`` (``ZMQ_HANDSHAKE_IVL``) is disconnected. ZeroMQ bounds frames, not
+  messages: the frames of a message a peer never ends are held while it keeps sending.
 * **Connections.** At most ``max_connections`` (default 1024, checked at start-up against
   ``ulimit -n`` with :data:`FD_RESERVE` descriptors to spare) and ``connection_rate`` new ones
   per second from one source address; over the cap the newest connection of the address
