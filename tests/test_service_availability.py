@@ -605,7 +605,7 @@ def test_after_a_restart_a_squatter_reconnecting_first_cannot_lock_out_a_plant(t
             squat.close()
     finally:
         summary = state["server"].stop()
-    assert summary["sessions_ended"].get("evicted") == 1
+    assert summary["sessions_ended"].get("evicted", 0) >= 1  # 2 if a set-up was sent twice
 
 
 # ------------------------------------------------------------------------------ handshakes

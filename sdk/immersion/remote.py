@@ -259,6 +259,7 @@ class _Channel:
         for _ in range(tries):
             self._next_id += 1
             rid = struct.pack("<Q", self._next_id)
+            self._forget_earlier_events()
             self._sock.send_multipart([b"", kind, rid, *body])
             outcome = self._wait(rid)
             if isinstance(outcome, list):
@@ -322,38 +323,52 @@ class _Channel:
             if len(frames) >= 3 and frames[0] == b"" and frames[1] == rid:
                 return frames[2:]  # anything else answers an earlier, abandoned attempt
 
+    def _forget_earlier_events(self) -> None:
+        """Read the events from before a request: a refused key still raises, but a connection
+        dropped then (the socket reconnects by itself) or a handshake that failed then does not
+        count against the request (it would be sent twice)."""
+        while self._monitor.poll(0):
+            self._event_outcome(self._monitor.recv_multipart())
+
     def _connection_event(self) -> str | None:
         """Read monitor events: raise if the server refused our key or CurveZMQ is on one side
         only; "handshake" if a handshake failed otherwise (a wrong server key, a server killed
         mid-handshake, or one that cut the connection: this side cannot tell them apart);
         "dropped" if the server closed an established connection; None if nothing happened."""
+        outcome = None
+        while self._monitor.poll(0):
+            found = self._event_outcome(self._monitor.recv_multipart())
+            if found == "handshake":
+                return found
+            outcome = found or outcome
+        return outcome
+
+    def _event_outcome(self, frames: list[bytes]) -> str | None:
         from zmq.utils.monitor import parse_monitor_message
 
         zmq = self._zmq
-        outcome = None
-        while self._monitor.poll(0):
-            message = parse_monitor_message(self._monitor.recv_multipart())
-            event = message["event"]
-            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                raise AuthenticationError(
-                    f"remote: {self.address} refused this client's public key (it is not in "
-                    "the server's clients folder)"
-                )
-            if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and message["value"] == getattr(
-                zmq, "PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH", 0x11000002
-            ):
-                raise AuthenticationError(
-                    f"remote: the handshake with {self.address} failed: one side uses "
-                    "CurveZMQ keys and the other does not (pass server_key and client_key for a "
-                    "server started with --server-key, neither for one without)"
-                )
-            if event in (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
-                return "handshake"
-            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self._handshaken = True
-            elif event == zmq.EVENT_DISCONNECTED and self._handshaken:
-                outcome = "dropped"
-        return outcome
+        message = parse_monitor_message(frames)
+        event = message["event"]
+        if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            raise AuthenticationError(
+                f"remote: {self.address} refused this client's public key (it is not in "
+                "the server's clients folder)"
+            )
+        if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and message["value"] == getattr(
+            zmq, "PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH", 0x11000002
+        ):
+            raise AuthenticationError(
+                f"remote: the handshake with {self.address} failed: one side uses "
+                "CurveZMQ keys and the other does not (pass server_key and client_key for a "
+                "server started with --server-key, neither for one without)"
+            )
+        if event in (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
+            return "handshake"
+        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self._handshaken = True
+        elif event == zmq.EVENT_DISCONNECTED and self._handshaken:
+            return "dropped"
+        return None
 
 
 class RemoteTarget:
