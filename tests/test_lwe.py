@@ -222,8 +222,14 @@ class _Tamper:
         return self.target.step(xt, yt)
 
 
+def _fresh():
+    """A new handle: a detection retires the key of the one it happens to."""
+    return _encrypt(four_tank_loop(), rng=11)
+
+
 def _detected(ctrl, alter, *, at=3, steps=6):
-    """Run ``steps`` samples with the reply altered at sample ``at``: True if decode refused."""
+    """Run ``steps`` samples with the reply altered at sample ``at``: True if decode refused.
+    ``ctrl`` is used once (a detection retires it); pass ``_fresh()``."""
     loop = four_tank_loop()
     A, B, C = loop.plant
     cloud = _Tamper(ctrl.target, lambda r, k, rs: alter(r, k, rs) if k == at else r)
@@ -240,7 +246,7 @@ def _detected(ctrl, alter, *, at=3, steps=6):
 
 
 def test_an_honest_cloud_passes_the_check(four_tank):
-    _, ctrl = four_tank
+    ctrl = _fresh()
     assert not _detected(ctrl, lambda r, k, rs: r)
 
 
@@ -253,19 +259,19 @@ def _residue_offset(ctrl, reply, index, delta):
 @pytest.mark.parametrize("row", [0, 1, 2, 3])  # two controller rows, two check rows
 @pytest.mark.parametrize("delta", [1, 7, 2**20])
 def test_an_offset_on_any_row_is_detected(four_tank, row, delta):
-    _, ctrl = four_tank
+    ctrl = _fresh()
     L = len(ctrl.design.primes)
     assert _detected(ctrl, lambda r, k, rs: _residue_offset(ctrl, r, row * L, delta))
 
 
 def test_single_bit_flips_of_the_reply_are_detected(four_tank):
-    _, ctrl = four_tank
+    ctrl = _fresh()
     rng = np.random.default_rng(7)
     size = ctrl.target.n_output_encoded
     positions = zip(rng.integers(0, size, 24), rng.integers(0, 25, 24), strict=True)
     for index, bit in positions:
         alter = lambda r, k, rs, i=int(index), b=int(bit): _flip(r, i, b)  # noqa: E731
-        assert _detected(ctrl, alter), (index, bit)
+        assert _detected(_fresh(), alter), (index, bit)
 
 
 def _flip(reply, index, bit):
@@ -274,7 +280,7 @@ def _flip(reply, index, bit):
 
 
 def test_replayed_stale_scaled_and_mixed_replies_are_detected(four_tank):
-    _, ctrl = four_tank
+    ctrl = _fresh()
     design = ctrl.design
     q = np.array(design.primes, dtype=np.uint64)
 
@@ -294,11 +300,11 @@ def test_replayed_stale_scaled_and_mixed_replies_are_detected(four_tank):
         return np.concatenate([head, body]).astype(np.uint32)
 
     for alter in (lambda r, k, rs: rs[0], lambda r, k, rs: rs[-2], scaled, mixed):
-        assert _detected(ctrl, alter)
+        assert _detected(_fresh(), alter)
 
 
 def test_a_reply_of_another_session_is_detected(four_tank):
-    loop, ctrl = four_tank
+    loop, ctrl = four_tank_loop(), _fresh()
     other = _encrypt(loop, rng=1)
     C = loop.plant[2]
     xo = other.encode_state()
@@ -309,7 +315,7 @@ def test_a_reply_of_another_session_is_detected(four_tank):
 def test_the_cloud_injecting_a_fake_measurement_is_detected(four_tank):
     """The cloud adds the encrypted coefficients times a plaintext of its choice (what a fake
     y would contribute): the kappa terms of the check rows catch it."""
-    _, ctrl = four_tank
+    ctrl = _fresh()
     target, design = ctrl.target, ctrl.design
     ring = target.ring
 
@@ -334,7 +340,7 @@ def test_the_cloud_injecting_a_fake_measurement_is_detected(four_tank):
 
 
 def test_after_a_detection_the_run_is_stopped(four_tank):
-    loop, ctrl = four_tank
+    loop, ctrl = four_tank_loop(), _fresh()
     C = loop.plant[2]
     xt = ctrl.encode_state()
     yt = ctrl.encode_input(C @ loop.x0)
@@ -344,6 +350,8 @@ def test_after_a_detection_the_run_is_stopped(four_tank):
         ctrl.decode_output(bad, yt)
     with pytest.raises(CiphertextIntegrityError, match="stopped"):
         ctrl.decode_output(ctrl.target.output(xt, yt), yt)
+    with pytest.raises(CiphertextIntegrityError, match="fresh keys"):
+        ctrl.encode_state()  # the key is retired: no second attempt for a tampering cloud
 
 
 # ---------------------------------------------------------------- what the cloud holds
@@ -411,6 +419,7 @@ def test_loop_order_ranges_and_options_are_checked():
     ut = ctrl.target.output(xt, yt)
     with pytest.raises(CiphertextIntegrityError):
         ctrl.decode_output(ut, ctrl.encode_input([0.2]))  # the reply to an earlier input
+    ctrl = encrypt_controller(pi_loop().controller, input_range=3, output_range=6, rng=0)
     xt = ctrl.encode_state()
     yt = ctrl.encode_input([0.1])
     ctrl.decode_output(ctrl.target.output(xt, yt), yt)

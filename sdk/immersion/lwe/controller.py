@@ -67,7 +67,7 @@ class WrapAroundError(ImmersionError, ValueError):
 
 class CiphertextIntegrityError(ImmersionError):
     """The cloud's reply fails the secret check rows: it was altered, replayed, or belongs to
-    another sample or key. ``u`` is withheld; the run is stopped (start a new one with fresh keys).
+    another sample or key. ``u`` is withheld and the handle retired: set up again with fresh keys.
     """
 
 
@@ -479,13 +479,10 @@ class ControllerTarget:
         return self.output(encoded_state, encoded_input), self.step(encoded_state, encoded_input)
 
     def public_arrays(self) -> dict[str, np.ndarray]:
-        """What a remote cloud needs: the design's public integers and the coefficient
-        ciphertexts (no key, no gain in the clear)."""
+        """What a remote cloud needs: the ring, the sizes and the coefficient ciphertexts (no key,
+        no gain, scale, range or plaintext modulus)."""
         d = self.design
-        header = np.array(
-            [d.degree, d.window, d.n_input, d.n_output, d.coefficient_bits, d.signal_bits],
-            dtype=np.int64,
-        )
+        header = np.array([d.degree, d.window, d.n_input, d.n_output], dtype=np.int64)
         return {
             "header": header,
             "primes": np.array(d.primes, dtype=np.int64),
@@ -503,7 +500,7 @@ class ControllerTarget:
             prg = np.asarray(arrays["prg"], dtype=np.uint8).tobytes().decode()
             if prg not in PRGS:
                 raise ValueError(f"unknown expander {prg!r}")
-            degree, window, n_y, n_u, f_c, f_v = (int(x) for x in arrays["header"])
+            degree, window, n_y, n_u = (int(x) for x in arrays["header"])
             primes = tuple(int(q) for q in arrays["primes"])
             theta_b = np.asarray(arrays["theta_b"], dtype=np.uint64)
             theta_a = np.asarray(arrays["theta_a"], dtype=np.uint64)
@@ -515,8 +512,9 @@ class ControllerTarget:
                 raise ValueError("the rows do not fit the ring")
         except (KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
             raise InvalidArgumentError("setup", f"malformed controller set-up ({exc})") from None
+        # the cloud needs the sizes only: no scale, range or plaintext modulus is sent
         design = ControllerDesign(
-            degree, primes, 0, None, f_c, f_v, window, n_y, n_u, (), 0, 0, (), (), prg
+            degree, primes, 0, None, 0, 0, window, n_y, n_u, (), 0, 0, (), (), prg
         )
         return cls(design, theta_b, theta_a)
 
@@ -601,6 +599,7 @@ class EncryptedController:
         self._encryptor = Encryptor(key, design.plaintext_modulus, range(design.n_slots))
         self._readers = key.ring.readers(design.read_positions)
         self._run: _Run | None = None
+        self._tampered: str | None = None  # set by the first failed check: the key is retired
         self._u_bound = design.signal_bounds[design.n_input :]
 
     # -- the loop
@@ -622,6 +621,12 @@ class EncryptedController:
                     "coding='lwe' starts the controller at rest (x0 = 0); a non-zero initial "
                     "state is not supported (let the controller settle from rest)",
                 )
+        if self._tampered:
+            raise CiphertextIntegrityError(
+                f"this handle saw a tampered reply ({self._tampered}); set up again with fresh "
+                "keys (encrypt_controller): reusing the key would let a tampering cloud learn "
+                "one bit per attempt"
+            )
         d = self.design
         self._run = _Run(inputs=[], u_prev=[0] * d.n_output)
         return np.zeros(self.target.n_state_encoded, dtype=np.uint32)
@@ -698,7 +703,7 @@ class EncryptedController:
         return np.array([math.ldexp(float(u), -d.signal_bits) for u in u_hat])
 
     def _fail(self, run: _Run, reason: str) -> np.ndarray:
-        run.failed = reason
+        run.failed = self._tampered = reason
         raise CiphertextIntegrityError(reason)
 
     def _started(self) -> _Run:
