@@ -162,6 +162,17 @@ def test_a_log_callable_that_raises_never_stops_the_service():
     assert stats["samples"] == 30
 
 
+def test_a_log_file_that_cannot_be_opened_is_refused_by_name(tmp_path):
+    for kwargs in (
+        {"log_file": tmp_path / "missing-folder" / "serve.log"},
+        {"log_file": tmp_path, "json_log": True},  # a folder
+        {"log_file": tmp_path / "serve.log", "log": print},
+    ):
+        with pytest.raises(InvalidArgumentError) as info:
+            Service("tcp://127.0.0.1:*", **kwargs)
+        assert info.value.argument == "log_file", kwargs
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a full disk)")
 def test_serve_on_a_full_disk_log_serves_and_exits_0():
