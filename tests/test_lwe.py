@@ -542,12 +542,14 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
     th_b, th_a, v_b, v_a = (residues(4, 3, 64) for _ in range(4))
     mono, readers = residues(5, 3, 64), residues(3, 3, 64)
     values = rng.integers(0, 2**25, (5, 3)).astype(np.uint64) % q
+    signed = rng.integers(-(2**40), 2**40, 64)
     window = np.stack([v_b[1:], v_a[1:]], axis=1).astype(np.uint32)
     companions = kernels.shoup(ring._psi_rev, q), kernels.shoup(ring._psi_inv_rev, q)
 
     def run():
         return [
             kernels.ntt(a.copy(), ring._psi_rev, companions[0], q),
+            kernels.ntt_signed(signed, ring._psi_rev, companions[0], q),
             kernels.intt(a.copy(), ring._psi_inv_rev, companions[1], q),
             kernels.mul_fixed(a, s, kernels.shoup(s, q), q),
             kernels.zero(a, s, kernels.shoup(s, q), te, q),

@@ -57,6 +57,20 @@ def ntt(a: np.ndarray, psi: np.ndarray, psi_s: np.ndarray, q: np.ndarray) -> np.
 
 
 @njit
+def ntt_signed(c: np.ndarray, psi: np.ndarray, psi_s: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The NTT of signed int64 coefficients, reduced modulo each prime on the way in."""
+    L, n = psi.shape[0], c.shape[0]
+    a = np.empty((L, n), dtype=np.uint64)
+    for row in range(L):
+        ql = np.int64(q[row])
+        x = a[row].view(np.int64)
+        for k in range(n):
+            r = c[k] % ql
+            x[k] = r + ((r >> 63) & ql)
+    return ntt(a, psi, psi_s, q)
+
+
+@njit
 def intt(a: np.ndarray, psi: np.ndarray, psi_s: np.ndarray, q: np.ndarray) -> np.ndarray:
     L, n = a.shape
     for row in range(L):
@@ -214,3 +228,24 @@ def decrypt_read(
         for p in range(positions):
             out[p, row] = _reduce(acc[p], ql, qf)
     return out.view(np.uint64)
+
+
+@njit
+def reject_uniform(words: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray, bool]:
+    """Row ``i``: the first ``n`` values ``w >> 39`` of ``words[i]`` below ``q[i]``; False if a
+    row ran short (then the caller draws more)."""
+    L = words.shape[0]
+    out = np.empty((L, n), dtype=np.uint64)
+    for row in range(L):
+        ql = q[row]
+        k = 0
+        for w in words[row]:
+            v = w >> np.uint64(39)
+            if v < ql:
+                out[row, k] = v
+                k += 1
+                if k == n:
+                    break
+        if k < n:
+            return out, False
+    return out, True

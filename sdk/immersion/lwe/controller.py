@@ -404,8 +404,8 @@ class ControllerTarget:
     def __init__(self, design: ControllerDesign, theta_b: np.ndarray, theta_a: np.ndarray) -> None:
         self.design = design
         self.theta_b, self.theta_a = theta_b, theta_a
-        self._readers: np.ndarray | None = None
         self._last: tuple[bytes, np.ndarray] | None = None
+        self._readers: np.ndarray | None = None
 
     @property
     def ring(self) -> RnsRing:
@@ -516,7 +516,12 @@ class ControllerTarget:
         design = ControllerDesign(
             degree, primes, 0, None, 0, 0, window, n_y, n_u, (), 0, 0, (), (), prg
         )
-        return cls(design, theta_b, theta_a)
+        target = cls(design, theta_b, theta_a)
+        target.ring.readers(design.read_positions)  # set-up work, not the first sample's
+        return target
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_last": None, "_readers": None}  # caches are rebuilt
 
     def __repr__(self) -> str:
         d = self.design

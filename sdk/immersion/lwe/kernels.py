@@ -56,6 +56,32 @@ def ntt(a: np.ndarray, psi: np.ndarray, psi_s: np.ndarray, q: np.ndarray) -> np.
     return a
 
 
+def reject_uniform(words: np.ndarray, q: np.ndarray, n: int) -> np.ndarray | None:
+    """Row ``i``: the first ``n`` of ``words[i] >> 39`` below ``q[i]`` (uniform residues), or
+    None if a row ran short."""
+    fast = _numba()
+    if fast is not None:
+        out, full = fast.reject_uniform(words, q, n)
+        return out if full else None
+    out = np.empty((words.shape[0], n), dtype=np.uint64)
+    for row, ql in enumerate(q):
+        top = words[row] >> np.uint64(39)
+        kept = top[top < ql]
+        if kept.size < n:
+            return None
+        out[row] = kept[:n]
+    return out
+
+
+def ntt_signed(c: np.ndarray, psi: np.ndarray, psi_s: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The NTT, ``(L, N)``, of a polynomial with signed int64 coefficients ``c`` (``(N,)``)."""
+    fast = _numba()
+    if fast is not None:
+        return fast.ntt_signed(c, psi, psi_s, q)
+    residues = (c[None, :] % q.astype(np.int64)[:, None]).astype(np.uint64)
+    return ntt(residues, psi, psi_s, q)
+
+
 def intt(a: np.ndarray, psi_inv: np.ndarray, psi_inv_s: np.ndarray, q: np.ndarray) -> np.ndarray:
     """In-place inverse of :func:`ntt`, without the final factor ``N^-1``."""
     fast = _numba()

@@ -39,22 +39,19 @@ _EXTRA_WORDS = 128
 def expand_uniform(ring: RnsRing, seed: bytes, prg: str) -> np.ndarray:
     """The uniform polynomial ``a`` of a ciphertext, ``(L, N)`` uint64 residues, from its seed.
 
-    Residue row ``i`` takes the top 25 bits of the 64-bit words of stream vector ``i`` (then
-    ``L + i``, ``2L + i`` ... if ever short) and keeps those below ``q_i``: exactly uniform.
-    Uniform in the coefficient domain is uniform in the NTT domain, so ``a`` is drawn in NTT form.
+    Residue row ``i`` takes the top 25 bits of the 64-bit words of stream vector ``i`` and keeps
+    those below ``q_i``: exactly uniform (if a row ever ran short, below ``2^-100``, all rows are
+    drawn again from the stream of ``SHA-256(seed, attempt)``). Uniform in the coefficient
+    domain is uniform in the NTT domain, so ``a`` is drawn in NTT form.
     """
     n, L = ring.degree, ring.n_primes
-    out = np.empty((L, n), dtype=np.uint64)
     width = n + n // 16 + _EXTRA_WORDS  # primes lie within 3 % of 2^25: 6 % spare words
-    words = public_vectors(seed, 0, L, width, prg) >> np.uint64(39)
-    for row, q in enumerate(ring.primes):
-        kept = words[row][words[row] < q]
-        block = 1
-        while kept.size < n:  # below 2^-100 per row; still drawn from the stream if it happens
-            more = public_vectors(seed, row + block * L, 1, width, prg)[0] >> np.uint64(39)
-            kept = np.concatenate([kept, more[more < q]])
-            block += 1
-        out[row] = kept[:n]
+    out = kernels.reject_uniform(public_vectors(seed, 0, L, width, prg), ring.q[:, 0], n)
+    attempt = 1
+    while out is None:
+        again = hashlib.sha256(seed + attempt.to_bytes(4, "little")).digest()[:16]
+        out = kernels.reject_uniform(public_vectors(again, 0, L, width, prg), ring.q[:, 0], n)
+        attempt += 1
     return out
 
 
@@ -107,6 +104,7 @@ class RlweSecretKey:
         self.s2 = ring.mul(self.s, self.s)
         self._s_s, self._s2_s = kernels.shoup(self.s, q), kernels.shoup(self.s2, q)
         self._error_key = hashlib.shake_256(b"immersion-rlwe-e-key" + master).digest(16)
+        self._t: tuple[int, np.ndarray, np.ndarray] | None = None  # t modulo q, with companion
         self.fingerprint = hashlib.sha256(b"immersion-rlwe-fp" + master).hexdigest()[:16]
 
     @classmethod
@@ -157,8 +155,10 @@ class RlweSecretKey:
         seed = self.seed(index)
         a = expand_uniform(ring, seed, self.prg)
         e = ring.ntt(self.error(index))
-        t_mod = np.broadcast_to(ring.scalar(t), e.shape)
-        te = kernels.mul_fixed(e, t_mod, kernels.shoup(np.ascontiguousarray(t_mod), q), q)
+        if self._t is None or self._t[0] != t:
+            t_mod = np.ascontiguousarray(np.broadcast_to(ring.scalar(t), e.shape))
+            self._t = (t, t_mod, kernels.shoup(t_mod, q))
+        te = kernels.mul_fixed(e, self._t[1], self._t[2], q)
         return seed, kernels.zero(a, self.s, self._s_s, te, q), a
 
     def decrypt(

@@ -153,6 +153,7 @@ class RnsRing:
         self._points = points
         self._n_inv = np.array([pow(degree, -1, q) for q in self.primes], dtype=np.uint64)[:, None]
         self._crt = [(self.modulus // q) * pow(self.modulus // q, -1, q) for q in self.primes]
+        self._readers: dict[tuple[int, ...], np.ndarray] = {}
 
     @property
     def n_primes(self) -> int:
@@ -188,7 +189,9 @@ class RnsRing:
 
     def ntt(self, coeffs: Any) -> np.ndarray:
         """The NTT form of a polynomial given by signed integer coefficients ``(N,)``."""
-        return self.ntt_residues(self.residues(coeffs))
+        return kernels.ntt_signed(
+            np.asarray(coeffs, dtype=np.int64), self._psi_rev, self._psi_rev_s, self.q[:, 0]
+        )
 
     def ntt_residues(self, a: np.ndarray) -> np.ndarray:
         """Forward negacyclic NTT of ``(L, N)`` residues (Cooley-Tukey, bit-reversed output)."""
@@ -217,7 +220,13 @@ class RnsRing:
 
     def readers(self, positions: Sequence[int]) -> np.ndarray:
         """``N^-1 w_k^-p`` for each position ``p``: coefficient ``p`` of ``a`` in NTT form is
-        ``sum_k a^_k r[p, k] (mod q)``. Shape ``(len, L, N)``."""
+        ``sum_k a^_k r[p, k] (mod q)``. Shape ``(len, L, N)``; computed once per positions."""
+        key = tuple(int(p) for p in positions)
+        if key not in self._readers:
+            self._readers[key] = self._make_readers(key)
+        return self._readers[key]
+
+    def _make_readers(self, positions: Sequence[int]) -> np.ndarray:
         out = np.empty((len(positions), self.n_primes, self.degree), dtype=np.uint64)
         for i, p in enumerate(positions):
             for j, q in enumerate(self.primes):
