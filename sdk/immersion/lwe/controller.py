@@ -397,6 +397,13 @@ class ControllerTarget:
     Wire formats (uint32 arrays): input ``[seed (4 words), b (L N)]``; output ``[c0 at the read
     coefficients (rows L), c1 (L N), c2 (L N)]``; state ``[b, a]`` of the last ``W`` inputs
     (``W 2 L N``), newest first.
+
+    Parameters
+    ----------
+    design:
+        The design (its ring and sizes; the cloud's copy carries no scale or range).
+    theta_b, theta_a:
+        The ``W + 1`` coefficient ciphertexts, ``(W + 1, L, N)`` uint64 in NTT form.
     """
 
     coding = "lwe"
@@ -451,7 +458,15 @@ class ControllerTarget:
         return self._last[1]
 
     def output(self, encoded_state: Any, encoded_input: Any) -> np.ndarray:
-        """The degree-2 ciphertext of ``u_k``: ``sum_j Phi_j (x) v_(k-j)`` (W + 1 products)."""
+        """The degree-2 ciphertext of ``u_k``: ``sum_j Phi_j (x) v_(k-j)`` (W + 1 products).
+
+        Parameters
+        ----------
+        encoded_state:
+            The window of the last ``W`` input ciphertexts (wire format above).
+        encoded_input:
+            This sample's input ciphertext.
+        """
         seed, b = self._input(encoded_input)
         window = self._state(encoded_state)
         a = self._expand(seed)
@@ -466,7 +481,13 @@ class ControllerTarget:
         )
 
     def step(self, encoded_state: Any, encoded_input: Any) -> np.ndarray:
-        """The next state: the input joins the window, the oldest leaves."""
+        """The next state: the input joins the window, the oldest leaves.
+
+        Parameters
+        ----------
+        encoded_state, encoded_input:
+            As in :meth:`output`.
+        """
         seed, b = self._input(encoded_input)
         window = self._state(encoded_state)
         if not self.design.window:
@@ -475,7 +496,13 @@ class ControllerTarget:
         return np.concatenate([fresh, window[:-1]]).reshape(-1)
 
     def advance(self, encoded_state: Any, encoded_input: Any) -> tuple[np.ndarray, np.ndarray]:
-        """``(output, next state)`` of one sample (the service's entry point)."""
+        """``(output, next state)`` of one sample (the service's entry point).
+
+        Parameters
+        ----------
+        encoded_state, encoded_input:
+            As in :meth:`output`.
+        """
         return self.output(encoded_state, encoded_input), self.step(encoded_state, encoded_input)
 
     def public_arrays(self) -> dict[str, np.ndarray]:
@@ -493,7 +520,13 @@ class ControllerTarget:
 
     @classmethod
     def from_public_arrays(cls, arrays: dict[str, np.ndarray]) -> ControllerTarget:
-        """Rebuild the target from :meth:`public_arrays` (checked; the bounds are not needed)."""
+        """Rebuild the target from :meth:`public_arrays` (checked; the bounds are not needed).
+
+        Parameters
+        ----------
+        arrays:
+            What :meth:`public_arrays` returned (a set-up received by the cloud).
+        """
         from .keys import PRGS
 
         try:
@@ -545,7 +578,15 @@ class _Run:
 
 class FixedPointTwin:
     """The same integers without encryption: ``U = sum_j Phi^_j v^_(k-j)``, ``u^ = round(U /
-    2^f_c)``, ``u = u^ 2^-f_v`` (what :meth:`EncryptedController.decode_output` must equal)."""
+    2^f_c)``, ``u = u^ 2^-f_v`` (what :meth:`EncryptedController.decode_output` must equal).
+
+    Parameters
+    ----------
+    design:
+        The controller's design (scales, window).
+    quant:
+        The quantised ``Phi^_j``, one list of rows per lag.
+    """
 
     def __init__(self, design: ControllerDesign, quant: list[list[list[int]]]) -> None:
         self.design, self._quant = design, quant
@@ -553,7 +594,13 @@ class FixedPointTwin:
         self._u_prev = [0] * design.n_output
 
     def output(self, y: Any) -> np.ndarray:
-        """``u_k`` for measurement ``y_k`` (the twin feeds its own ``u`` back)."""
+        """``u_k`` for measurement ``y_k`` (the twin feeds its own ``u`` back).
+
+        Parameters
+        ----------
+        y:
+            The measurement ``y_k``.
+        """
         d = self.design
         v = [math.floor(math.ldexp(float(x), d.signal_bits) + 0.5) for x in y] + self._u_prev
         self._inputs = [v] + self._inputs[: d.window]
@@ -582,6 +629,23 @@ class EncryptedController:
         yt = ctrl.encode_input(y)                                 # plant: y_k and u_(k-1)
         u = ctrl.decode_output(ctrl.target.output(xt, yt), yt)    # cloud, then plant
         xt = ctrl.target.step(xt, yt)                             # cloud
+
+    Parameters
+    ----------
+    design:
+        The design (ring, scales, proven bounds).
+    key:
+        The secret key.
+    quant:
+        The quantised coefficients (for the twin; never used per sample).
+    history:
+        The history form (for the report's residual and ``x0``'s size).
+    target:
+        The cloud's part, handed over once.
+    input_range, output_range:
+        The promised bounds on ``|y|`` and ``|u|``.
+    tag:
+        The check rows' secrets ``(rho, kappa)``.
     """
 
     coding = "lwe"
@@ -611,8 +675,11 @@ class EncryptedController:
     def encode_state(self, x0: Any = None) -> np.ndarray:
         """Start a run with the controller at rest; the cloud's state is the empty window.
 
-        ``x0`` must be None or zero: the history form starts from rest (a non-zero initial
-        state would need its response ``H F_R^k x0`` added, which is controller work).
+        Parameters
+        ----------
+        x0:
+            None or zero: the history form starts from rest (a non-zero initial state would
+            need its response ``H F_R^k x0`` added, which is controller work).
         """
         if x0 is not None:
             x = finite_array("x0", x0)
@@ -637,11 +704,23 @@ class EncryptedController:
         return np.zeros(self.target.n_state_encoded, dtype=np.uint32)
 
     def precompute(self, count: int) -> None:
-        """Compute ``count`` encryptions of zero ahead (the offline part of encryption)."""
+        """Compute ``count`` encryptions of zero ahead (the offline part of encryption).
+
+        Parameters
+        ----------
+        count:
+            How many.
+        """
         self._encryptor.precompute(count)
 
     def encode_input(self, y: Any) -> np.ndarray:
-        """Encrypt ``v_k = [y_k; u_(k-1)]`` (range-checked) as one ciphertext."""
+        """Encrypt ``v_k = [y_k; u_(k-1)]`` (range-checked) as one ciphertext.
+
+        Parameters
+        ----------
+        y:
+            The measurement ``y_k``, within ``input_range``.
+        """
         run = self._started()
         d = self.design
         values = finite_array("y", y).reshape(-1)
@@ -663,7 +742,15 @@ class EncryptedController:
         return words
 
     def decode_output(self, encoded_output: Any, encoded_input: Any) -> np.ndarray:
-        """Decrypt ``u_k``, check the tag, round; raise instead of returning a wrong ``u``."""
+        """Decrypt ``u_k``, check the tag, round; raise instead of returning a wrong ``u``.
+
+        Parameters
+        ----------
+        encoded_output:
+            The cloud's reply to ``encoded_input``.
+        encoded_input:
+            The input this handle encoded last.
+        """
         run = self._started()
         d = self.design
         if run.failed:
