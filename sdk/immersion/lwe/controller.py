@@ -233,9 +233,7 @@ def _candidate(
     return f_c, quant, bounds, max(rows), errors
 
 
-def _noise_bound(
-    degree: int, t: int, window: int, quant: list[list[list[int]]], bounds: list[int]
-) -> int:
+def _noise_bound(degree: int, t: int, quant: list[list[list[int]]], bounds: list[int]) -> int:
     """Worst case of a decrypted coefficient at a read position (module docstring of
     :mod:`.rlwe`): per product ``m_Phi m_v + t (m_Phi e_v + e_Phi m_v) + t^2 e_Phi e_v``."""
     b = ERROR_BOUND
@@ -246,7 +244,6 @@ def _noise_bound(
         phi_l1 = sum(abs(x) for row in q for x in row) + CHECK_ROWS * n_v * (t // 2)
         message = (t // 2) * s_v  # a check row's coefficients are below t / 2
         total += message + t * b * (phi_l1 + s_v) + t * t * degree * b * b
-    del window
     return total
 
 
@@ -362,7 +359,7 @@ def _best_for_ring(
                 best = (score, f_c, f_v, quant, bounds, message, errors)
         if best is not None:
             _, f_c, f_v, quant, bounds, message, errors = best
-            noise = _noise_bound(degree, t, window, quant, bounds)
+            noise = _noise_bound(degree, t, quant, bounds)
             if noise < modulus // 2:
                 return f_c, f_v, t, bounds, message, noise, errors
         t_bits -= 1

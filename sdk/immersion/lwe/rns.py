@@ -173,20 +173,11 @@ class RnsRing:
         """``a + b mod q``."""
         return (a + b) % self.q
 
-    def neg(self, a: np.ndarray) -> np.ndarray:
-        """``-a mod q``."""
-        return (self.q - a) % self.q
-
     def scalar(self, value: int) -> np.ndarray:
         """The integer ``value`` modulo each prime, ``(L, 1)``."""
         return np.array([[int(value) % q] for q in self.primes], dtype=np.uint64)
 
     # ------------------------------------------------------------------ transforms
-    def residues(self, coeffs: Any) -> np.ndarray:
-        """Signed integer coefficients ``(N,)`` (int64) as ``(L, N)`` residues."""
-        c = np.asarray(coeffs, dtype=np.int64)[None, :]
-        return (c % self.q.astype(np.int64)).astype(np.uint64)
-
     def ntt(self, coeffs: Any) -> np.ndarray:
         """The NTT form of a polynomial given by signed integer coefficients ``(N,)``."""
         return kernels.ntt_signed(
