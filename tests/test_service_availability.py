@@ -631,6 +631,10 @@ def test_every_refused_handshake_is_counted_by_cause_and_logged(keyed, tmp_path)
         with pytest.raises(AuthenticationError):
             channel.request(b"hello")
         channel.close()
+    # Which side of a NULL-to-CURVE handshake sees the mismatch first is a race (a client that
+    # hangs up first leaves the server a "closed" event), so also greet it in ZMTP 3.0 with
+    # mechanism NULL from a raw socket that waits for the server to hang up.
+    _greet_with_null_mechanism(service.address)
 
     def counted() -> bool:
         failed = service.stats()["handshakes"]["failed"]
@@ -645,6 +649,17 @@ def test_every_refused_handshake_is_counted_by_cause_and_logged(keyed, tmp_path)
     assert {"cryptographic", "mechanism-mismatch"} <= causes
     (denied, *_) = _events(logs, "denied")
     assert denied["address"] == "127.0.0.1" and denied["client"] == strange.fingerprint
+
+
+def _greet_with_null_mechanism(address: str) -> None:
+    """Send a ZMTP 3.0 greeting with mechanism NULL and wait until the server hangs up."""
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    greeting = b"\xff" + bytes(8) + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\0")
+    greeting += bytes(1 + 31)  # as-server = 0, filler
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(greeting)
+        while raw.recv(4096):  # the server's greeting, then end of stream when it hangs up
+            pass
 
 
 def test_after_a_stop_the_client_error_names_the_stop_not_the_message_size():
