@@ -540,24 +540,41 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
 
     a, s, s2, te, b0 = (residues(3, 64) for _ in range(5))
     th_b, th_a, v_b, v_a = (residues(4, 3, 64) for _ in range(4))
-    mono, readers = residues(5, 3, 64), residues(3, 3, 64)
+    mono, readers = residues(5, 3, 64), residues(3, 3, 64).astype(np.int32)
     values = rng.integers(0, 2**25, (5, 3)).astype(np.uint64) % q
     signed = rng.integers(-(2**40), 2**40, 64)
+    scale = rng.integers(0, 2**25, 3).astype(np.uint64) % q
     window = np.stack([v_b[1:], v_a[1:]], axis=1).astype(np.uint32)
-    companions = kernels.shoup(ring._psi_rev, q), kernels.shoup(ring._psi_inv_rev, q)
+    c1, c2 = a.astype(np.uint32), b0.astype(np.uint32)
+    uniform = rng.integers(0, 2**64, 1000, dtype=np.uint64)
+    thresholds = np.sort(rng.integers(0, 2**64, 40, dtype=np.uint64))
+    q_of = kernels.quotients
+    bad = c1.copy()
+    bad[1, 7] = q[1]  # a word that is not a residue
 
     def run():
         return [
-            kernels.ntt(a.copy(), ring._psi_rev, companions[0], q),
-            kernels.ntt_signed(signed, ring._psi_rev, companions[0], q),
-            kernels.intt(a.copy(), ring._psi_inv_rev, companions[1], q),
-            kernels.mul_fixed(a, s, kernels.shoup(s, q), q),
-            kernels.zero(a, s, kernels.shoup(s, q), te, q),
-            kernels.add_sparse(b0, mono, values, q),
-            *kernels.products(th_b, th_a, v_b[0], v_a[0], window, readers, q),
-            kernels.decrypt_read(
-                a, b0, (s, kernels.shoup(s, q)), (s2, kernels.shoup(s2, q)), readers, q
+            kernels.ntt(a.copy(), ring._psi_rev, ring._psi_rev_q, q),
+            kernels.ntt_signed(signed, scale, ring._psi_rev, ring._psi_rev_q, q),
+            kernels.intt(a.copy(), ring._psi_inv_rev, ring._psi_inv_rev_q, q),
+            kernels.zero(a, s.astype(np.float64), q_of(s, q), te, q),
+            kernels.add_sparse(
+                b0, kernels.centred(mono, q), kernels.centred(values[:, :, None], q)[:, :, 0], q
             ),
+            kernels.products(
+                kernels.centred(th_b, q),
+                kernels.centred(th_a, q),
+                v_b[0].astype(np.uint32),
+                v_a[0],
+                window,
+                readers,
+                q,
+            ),
+            *kernels.decrypt_read(c1, c2, s.astype(np.float64), s2.astype(np.float64), readers, q),
+            kernels.sample_cdt(uniform, thresholds),
+            kernels.decrypt_read(bad, c2, s.astype(np.float64), s2.astype(np.float64), readers, q)[
+                1
+            ],
         ]
 
     fast = run()
@@ -569,8 +586,12 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
     finally:
         monkeypatch.delenv("IMMERSION_NO_NUMBA")
         kernels._numba.cache_clear()
+    assert fast[7] is True and fast[-1] is False  # the residue check of c1, c2
     for x, y in zip(fast, slow, strict=True):
-        assert x.dtype == np.uint64 and np.array_equal(x, y)
+        if isinstance(x, bool):
+            assert x is y
+        else:
+            assert x.dtype == y.dtype and np.array_equal(x, y)
 
 
 def test_remote_lwe_bench_reports_round_trips_bytes_and_the_local_ratio():

@@ -408,8 +408,8 @@ class ControllerTarget:
     def __init__(self, design: ControllerDesign, theta_b: np.ndarray, theta_a: np.ndarray) -> None:
         self.design = design
         self.theta_b, self.theta_a = theta_b, theta_a
-        self._last: tuple[bytes, np.ndarray] | None = None
-        self._readers: np.ndarray | None = None
+        self._last: tuple[bytes, np.ndarray, np.ndarray] | None = None  # seed, a, a as uint32
+        self._prepared: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def ring(self) -> RnsRing:
@@ -436,7 +436,7 @@ class ControllerTarget:
                 f"expected {self.n_input_encoded} uint32 words, got {words.dtype} {words.shape}",
             )
         shape = (len(self.design.primes), self.design.degree)
-        return words[:4].tobytes(), words[4:].reshape(shape).astype(np.uint64)
+        return words[:4].tobytes(), words[4:].reshape(shape)
 
     def _state(self, encoded_state: Any) -> np.ndarray:
         words = np.asarray(encoded_state)
@@ -448,11 +448,26 @@ class ControllerTarget:
         d = self.design
         return words.reshape(d.window, 2, len(d.primes), d.degree)
 
-    def _expand(self, seed: bytes) -> np.ndarray:
-        """``a`` of an input ciphertext (the last one is kept: output and step share it)."""
+    def _expand(self, seed: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """``a`` of an input ciphertext, uint64 and uint32 (the last one is kept: output and
+        step share it)."""
         if self._last is None or self._last[0] != seed:
-            self._last = (seed, expand_uniform(self.ring, seed, self.design.prg))
-        return self._last[1]
+            a = expand_uniform(self.ring, seed, self.design.prg)
+            self._last = (seed, a, a.astype(np.uint32))
+        return self._last[1], self._last[2]
+
+    def _operands(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The coefficient ciphertexts as the kernels read them (centred float64) and the
+        readers (int32): set-up work, done once."""
+        if self._prepared is None:
+            q = self.ring.q[:, 0]
+            readers = self.ring.readers(self.design.read_positions).astype(np.int32)
+            self._prepared = (
+                kernels.centred(self.theta_b, q),
+                kernels.centred(self.theta_a, q),
+                readers,
+            )
+        return self._prepared
 
     def output(self, encoded_state: Any, encoded_input: Any) -> np.ndarray:
         """The degree-2 ciphertext of ``u_k``: ``sum_j Phi_j (x) v_(k-j)`` (W + 1 products).
@@ -466,16 +481,10 @@ class ControllerTarget:
         """
         seed, b = self._input(encoded_input)
         window = self._state(encoded_state)
-        a = self._expand(seed)
-        ring = self.ring
-        if self._readers is None:
-            self._readers = ring.readers(self.design.read_positions)
-        c0_read, c1, c2 = kernels.products(  # c0 read at the rows' coefficients: (rows, L)
-            self.theta_b, self.theta_a, b, a, window, self._readers, ring.q[:, 0]
-        )
-        return np.concatenate([c0_read.reshape(-1), c1.reshape(-1), c2.reshape(-1)]).astype(
-            np.uint32
-        )
+        a, _ = self._expand(seed)
+        theta_b, theta_a, readers = self._operands()
+        # c0 read at the rows' coefficients (rows, L), then c1 and c2: the wire's words
+        return kernels.products(theta_b, theta_a, b, a, window, readers, self.ring.q[:, 0])
 
     def step(self, encoded_state: Any, encoded_input: Any) -> np.ndarray:
         """The next state: the input joins the window, the oldest leaves.
@@ -489,8 +498,10 @@ class ControllerTarget:
         window = self._state(encoded_state)
         if not self.design.window:
             return window.reshape(-1)
-        fresh = np.stack([b, self._expand(seed)]).astype(np.uint32)[None]
-        return np.concatenate([fresh, window[:-1]]).reshape(-1)
+        out = np.empty_like(window)
+        out[0, 0], out[0, 1] = b, self._expand(seed)[1]
+        out[1:] = window[:-1]
+        return out.reshape(-1)
 
     def advance(self, encoded_state: Any, encoded_input: Any) -> tuple[np.ndarray, np.ndarray]:
         """``(output, next state)`` of one sample (the service's entry point).
@@ -547,11 +558,11 @@ class ControllerTarget:
             degree, primes, 0, None, 0, 0, window, n_y, n_u, (), 0, 0, (), (), prg
         )
         target = cls(design, theta_b, theta_a)
-        target.ring.readers(design.read_positions)  # set-up work, not the first sample's
+        target._operands()  # set-up work, not the first sample's
         return target
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_last": None, "_readers": None}  # caches are rebuilt
+        return {**self.__dict__, "_last": None, "_prepared": None}  # caches are rebuilt
 
     def __repr__(self) -> str:
         d = self.design
@@ -663,7 +674,7 @@ class EncryptedController:
         self.input_range, self.output_range = input_range, output_range
         self._rho, self._kappa = tag
         self._encryptor = Encryptor(key, design.plaintext_modulus, range(design.n_slots))
-        self._readers = key.ring.readers(design.read_positions)
+        self._readers = key.ring.readers(design.read_positions).astype(np.int32)
         self._run: _Run | None = None
         self._tampered: str | None = None  # set by the first failed check: the key is retired
         self._u_bound = design.signal_bounds[design.n_input :]
@@ -732,9 +743,9 @@ class EncryptedController:
         ct = self._encryptor.encrypt(v)
         run.inputs = [v] + run.inputs[: d.window]
         run.pending = ct.seed
-        words = np.concatenate(
-            [np.frombuffer(ct.seed, dtype=np.uint32), ct.b.reshape(-1).astype(np.uint32)]
-        )
+        words = np.empty(4 + ct.b.size, dtype=np.uint32)
+        words[:4] = np.frombuffer(ct.seed, dtype=np.uint32)
+        words[4:] = ct.b.reshape(-1)
         run.seconds["encrypt"] += time.perf_counter() - tick
         return words
 
@@ -763,12 +774,13 @@ class EncryptedController:
             return self._fail(run, f"a reply of {ut.dtype} {ut.shape}, not the expected form")
         L, n, rows = len(d.primes), d.degree, d.rows
         c0 = ut[: rows * L].reshape(rows, L).astype(np.uint64)
-        c1 = ut[rows * L : rows * L + L * n].reshape(L, n).astype(np.uint64)
-        c2 = ut[rows * L + L * n :].reshape(L, n).astype(np.uint64)
-        q = self._key.ring.q
-        if np.any(c0 >= q[:, 0]) or np.any(c1 >= q) or np.any(c2 >= q):
+        c1 = ut[rows * L : rows * L + L * n].reshape(L, n)
+        c2 = ut[rows * L + L * n :].reshape(L, n)
+        values = None
+        if not np.any(c0 >= self._key.ring.q[:, 0]):
+            values = self._key.decrypt(c0, c1, c2, self._readers)
+        if values is None:
             return self._fail(run, "a reply word is not a residue")
-        values = self._key.decrypt(c0, c1, c2, self._readers)
         t = d.plaintext_modulus
         mod_t = [((x + t // 2) % t) - t // 2 for x in values]  # centred modulo t
         totals = mod_t[: d.n_output]

@@ -1,10 +1,12 @@
 """Hot integer loops of the RLWE controller: the negacyclic NTT, products with a fixed key,
 encryption's sparse sums, the cloud's sums of products and the plant's reading of them.
 
-Each function has a numpy form (always there) and a numba form (extra ``lwe``; compiled at first
-use and cached on disk, :mod:`._numba_kernels`). Both compute the same integers: residues below
-``2^25``, products below ``2^50``, exact reductions. Arrays are ``(L, N)`` uint64 residues, one
-row per RNS prime ``q`` (``(L,)`` uint64). Set ``IMMERSION_NO_NUMBA=1`` to force the numpy forms.
+Each function has a numpy form (always there, in exact integers) and a numba form (extra ``lwe``;
+compiled at first use and cached on disk, :mod:`._numba_kernels`, exact integers held in float64
+lanes). Both compute the same integers: residues below ``2^25``, products below ``2^50``, exact
+reductions. Arrays are ``(L, N)`` residues, one row per RNS prime ``q`` (``(L,)`` uint64); a fixed
+multiplier ``w`` comes with its quotient ``w / q`` (:func:`quotients`), which only the numba form
+reads. Set ``IMMERSION_NO_NUMBA=1`` to force the numpy forms.
 """
 
 from __future__ import annotations
@@ -32,16 +34,24 @@ def available() -> bool:
     return _numba() is not None
 
 
-def shoup(w: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``floor(w 2^32 / q)`` per residue (the companion of a fixed multiplier)."""
-    return (w << np.uint64(32)) // q.reshape((-1,) + (1,) * (w.ndim - 1))
+def quotients(w: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``w / q`` as float64 per residue (the companion of a fixed multiplier; IEEE division is
+    correctly rounded, so the table is the same on every CPU)."""
+    return w.astype(np.float64) / q.reshape((-1,) + (1,) * (w.ndim - 1)).astype(np.float64)
 
 
-def ntt(a: np.ndarray, psi: np.ndarray, psi_s: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """In-place forward negacyclic NTT (Cooley-Tukey, bit-reversed output)."""
+def centred(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Residues ``(..., L, N)`` as float64 in ``(-q/2, q/2]`` (operands of long sums)."""
+    qf = q.astype(np.float64)[:, None]
+    xf = x.astype(np.float64)
+    return xf - qf * (xf > qf / 2)
+
+
+def ntt(a: np.ndarray, psi: np.ndarray, psi_q: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """In-place forward negacyclic NTT (Cooley-Tukey, bit-reversed output) of uint64 residues."""
     fast = _numba()
-    if fast is not None:
-        return fast.ntt(a, psi, psi_s, q)
+    if fast is not None and a.shape[1] >= 8:  # its last three stages are unrolled
+        return fast.ntt(a, psi, psi_q, q)
     L, n = a.shape
     qq = q[:, None, None]
     m, t = 1, n
@@ -73,20 +83,31 @@ def reject_uniform(words: np.ndarray, q: np.ndarray, n: int) -> np.ndarray | Non
     return out
 
 
-def ntt_signed(c: np.ndarray, psi: np.ndarray, psi_s: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """The NTT, ``(L, N)``, of a polynomial with signed int64 coefficients ``c`` (``(N,)``)."""
+def ntt_signed(
+    c: np.ndarray, scale: np.ndarray, psi: np.ndarray, psi_q: np.ndarray, q: np.ndarray
+) -> np.ndarray:
+    """The NTT, ``(L, N)`` uint64, of ``scale c`` modulo each prime: ``c`` signed int64
+    coefficients (``|c| < 2^53``), ``scale`` one residue per prime (``(L,)`` uint64)."""
+    fast = _numba()
+    if fast is not None and c.shape[0] >= 8:
+        return fast.ntt_signed(c, scale, psi, psi_q, q)
+    residues = (c[None, :] % q.astype(np.int64)[:, None]).astype(np.uint64)
+    return ntt(residues * scale[:, None] % q[:, None], psi, psi_q, q)
+
+
+def sample_cdt(uniform: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """int64 count of ``thresholds`` (sorted uint64) at or below each uniform uint64 word."""
     fast = _numba()
     if fast is not None:
-        return fast.ntt_signed(c, psi, psi_s, q)
-    residues = (c[None, :] % q.astype(np.int64)[:, None]).astype(np.uint64)
-    return ntt(residues, psi, psi_s, q)
+        return fast.sample_cdt(uniform, thresholds)
+    return np.searchsorted(thresholds, uniform, side="right").astype(np.int64)
 
 
-def intt(a: np.ndarray, psi_inv: np.ndarray, psi_inv_s: np.ndarray, q: np.ndarray) -> np.ndarray:
+def intt(a: np.ndarray, psi_inv: np.ndarray, psi_inv_q: np.ndarray, q: np.ndarray) -> np.ndarray:
     """In-place inverse of :func:`ntt`, without the final factor ``N^-1``."""
     fast = _numba()
     if fast is not None:
-        return fast.intt(a, psi_inv, psi_inv_s, q)
+        return fast.intt(a, psi_inv, psi_inv_q, q)
     L, n = a.shape
     qq = q[:, None, None]
     m, t = n, 1
@@ -102,34 +123,30 @@ def intt(a: np.ndarray, psi_inv: np.ndarray, psi_inv_s: np.ndarray, q: np.ndarra
     return a
 
 
-def mul_fixed(x: np.ndarray, w: np.ndarray, ws: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``x w mod q``, ``w`` a fixed multiplier with companion ``ws`` (:func:`shoup`)."""
-    fast = _numba()
-    if fast is not None:
-        return fast.mul_fixed(x, w, ws, q)
-    return (x * w) % q[:, None]
-
-
 def zero(
-    a: np.ndarray, s: np.ndarray, s_s: np.ndarray, te: np.ndarray, q: np.ndarray
+    a: np.ndarray, s: np.ndarray, s_q: np.ndarray, te: np.ndarray, q: np.ndarray
 ) -> np.ndarray:
-    """``b0 = t e - a s mod q``, the part of an encryption that does not depend on the message."""
+    """``b0 = t e - a s mod q``, the part of an encryption that does not depend on the message
+    (``te`` is ``NTT(t e)``; ``s`` float64 residues, ``s_q = s / q``)."""
     fast = _numba()
     if fast is not None:
-        return fast.zero(a, s, s_s, te, q)
+        return fast.zero(a, s, s_q, te, q)
     qq = q[:, None]
-    return (te + qq - (a * s) % qq) % qq
+    return (te + qq - (a * s.astype(np.uint64)) % qq) % qq
 
 
 def add_sparse(
     b0: np.ndarray, monomials: np.ndarray, values: np.ndarray, q: np.ndarray
 ) -> np.ndarray:
-    """``b0 + sum_c values[c] X^(p_c) mod q`` (``values``: ``(count, L)`` residues)."""
+    """``b0 + sum_c values[c] X^(p_c) mod q`` as uint32 residues ``(L, N)``; ``monomials``
+    (``(count, L, N)``) and ``values`` (``(count, L)``) centred float64, fewer than 32 terms."""
     fast = _numba()
     if fast is not None:
         return fast.add_sparse(b0, monomials, values, q)
-    total = b0 + (monomials * values[:, :, None]).sum(axis=0, dtype=np.uint64)
-    return total % q[:, None]
+    total = b0.astype(np.int64) + (
+        monomials.astype(np.int64) * values.astype(np.int64)[:, :, None]
+    ).sum(axis=0)
+    return (total % q.astype(np.int64)[:, None]).astype(np.uint32)
 
 
 def products(
@@ -140,28 +157,33 @@ def products(
     window: np.ndarray,
     readers: np.ndarray,
     q: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``sum_j (theta_b + theta_a s)(v_b + v_a s)`` as a degree-2 ciphertext: ``c0`` read at the
-    readers' coefficients ``(positions, L)``, ``c1`` and ``c2`` in NTT form.
+) -> np.ndarray:
+    """``sum_j (theta_b + theta_a s)(v_b + v_a s)`` as a degree-2 ciphertext in the wire's
+    uint32 words: ``c0`` read at the readers' coefficients (``(positions, L)``), then ``c1`` and
+    ``c2`` in NTT form (``(L, N)`` each).
 
-    ``theta_*``: ``(W + 1, L, N)`` uint64; the input's ``b``, ``a``: ``(L, N)`` uint64 (term 0);
-    ``window``: ``(W, 2, L, N)`` uint32, the past inputs' ``(b, a)`` (terms 1..W). At most
-    ``2^12`` terms (uint64 sums of products below ``2^50`` cannot wrap).
+    ``theta_*``: ``(W + 1, L, N)`` centred float64 (:func:`centred`); the input's ``b`` (uint32)
+    and ``a`` (uint64): ``(L, N)`` (term 0); ``window``: ``(W, 2, L, N)`` uint32, the past inputs'
+    ``(b, a)`` (terms 1..W); ``readers``: int32 ``(positions, L, N)``. At most ``2^12`` terms.
     """
     if theta_b.shape[0] > 2**12:
-        raise ValueError("at most 4096 products are summed before one reduction")
+        raise ValueError("at most 4096 products are summed")
     fast = _numba()
     if fast is not None:
         return fast.products(theta_b, theta_a, b, a, window, readers, q)
-    qq = q[:, None]
-    v_b = np.concatenate([b[None], window[:, 0].astype(np.uint64)])
-    v_a = np.concatenate([a[None], window[:, 1].astype(np.uint64)])
-    c0 = (theta_b * v_b).sum(axis=0, dtype=np.uint64) % qq
-    c1 = ((theta_b * v_a).sum(axis=0, dtype=np.uint64) % qq) + (
-        (theta_a * v_b).sum(axis=0, dtype=np.uint64) % qq
-    )
-    c2 = (theta_a * v_a).sum(axis=0, dtype=np.uint64) % qq
-    return read(c0, readers, q), c1 % qq, c2
+    qq = q.astype(np.int64)[:, None]
+    t_b, t_a = theta_b.astype(np.int64), theta_a.astype(np.int64)
+    v_b = np.concatenate([b[None].astype(np.int64), window[:, 0].astype(np.int64)])
+    v_a = np.concatenate([a[None].astype(np.int64), window[:, 1].astype(np.int64)])
+    c0 = np.zeros(b.shape, dtype=np.int64)
+    c1 = np.zeros(b.shape, dtype=np.int64)
+    c2 = np.zeros(b.shape, dtype=np.int64)
+    for j in range(t_b.shape[0]):  # each term reduced: sums of products below 2^50 stay exact
+        c0 = (c0 + t_b[j] * v_b[j]) % qq
+        c1 = (c1 + t_b[j] * v_a[j] % qq + t_a[j] * v_b[j]) % qq
+        c2 = (c2 + t_a[j] * v_a[j]) % qq
+    c0_read = read(c0.astype(np.uint64), readers.astype(np.uint64), q)
+    return np.concatenate([c0_read.reshape(-1), c1.reshape(-1), c2.reshape(-1)]).astype(np.uint32)
 
 
 def read(a: np.ndarray, readers: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -172,18 +194,19 @@ def read(a: np.ndarray, readers: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 def decrypt_read(
     c1: np.ndarray,
-    c2: np.ndarray | None,
-    s: tuple[np.ndarray, np.ndarray],
-    s2: tuple[np.ndarray, np.ndarray],
+    c2: np.ndarray,
+    s: np.ndarray,
+    s2: np.ndarray,
     readers: np.ndarray,
     q: np.ndarray,
-) -> np.ndarray:
-    """Coefficients ``(positions, L)`` of ``c1 s + c2 s^2`` (``s``, ``s2``: key and companion)."""
+) -> tuple[np.ndarray, bool]:
+    """Coefficients ``(positions, L)`` of ``c1 s + c2 s^2`` (``c1``, ``c2``: uint32 words;
+    ``s``, ``s2``: float64 residues; ``readers``: int32), and whether every word of ``c1`` and
+    ``c2`` was a residue."""
     fast = _numba()
-    if c2 is None:
-        c2 = np.zeros_like(c1)
     if fast is not None:
-        return fast.decrypt_read(c1, c2, s[0], s[1], s2[0], s2[1], readers, q)
+        return fast.decrypt_read(c1, c2, s, s2, readers, q)
     qq = q[:, None]
-    d = ((c1 * s[0]) % qq + (c2 * s2[0]) % qq) % qq
-    return read(d, readers, q)
+    valid = bool((c1 < qq).all() and (c2 < qq).all())
+    d = c1.astype(np.uint64) * s.astype(np.uint64) + c2.astype(np.uint64) * s2.astype(np.uint64)
+    return read(d % qq, readers.astype(np.uint64), q), valid

@@ -77,7 +77,7 @@ class Ciphertext:
     """A fresh ciphertext as it travels: the seed of ``a`` and ``b`` in NTT form."""
 
     seed: bytes
-    b: np.ndarray  # (L, N) uint64
+    b: np.ndarray  # (L, N) uint32 residues
 
 
 class RlweSecretKey:
@@ -102,9 +102,10 @@ class RlweSecretKey:
         q = ring.q[:, 0]
         self.s = ring.ntt(s)
         self.s2 = ring.mul(self.s, self.s)
-        self._s_s, self._s2_s = kernels.shoup(self.s, q), kernels.shoup(self.s2, q)
+        # float64 copies and the quotient s / q for the kernels' exact float arithmetic
+        self._s_f, self._s2_f = self.s.astype(np.float64), self.s2.astype(np.float64)
+        self._s_q = kernels.quotients(self.s, q)
         self._error_key = hashlib.shake_256(b"immersion-rlwe-e-key" + master).digest(16)
-        self._t: tuple[int, np.ndarray, np.ndarray] | None = None  # t modulo q, with companion
         self.fingerprint = hashlib.sha256(b"immersion-rlwe-fp" + master).hexdigest()[:16]
 
     @classmethod
@@ -145,8 +146,7 @@ class RlweSecretKey:
             )
         else:
             stream = self._stream(b"e", index, n_bytes)
-        uniform = np.frombuffer(stream, dtype="<u8")
-        return np.searchsorted(_CDT, uniform, side="right").astype(np.int64) - ERROR_BOUND
+        return kernels.sample_cdt(np.frombuffer(stream, dtype="<u8"), _CDT) - ERROR_BOUND
 
     def zero(self, index: int, t: int) -> tuple[bytes, np.ndarray, np.ndarray]:
         """Ciphertext ``index`` of zero: seed, ``b = -a s + t e`` and ``a`` (NTT form)."""
@@ -154,24 +154,24 @@ class RlweSecretKey:
         q = ring.q[:, 0]
         seed = self.seed(index)
         a = expand_uniform(ring, seed, self.prg)
-        e = ring.ntt(self.error(index))
-        if self._t is None or self._t[0] != t:
-            t_mod = np.ascontiguousarray(np.broadcast_to(ring.scalar(t), e.shape))
-            self._t = (t, t_mod, kernels.shoup(t_mod, q))
-        te = kernels.mul_fixed(e, self._t[1], self._t[2], q)
-        return seed, kernels.zero(a, self.s, self._s_s, te, q), a
+        te = ring.ntt(self.error(index), scale=t)  # NTT(t e): the offline part's cost
+        return seed, kernels.zero(a, self._s_f, self._s_q, te, q), a
 
     def decrypt(
-        self, c0_read: np.ndarray, c1: np.ndarray, c2: np.ndarray | None, readers: np.ndarray
-    ) -> list[int]:
-        """Centred coefficients (modulo ``Q``) of ``c0 + c1 s + c2 s^2`` where ``readers`` point.
+        self, c0_read: np.ndarray, c1: np.ndarray, c2: np.ndarray, readers: np.ndarray
+    ) -> list[int] | None:
+        """Centred coefficients (modulo ``Q``) of ``c0 + c1 s + c2 s^2`` where ``readers`` point,
+        or None if a word of ``c1`` or ``c2`` is not a residue.
 
         ``c0_read`` is ``c0`` already read at those coefficients (``(len, L)`` residues, as the
-        cloud sends it); ``c1``, ``c2`` are in NTT form.
+        cloud sends it); ``c1``, ``c2`` are uint32 words in NTT form (``(L, N)``); ``readers``
+        int32 (:meth:`RnsRing.readers`).
         """
         ring = self.ring
         q = ring.q[:, 0]
-        read = kernels.decrypt_read(c1, c2, (self.s, self._s_s), (self.s2, self._s2_s), readers, q)
+        read, valid = kernels.decrypt_read(c1, c2, self._s_f, self._s2_f, readers, q)
+        if not valid:
+            return None
         return ring.crt(((read + c0_read) % q).T)
 
     def __repr__(self) -> str:
@@ -200,7 +200,7 @@ class Encryptor:
     def __init__(self, key: RlweSecretKey, plaintext_modulus: int, positions: Sequence[int]):
         self.key, self.t = key, int(plaintext_modulus)
         self.positions = tuple(int(p) for p in positions)
-        self._monomials = key.ring.monomials(self.positions)
+        self._monomials = kernels.centred(key.ring.monomials(self.positions), key.ring.q[:, 0])
         self._next = 0
         self._ready: deque[tuple[int, bytes, np.ndarray]] = deque()
 
@@ -226,5 +226,12 @@ class Encryptor:
             self.precompute(1)
         _, seed, b0 = self._ready.popleft()
         ring = self.key.ring
-        residues = np.array([[int(v) % q for q in ring.primes] for v in values], dtype=np.uint64)
+        centred = [[_centre(int(v), q) for q in ring.primes] for v in values]
+        residues = np.array(centred, dtype=np.float64).reshape(len(values), ring.n_primes)
         return Ciphertext(seed, kernels.add_sparse(b0, self._monomials, residues, ring.q[:, 0]))
+
+
+def _centre(x: int, q: int) -> int:
+    """``x mod q`` in ``(-q/2, q/2]``."""
+    x %= q
+    return x - q if x > q // 2 else x

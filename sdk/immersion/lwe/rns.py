@@ -148,8 +148,9 @@ class RnsRing:
             points.append([powers[e] if e < degree else q - powers[e - degree] for e in odd])
         self._psi_rev = np.array(psi_rev, dtype=np.uint64)
         self._psi_inv_rev = np.array(psi_inv_rev, dtype=np.uint64)
-        self._psi_rev_s = kernels.shoup(self._psi_rev, self.q[:, 0])
-        self._psi_inv_rev_s = kernels.shoup(self._psi_inv_rev, self.q[:, 0])
+        self._psi_rev_q = kernels.quotients(self._psi_rev, self.q[:, 0])
+        self._psi_inv_rev_q = kernels.quotients(self._psi_inv_rev, self.q[:, 0])
+        self._ones = np.ones(len(self.primes), dtype=np.uint64)
         self._points = points
         self._n_inv = np.array([pow(degree, -1, q) for q in self.primes], dtype=np.uint64)[:, None]
         self._crt = [(self.modulus // q) * pow(self.modulus // q, -1, q) for q in self.primes]
@@ -178,16 +179,22 @@ class RnsRing:
         return np.array([[int(value) % q] for q in self.primes], dtype=np.uint64)
 
     # ------------------------------------------------------------------ transforms
-    def ntt(self, coeffs: Any) -> np.ndarray:
-        """The NTT form of a polynomial given by signed integer coefficients ``(N,)``."""
+    def ntt(self, coeffs: Any, scale: int = 1) -> np.ndarray:
+        """The NTT form of ``scale`` times a polynomial given by signed integer coefficients
+        ``(N,)``, ``|c| < 2^53`` (``scale`` any integer: taken modulo each prime)."""
+        residues = self._ones if scale == 1 else self.scalar(scale)[:, 0]
         return kernels.ntt_signed(
-            np.asarray(coeffs, dtype=np.int64), self._psi_rev, self._psi_rev_s, self.q[:, 0]
+            np.asarray(coeffs, dtype=np.int64),
+            residues,
+            self._psi_rev,
+            self._psi_rev_q,
+            self.q[:, 0],
         )
 
     def ntt_residues(self, a: np.ndarray) -> np.ndarray:
         """Forward negacyclic NTT of ``(L, N)`` residues (Cooley-Tukey, bit-reversed output)."""
         return kernels.ntt(
-            np.array(a, dtype=np.uint64, copy=True), self._psi_rev, self._psi_rev_s, self.q[:, 0]
+            np.array(a, dtype=np.uint64, copy=True), self._psi_rev, self._psi_rev_q, self.q[:, 0]
         )
 
     def intt(self, a: np.ndarray) -> np.ndarray:
@@ -195,7 +202,7 @@ class RnsRing:
         out = kernels.intt(
             np.array(a, dtype=np.uint64, copy=True),
             self._psi_inv_rev,
-            self._psi_inv_rev_s,
+            self._psi_inv_rev_q,
             self.q[:, 0],
         )
         return (out * self._n_inv) % self.q
