@@ -539,9 +539,9 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
         return rng.integers(0, 2**25, shape).astype(np.uint64) % q[:, None]
 
     a, s, s2, te, b0 = (residues(3, 64) for _ in range(5))
-    th_b, th_a, v_b, v_a = (residues(4, 3, 64) for _ in range(4))
-    mono, readers = residues(5, 3, 64), residues(3, 3, 64).astype(np.int32)
-    values = rng.integers(0, 2**25, (5, 3)).astype(np.uint64) % q
+    th_b, th_a, v_b, v_a = (residues(20, 3, 64) for _ in range(4))  # 20 terms: reduced too
+    mono, readers = residues(40, 3, 64), residues(3, 3, 64).astype(np.int32)
+    values = rng.integers(0, 2**25, (40, 3)).astype(np.uint64) % q  # 40 terms: sums reduced
     signed = rng.integers(-(2**40), 2**40, 64)
     scale = rng.integers(0, 2**25, 3).astype(np.uint64) % q
     window = np.stack([v_b[1:], v_a[1:]], axis=1).astype(np.uint32)

@@ -165,7 +165,7 @@ def add_sparse(
     b0: np.ndarray, monomials: np.ndarray, values: np.ndarray, q: np.ndarray
 ) -> np.ndarray:
     """``b0 + sum_c values[c, row] X^(p_c) mod q`` as uint32 residues; ``monomials`` and
-    ``values`` centred (float64), at most ``SUM_TERMS - 1`` of them."""
+    ``values`` centred (float64)."""
     L, n = b0.shape
     count = monomials.shape[0]
     out = np.empty((L, n), dtype=np.uint32)
@@ -180,6 +180,9 @@ def add_sparse(
             mono = monomials[c, row]
             for k in range(n):
                 acc[k] += v * mono[k]
+            if c % (SUM_TERMS - 1) == SUM_TERMS - 2:  # keep the sum exact
+                for k in range(n):
+                    acc[k] = _reduce(acc[k], ql, q_inv)
         o = out[row].view(np.int32)
         for k in range(n):
             o[k] = np.int32(_reduce(acc[k], ql, q_inv))

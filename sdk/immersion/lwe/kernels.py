@@ -139,7 +139,7 @@ def add_sparse(
     b0: np.ndarray, monomials: np.ndarray, values: np.ndarray, q: np.ndarray
 ) -> np.ndarray:
     """``b0 + sum_c values[c] X^(p_c) mod q`` as uint32 residues ``(L, N)``; ``monomials``
-    (``(count, L, N)``) and ``values`` (``(count, L)``) centred float64, fewer than 32 terms."""
+    (``(count, L, N)``) and ``values`` (``(count, L)``) centred float64."""
     fast = _numba()
     if fast is not None:
         return fast.add_sparse(b0, monomials, values, q)
