@@ -546,7 +546,7 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
     scale = rng.integers(0, 2**25, 3).astype(np.uint64) % q
     window = np.stack([v_b[1:], v_a[1:]], axis=1).astype(np.uint32)
     c1, c2 = a.astype(np.uint32), b0.astype(np.uint32)
-    uniform = rng.integers(0, 2**64, 1000, dtype=np.uint64)
+    uniform = rng.integers(0, 2**64, 1200, dtype=np.uint64)
     thresholds = np.sort(rng.integers(0, 2**64, 40, dtype=np.uint64))
     q_of = kernels.quotients
     bad = c1.copy()
@@ -572,6 +572,7 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
             ),
             *kernels.decrypt_read(c1, c2, s.astype(np.float64), s2.astype(np.float64), readers, q),
             kernels.sample_cdt(uniform, thresholds),
+            kernels.reject_uniform(uniform.view(np.uint32).reshape(3, 800), q, 64),
             kernels.decrypt_read(bad, c2, s.astype(np.float64), s2.astype(np.float64), readers, q)[
                 1
             ],

@@ -307,20 +307,20 @@ def decrypt_read(
 
 @njit
 def reject_uniform(words: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray, bool]:
-    """Row ``i``: the first ``n`` values ``w >> 39`` of ``words[i]`` below ``q[i]``; False if a
-    row ran short (then the caller draws more)."""
-    L = words.shape[0]
+    """Row ``i``: the first ``n`` values ``w >> 7`` of the uint32 ``words[i]`` below ``q[i]``;
+    False if a row ran short (then the caller draws more)."""
+    L, width = words.shape
     out = np.empty((L, n), dtype=np.uint64)
     for row in range(L):
-        ql = q[row]
+        ql = np.uint32(q[row])
+        wr, o = words[row], out[row]
         k = 0
-        for w in words[row]:
-            v = w >> np.uint64(39)
-            if v < ql:
-                out[row, k] = v
-                k += 1
-                if k == n:
-                    break
+        for i in range(width):
+            v = wr[i] >> np.uint32(7)
+            o[k] = v  # written always, kept only if below q: no branch to mispredict
+            k += v < ql
+            if k == n:
+                break
         if k < n:
             return out, False
     return out, True

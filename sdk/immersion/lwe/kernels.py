@@ -67,15 +67,15 @@ def ntt(a: np.ndarray, psi: np.ndarray, psi_q: np.ndarray, q: np.ndarray) -> np.
 
 
 def reject_uniform(words: np.ndarray, q: np.ndarray, n: int) -> np.ndarray | None:
-    """Row ``i``: the first ``n`` of ``words[i] >> 39`` below ``q[i]`` (uniform residues), or
-    None if a row ran short."""
+    """Row ``i``: the first ``n`` of ``words[i] >> 7`` (uint32 words: their top 25 bits) below
+    ``q[i]`` (uniform residues, uint64), or None if a row ran short."""
     fast = _numba()
     if fast is not None:
         out, full = fast.reject_uniform(words, q, n)
         return out if full else None
     out = np.empty((words.shape[0], n), dtype=np.uint64)
     for row, ql in enumerate(q):
-        top = words[row] >> np.uint64(39)
+        top = (words[row] >> np.uint32(7)).astype(np.uint64)
         kept = top[top < ql]
         if kept.size < n:
             return None

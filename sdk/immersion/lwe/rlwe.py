@@ -39,18 +39,23 @@ _EXTRA_WORDS = 128
 def expand_uniform(ring: RnsRing, seed: bytes, prg: str) -> np.ndarray:
     """The uniform polynomial ``a`` of a ciphertext, ``(L, N)`` uint64 residues, from its seed.
 
-    Residue row ``i`` takes the top 25 bits of the 64-bit words of stream vector ``i`` and keeps
-    those below ``q_i``: exactly uniform (if a row ever ran short, below ``2^-100``, all rows are
-    drawn again from the stream of ``SHA-256(seed, attempt)``). Uniform in the coefficient
-    domain is uniform in the NTT domain, so ``a`` is drawn in NTT form.
+    Residue row ``i`` takes the top 25 bits of the little-endian 32-bit words of stream vector
+    ``i`` and keeps those below ``q_i``: exactly uniform (if a row ever ran short, below
+    ``2^-100``, all rows are drawn again from the stream of ``SHA-256(seed, attempt)``). Uniform
+    in the coefficient domain is uniform in the NTT domain, so ``a`` is drawn in NTT form.
     """
     n, L = ring.degree, ring.n_primes
-    width = n + n // 16 + _EXTRA_WORDS  # primes lie within 3 % of 2^25: 6 % spare words
-    out = kernels.reject_uniform(public_vectors(seed, 0, L, width, prg), ring.q[:, 0], n)
+    # 32-bit words: primes lie within 3 % of 2^25, so 6 % spare words (and 128 more) suffice
+    width = (n + n // 16 + _EXTRA_WORDS + 1) // 2  # 64-bit stream words per row
+
+    def draw(key: bytes) -> np.ndarray | None:
+        words = np.ascontiguousarray(public_vectors(key, 0, L, width, prg), dtype="<u8")
+        return kernels.reject_uniform(words.view("<u4"), ring.q[:, 0], n)
+
+    out = draw(seed)
     attempt = 1
     while out is None:
-        again = hashlib.sha256(seed + attempt.to_bytes(4, "little")).digest()[:16]
-        out = kernels.reject_uniform(public_vectors(again, 0, L, width, prg), ring.q[:, 0], n)
+        out = draw(hashlib.sha256(seed + attempt.to_bytes(4, "little")).digest()[:16])
         attempt += 1
     return out
 
