@@ -2,7 +2,8 @@
 
 ``immersion docs --no-open --out DIR`` (the documented command) builds ``docs/`` with Sphinx
 (furo, myst-parser, autodoc + napoleon); the build fails on any warning and on a name of
-``immersion.__all__`` without an API entry (``docs/conf.py``). About 9 s of CPU on 2 cores.
+``immersion.__all__`` without an API entry (``docs/conf.py``). The build takes about 10 s of
+CPU (21 s wall at load average 7 on the 2-core machine).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ folder outside the repository.
 
 Needs the package registry: the isolated build fetches its backend and ``pip`` installs the
 wheel's dependencies (numpy, scipy, ...), both through pip's usual cache. It runs in CI like any
-other test; about 45 s on 2 cores with a warm cache (build 11 s, environment and install 27 s,
-demo 4 s).
+other test; with a warm cache, 57 s on the 2-core machine lightly loaded (build 10 s, environment,
+install and demo 42 s) and 113 s at load average 7 (49 s of CPU).
 """
 
 from __future__ import annotations
