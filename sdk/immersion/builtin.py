@@ -42,7 +42,7 @@ def immersion_register_backends() -> list[BackendSpec]:
 
 @hookimpl
 def immersion_register_attacks() -> list[AttackSpec]:
-    from .attacks.eavesdropper import attack_specs
+    from .attacks.specs import attack_specs
     from .lwe.attacks import extend_specs
 
     return extend_specs(attack_specs())  # subspace and known-plaintext also run against "lwe"

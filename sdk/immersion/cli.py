@@ -579,6 +579,30 @@ def audit_cmd(
         )
 
 
+@main.command("docs")
+@click.option(
+    "--source", type=click.Path(path_type=Path), default=None, help="The folder of conf.py."
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where the HTML goes [default: SOURCE/_build/html].",
+)
+@click.option("--no-open", is_flag=True, help="Build only; do not open a browser.")
+def docs_cmd(source: Path | None, out: Path | None, no_open: bool) -> None:
+    """Build the documentation site (warnings are errors) and open it in a browser."""
+    import webbrowser
+
+    from .docsite import build_docs, find_docs_source
+
+    folder = find_docs_source(source)
+    index = build_docs(folder, out if out is not None else folder / "_build" / "html")
+    click.echo(str(index))
+    if not no_open:
+        webbrowser.open(index.resolve().as_uri())
+
+
 @main.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plugins_cmd(as_json: bool) -> None:

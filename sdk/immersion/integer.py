@@ -40,7 +40,7 @@ True
 from __future__ import annotations
 
 import numbers
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -55,6 +55,9 @@ SIGNED_BITS = MODULUS_BITS - 1
 MAX_FRACTION_BITS = 62
 #: :func:`decode_fixed` converts to float64 exactly while ``|q| <= 2^EXACT_FLOAT_BITS``.
 EXACT_FLOAT_BITS = 53
+
+#: ``fraction_bits`` when none is given: a grid step of 2^-32 (2.3e-10) and values up to 2^31.
+DEFAULT_FRACTION_BITS = 32
 
 _ONE = np.ones(1, dtype=np.uint64)
 _TWO = np.full(1, 2, dtype=np.uint64)
@@ -461,3 +464,43 @@ def random_unimodular(size: int, rng: np.random.Generator) -> tuple[np.ndarray, 
     """
     k, k_inv = random_unimodular_stack(rng, 1, size)
     return k[0], k_inv[0]
+
+
+class FixedPointDecoder:
+    """``x~ -> 2^-f Pi_left x~`` (the decoded fixed-point value, in float64).
+
+    Parameters
+    ----------
+    decoder:
+        ``x~ -> Pi_left x~`` modulo ``2^64`` (a code's decoder).
+    fraction_bits:
+        ``f`` of ``q(v) = round(v 2^f)``.
+    """
+
+    def __init__(self, decoder: Callable[[np.ndarray], np.ndarray], fraction_bits: int) -> None:
+        self._decoder, self._f = decoder, fraction_bits
+
+    def __call__(self, encoded: np.ndarray) -> np.ndarray:
+        return decode_fixed(self._decoder(encoded), self._f)
+
+
+class FixedPointEncoder:
+    """``v -> Pi q(v)``, refusing values whose fixed-point form would wrap (names the signal).
+
+    Parameters
+    ----------
+    encoder:
+        ``q -> Pi q`` modulo ``2^64`` (a code's encoder).
+    fraction_bits:
+        ``f`` of ``q(v) = round(v 2^f)``.
+    name:
+        The signal named by a range refusal.
+    """
+
+    def __init__(
+        self, encoder: Callable[[np.ndarray], np.ndarray], fraction_bits: int, name: str
+    ) -> None:
+        self._encoder, self._f, self._name = encoder, fraction_bits, name
+
+    def __call__(self, values: Any) -> np.ndarray:
+        return self._encoder(encode_fixed(values, self._f, name=self._name))

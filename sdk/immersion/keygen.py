@@ -198,8 +198,7 @@ def checked_arithmetic(
     ``fraction_bits`` belongs to ``arithmetic="modular"`` (default 32); the noise-design options
     in :data:`FLOAT_ONLY_DEFAULTS` belong to ``arithmetic="float"``.
     """
-    from .integer import check_fraction_bits
-    from .modular import DEFAULT_FRACTION_BITS
+    from .integer import DEFAULT_FRACTION_BITS, check_fraction_bits
 
     arithmetic = v.one_of("arithmetic", arithmetic, ("float", "modular"))
     if arithmetic == "float":

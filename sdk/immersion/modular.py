@@ -26,9 +26,12 @@ import numpy as np
 
 from . import _validation as v
 from .backends.numpy_backend import NumpyBackend
-from .coding import Immersion
 from .errors import InvalidArgumentError
+from .handle import Immersion
 from .integer import (
+    DEFAULT_FRACTION_BITS,
+    FixedPointDecoder,
+    FixedPointEncoder,
     as_uint64,
     check_fraction_bits,
     decode_fixed,
@@ -41,30 +44,16 @@ from .privacy import PrivacyReport
 from .target import CheckedFunction, TargetAlgorithm
 from .target_codes import TargetCodes
 
-#: ``fraction_bits`` when none is given: a grid step of 2^-32 (2.3e-10) and values up to 2^31.
-DEFAULT_FRACTION_BITS = 32
-
-
-class FixedPointDecoder:
-    """``x~ -> 2^-f Pi_left x~`` (the decoded fixed-point value, in float64)."""
-
-    def __init__(self, decoder: Callable[[np.ndarray], np.ndarray], fraction_bits: int) -> None:
-        self._decoder, self._f = decoder, fraction_bits
-
-    def __call__(self, encoded: np.ndarray) -> np.ndarray:
-        return decode_fixed(self._decoder(encoded), self._f)
-
-
-class FixedPointEncoder:
-    """``v -> Pi q(v)``, refusing values whose fixed-point form would wrap (names the signal)."""
-
-    def __init__(
-        self, encoder: Callable[[np.ndarray], np.ndarray], fraction_bits: int, name: str
-    ) -> None:
-        self._encoder, self._f, self._name = encoder, fraction_bits, name
-
-    def __call__(self, values: Any) -> np.ndarray:
-        return self._encoder(encode_fixed(values, self._f, name=self._name))
+# DEFAULT_FRACTION_BITS and the fixed-point codes live in :mod:`immersion.integer` (shared by
+# every integer coding); they stay importable from here.
+__all__ = [
+    "DEFAULT_FRACTION_BITS",
+    "FixedPointDecoder",
+    "FixedPointEncoder",
+    "FixedPointTwin",
+    "ModularImmersion",
+    "ModularTarget",
+]
 
 
 class ModularTarget(TargetAlgorithm):

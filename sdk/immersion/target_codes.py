@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .integer import FixedPointDecoder, FixedPointEncoder
 from .keys.codes import DenseDecoder, DenseEncoder, DenseMaskOp
 
 Map = Callable[[Any], Any]
@@ -132,8 +133,6 @@ class TargetCodes:
         state_name, output_name:
             The signals named by a range refusal of :attr:`state_out` and :attr:`output_out`.
         """
-        from .modular import FixedPointDecoder, FixedPointEncoder
-
         return cls(
             keys.state_code.n_total,
             keys.input_code.n_total,

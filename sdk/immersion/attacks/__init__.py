@@ -8,13 +8,13 @@ rotation (:mod:`immersion.rotation`).
 
 from .eavesdropper import (
     aligned_recovery,
-    attack_specs,
     known_plaintext_attack,
     relative_error,
     run_known_plaintext,
     run_subspace,
     subspace_attack,
 )
+from .specs import attack_specs
 
 __all__ = [
     "subspace_attack",

@@ -41,7 +41,6 @@ from numpy.typing import ArrayLike
 from ..audit import AttackResult
 from ..coding import immerse
 from ..errors import InvalidArgumentError
-from ..hookspecs import AttackSpec
 from ..rotation import RotatingImmersion, public_target_bytes
 
 SCHEME = "immerse"
@@ -591,34 +590,3 @@ def run_known_plaintext(quick: bool = False, seed: int = 0) -> list[AttackResult
                 )
             )
     return rows
-
-
-def _both(float_run: Callable[..., Any], modular_name: str) -> Callable[..., Any]:
-    """Rows of ``float_run`` followed by those of the modular runner ``modular_name``."""
-
-    def run(quick: bool = False, seed: int = 0) -> list[AttackResult]:
-        from . import modular
-
-        return [*float_run(quick=quick, seed=seed), *getattr(modular, modular_name)(quick, seed)]
-
-    return run
-
-
-def attack_specs() -> list[AttackSpec]:
-    """The two attacks, on float and modular arithmetic (registered by :mod:`immersion.builtin`)."""
-    return [
-        AttackSpec(
-            "subspace",
-            (SCHEME, "immerse-modular"),
-            _both(run_subspace, "run_subspace_modular"),
-            "eavesdropper: PCA on many y~ under one key removes the noise subspace range(N1); "
-            "modular: PCA and lattice reduction (LLL) on the stream",
-        ),
-        AttackSpec(
-            "known-plaintext",
-            (SCHEME, "immerse-modular"),
-            _both(run_known_plaintext, "run_known_plaintext_modular"),
-            "eavesdropper: n_input + extra_input known (y, y~) pairs give Pi1_left (least squares; "
-            "modular: elimination modulo 2^64)",
-        ),
-    ]
