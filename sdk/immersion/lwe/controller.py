@@ -39,6 +39,7 @@ values that pass with probability about ``t^-2``.
 from __future__ import annotations
 
 import math
+import operator
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -673,6 +674,7 @@ class EncryptedController:
         self._quant, self._history = quant, history
         self.input_range, self.output_range = input_range, output_range
         self._rho, self._kappa = tag
+        self._kappa_flat = [[k for lag in rows for k in lag] for rows in self._kappa]
         self._encryptor = Encryptor(key, design.plaintext_modulus, range(design.n_slots))
         self._readers = key.ring.readers(design.read_positions).astype(np.int32)
         self._run: _Run | None = None
@@ -784,12 +786,10 @@ class EncryptedController:
         t = d.plaintext_modulus
         mod_t = [((x + t // 2) % t) - t // 2 for x in values]  # centred modulo t
         totals = mod_t[: d.n_output]
+        history = [x for past in run.inputs for x in past]  # v_k, v_(k-1), ... flattened
         for i in range(CHECK_ROWS):
-            expected = sum(r * u for r, u in zip(self._rho[i], totals, strict=True))
-            expected += sum(
-                sum(k * x for k, x in zip(self._kappa[i][j], past, strict=True))
-                for j, past in enumerate(run.inputs)
-            )
+            expected = sum(map(operator.mul, self._rho[i], totals))
+            expected += sum(map(operator.mul, self._kappa_flat[i], history))
             if (mod_t[d.n_output + i] - expected) % t:
                 return self._fail(run, "the reply fails the secret check rows")
         u_hat = [_round_shift(x, d.coefficient_bits) for x in totals]

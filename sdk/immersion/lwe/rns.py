@@ -23,6 +23,7 @@ Examples
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Any, Sequence
 
 import numpy as np
@@ -239,11 +240,11 @@ class RnsRing:
 
     def crt(self, residues: np.ndarray) -> list[int]:
         """Integers in ``(-Q/2, Q/2]`` from residues ``(L, m)``."""
-        res = np.asarray(residues)
+        modulus, half = self.modulus, self.modulus // 2
         out = []
-        for col in range(res.shape[1]):
-            x = sum(int(res[j, col]) * c for j, c in enumerate(self._crt)) % self.modulus
-            out.append(x - self.modulus if x > self.modulus // 2 else x)
+        for column in np.asarray(residues).T.tolist():  # Python integers from here on
+            x = sum(map(operator.mul, column, self._crt)) % modulus
+            out.append(x - modulus if x > half else x)
         return out
 
     def coefficients(self, a: np.ndarray, positions: Sequence[int]) -> list[int]:
