@@ -559,7 +559,10 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
             kernels.intt(a.copy(), ring._psi_inv_rev, ring._psi_inv_rev_q, q),
             kernels.zero(a, s.astype(np.float64), q_of(s, q), te, q),
             kernels.add_sparse(
-                b0, kernels.centred(mono, q), kernels.centred(values[:, :, None], q)[:, :, 0], q
+                b0,
+                kernels.centred(mono, q),
+                kernels.centred(values[:, :, None], q)[:, :, 0].astype(float),
+                q,
             ),
             kernels.products(
                 kernels.centred(th_b, q),

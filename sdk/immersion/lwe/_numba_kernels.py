@@ -165,7 +165,7 @@ def add_sparse(
     b0: np.ndarray, monomials: np.ndarray, values: np.ndarray, q: np.ndarray
 ) -> np.ndarray:
     """``b0 + sum_c values[c, row] X^(p_c) mod q`` as uint32 residues; ``monomials`` and
-    ``values`` centred (float64)."""
+    ``values`` centred (int32 and float64)."""
     L, n = b0.shape
     count = monomials.shape[0]
     out = np.empty((L, n), dtype=np.uint32)
@@ -179,7 +179,7 @@ def add_sparse(
             v = values[c, row]
             mono = monomials[c, row]
             for k in range(n):
-                acc[k] += v * mono[k]
+                acc[k] += v * np.float64(mono[k])
             if c % (SUM_TERMS - 1) == SUM_TERMS - 2:  # keep the sum exact
                 for k in range(n):
                     acc[k] = _reduce(acc[k], ql, q_inv)
@@ -220,7 +220,7 @@ def products(
     past inputs, as the wire's uint32 words: ``c0`` read at the readers' coefficients
     (``(positions, L)``), then ``c1`` and ``c2`` in NTT form (``(L, N)`` each).
 
-    ``theta_*``: centred float64 ``(W + 1, L, N)``; ``b``: uint32 ``(L, N)``; ``a``: uint64
+    ``theta_*``: centred int32 ``(W + 1, L, N)``; ``b``: uint32 ``(L, N)``; ``a``: uint64
     ``(L, N)``; ``window``: uint32 ``(W, 2, L, N)``; ``readers``: int32 ``(positions, L, N)``.
     """
     terms, L, n = theta_b.shape
@@ -252,9 +252,10 @@ def products(
                     va[k] = _centre(np.float64(wa[k]), ql)
             tb, ta = theta_b[j, row], theta_a[j, row]
             for k in range(n):
-                s0[k] += tb[k] * vb[k]
-                s1[k] += tb[k] * va[k] + ta[k] * vb[k]
-                s2[k] += ta[k] * va[k]
+                b_k, a_k = np.float64(tb[k]), np.float64(ta[k])
+                s0[k] += b_k * vb[k]
+                s1[k] += b_k * va[k] + a_k * vb[k]
+                s2[k] += a_k * va[k]
             if j % (SUM_TERMS // 2) == SUM_TERMS // 2 - 1:  # s1 gains two products a term
                 for k in range(n):
                     s0[k] = _reduce(s0[k], ql, q_inv)

@@ -458,7 +458,7 @@ class ControllerTarget:
         return self._last[1], self._last[2]
 
     def _operands(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The coefficient ciphertexts as the kernels read them (centred float64) and the
+        """The coefficient ciphertexts as the kernels read them (centred int32) and the
         readers (int32): set-up work, done once."""
         if self._prepared is None:
             q = self.ring.q[:, 0]

@@ -41,10 +41,11 @@ def quotients(w: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def centred(x: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Residues ``(..., L, N)`` as float64 in ``(-q/2, q/2]`` (operands of long sums)."""
-    qf = q.astype(np.float64)[:, None]
-    xf = x.astype(np.float64)
-    return xf - qf * (xf > qf / 2)
+    """Residues ``(..., L, N)`` as int32 in ``(-q/2, q/2]`` (fixed operands of long sums: half
+    the memory of float64, which the kernels stream every sample)."""
+    qq = q.astype(np.int64)[:, None]
+    xi = x.astype(np.int64)
+    return (xi - qq * (xi > qq // 2)).astype(np.int32)
 
 
 def ntt(a: np.ndarray, psi: np.ndarray, psi_q: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -139,7 +140,8 @@ def add_sparse(
     b0: np.ndarray, monomials: np.ndarray, values: np.ndarray, q: np.ndarray
 ) -> np.ndarray:
     """``b0 + sum_c values[c] X^(p_c) mod q`` as uint32 residues ``(L, N)``; ``monomials``
-    (``(count, L, N)``) and ``values`` (``(count, L)``) centred float64."""
+    (``(count, L, N)``, int32, :func:`centred`) and ``values`` (``(count, L)``, float64)
+    centred."""
     fast = _numba()
     if fast is not None:
         return fast.add_sparse(b0, monomials, values, q)
@@ -162,7 +164,7 @@ def products(
     uint32 words: ``c0`` read at the readers' coefficients (``(positions, L)``), then ``c1`` and
     ``c2`` in NTT form (``(L, N)`` each).
 
-    ``theta_*``: ``(W + 1, L, N)`` centred float64 (:func:`centred`); the input's ``b`` (uint32)
+    ``theta_*``: ``(W + 1, L, N)`` centred int32 (:func:`centred`); the input's ``b`` (uint32)
     and ``a`` (uint64): ``(L, N)`` (term 0); ``window``: ``(W, 2, L, N)`` uint32, the past inputs'
     ``(b, a)`` (terms 1..W); ``readers``: int32 ``(positions, L, N)``. At most ``2^12`` terms.
     """
