@@ -48,6 +48,7 @@ import numpy as np
 
 from .._validation import finite_array
 from ..errors import ImmersionError, InvalidArgumentError
+from ..keygen import warn_seeded_key
 from . import kernels
 from .convert import HistoryForm
 from .params import ERROR_BOUND, HE_STANDARD_SOURCE, HE_STANDARD_TERNARY
@@ -867,6 +868,7 @@ def encrypt_history(
         prg=prg,
     )
     ring = ring_for(design.degree, design.primes)
+    warn_seeded_key(rng, "lwe")
     key = RlweSecretKey.generate(ring, rng=rng, secure=secure, prg=prg)
     phis = history_matrices(history)
     quant = [_quantise(p, design.coefficient_bits) for p in phis]
