@@ -112,7 +112,7 @@ def test_an_arbitrary_f_g_needs_a_registered_algorithm_and_the_errors_say_how():
     with Service("tcp://127.0.0.1:*", log=_quiet) as service:
         with pytest.raises(InvalidArgumentError, match="registered .* plugin.*immerse_system"):
             RemoteTarget(service.address, imm)
-        with pytest.raises(Exception, match="no algorithm 'my-lqg'.*No code travels.*plugin"):
+        with pytest.raises(Exception, match="unknown algorithm 'my-lqg'.*No code travels.*plugin"):
             RemoteTarget(service.address, imm, algorithm="my-lqg")
 
 

@@ -117,7 +117,8 @@ def _immersion_target(header: dict[str, Any], matrices: dict[str, np.ndarray]) -
     if name not in registry().algorithms:
         raise InvalidArgumentError(
             "algorithm",
-            f"this server has no algorithm {name!r} (registered: {sorted(registry().algorithms)})."
+            f"unknown algorithm {name!r} on this server (registered: "
+            f"{sorted(registry().algorithms)})."
             f" No code travels: {UNREGISTERED_HINT}",
         )
     spec = registry().algorithm(name)
