@@ -54,3 +54,15 @@ def test_the_reactor_summary_explains_estimate_versus_bound():
     assert "decode_error_estimate models the error of a whole step" in out["decode_error_note"]
     assert out["decode_bound_holds"]
     assert ("proven" in out["epsilon_note"]) == (out["epsilon_input_proven"] > out["epsilon_input"])
+
+
+def test_the_lwe_report_says_its_precision_is_one_step():
+    from immersion.lwe import encrypt_controller
+
+    ctrl = encrypt_controller(
+        ([[0.5]], [[1.0]], [[0.3]], [[0.0]]), input_range=1, output_range=1, secure=True
+    )
+    report = ctrl.report()
+    assert report["precision"] == ctrl.design.precision
+    assert "ONE sample" in report["precision_scope"]
+    assert "closed loop" in report["precision_scope"]
