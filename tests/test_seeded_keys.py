@@ -18,7 +18,12 @@ SYSTEM = (
     np.zeros((1, 1)),
 )
 LWE = {"coding": "lwe", "input_range": 1.0, "output_range": 5.0}
-CODINGS = {"float": {}, "modular": {"arithmetic": "modular"}, "lwe": LWE}
+CODINGS = {
+    "float": {},
+    "modular": {"arithmetic": "modular"},
+    "lwe": LWE,
+    "lwe-hide-gains": {**LWE, "hide_gains": True},  # once refused rng and had no report()
+}
 
 
 @pytest.fixture
