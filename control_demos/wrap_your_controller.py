@@ -14,7 +14,8 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from immersion import immerse
+from immersion import OptionalDependencyError, immerse
+from immersion.plotting import pyplot
 
 DT, G_OVER_L, DAMPING = 0.02, 9.81, 0.2
 OBSERVER_GAIN = np.array([0.6, 2.5])
@@ -47,6 +48,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--plot", type=Path, default=None, help="folder for a PNG of the two loops")
     args = parser.parse_args()
+    if args.plot:
+        try:  # before the loop: a missing extra is said at once, not after the run
+            plt = pyplot("wrap_your_controller.py --plot")
+        except OptionalDependencyError as exc:
+            parser.error(str(exc))
 
     imm = immerse(
         f,
@@ -59,8 +65,7 @@ def main() -> None:
         extra_output=2,
         epsilon_input=1e-3,
         epsilon_output=1e-3,
-        rng=42,
-    )
+    )  # keys from OS entropy (rng=SEED would make them reproducible: tests only)
     print(imm.keys)
     print(
         f"per-element epsilon: input {imm.report().epsilon_input:.2e}, output "
@@ -90,11 +95,6 @@ def main() -> None:
         f"{x_plain[0]:+.2e}, immersed {x_imm[0]:+.2e}"
     )
     if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
         h = np.array(history)
         args.plot.mkdir(parents=True, exist_ok=True)
         fig, ax = plt.subplots(2, 1, figsize=(7, 6), sharex=True)

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("flwr")
@@ -220,3 +225,139 @@ def test_quickstart_with_sifl_on_the_deployment_runtime_on_loopback(tmp_path):
         done = link.run(app, f"num-server-rounds=2 final-model='{out}'", timeout_s=300)
     assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     assert _max_diff(plain, torch.load(out)) < 1e-9
+
+
+# ------------------------------------------------------------------- the README's quickstart block
+def _readme_quickstart_block() -> str:
+    """The README's bash block that applies ``enable_sifl.patch`` and runs the simulation."""
+    readme = (QUICKSTART.parents[1] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "enable_sifl" in b]
+    assert len(blocks) == 1, "one README block applies enable_sifl.patch"
+    return blocks[0]
+
+
+def _apply_like_the_readme(app: Path) -> None:
+    """The README's apply command (its first line, after ``cd``), run in ``app``."""
+    apply = _readme_quickstart_block().splitlines()[0].split("&&", 1)[1].strip()
+    assert apply.startswith("patch -p1"), apply
+    subprocess.run(apply, shell=True, cwd=app, check=True, capture_output=True)  # noqa: S602
+
+
+def _app_config(app: Path) -> dict:
+    return tomllib.loads((app / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+
+
+def test_the_readme_apply_command_changes_every_file_of_the_patch(tmp_path):
+    app = tmp_path / "app"
+    shutil.copytree(QUICKSTART, app)
+    patched = ("digitsexample/client_app.py", "digitsexample/server_app.py", "pyproject.toml")
+    before = {name: (app / name).read_text() for name in patched}
+    _apply_like_the_readme(app)
+    for name in patched:
+        assert (app / name).read_text() != before[name], f"{name} unchanged by the patch"
+    assert "mods=[sifl_mod]" in (app / patched[0]).read_text()
+    assert "SiflStrategy(strategy" in (app / patched[1]).read_text()
+    # every +/- line the README shows is a line of the patch
+    readme = (QUICKSTART.parents[1] / "README.md").read_text()
+    shown = re.findall(r"```diff\n(.*?)```", readme, re.S)
+    patch_lines = set((QUICKSTART / "enable_sifl.patch").read_text().splitlines())
+    assert any("sifl_mod" in block for block in shown)
+    for block in shown:
+        if "sifl_mod" in block:
+            assert set(block.splitlines()) <= patch_lines
+
+
+def test_every_run_config_key_the_apps_read_is_declared_in_pyproject(tmp_path):
+    """``flwr run --run-config`` refuses keys missing from ``[tool.flwr.app.config]``: every
+    default the server and client apps read (patched or not) is declared there, same value."""
+    import ast
+
+    plain, patched = tmp_path / "plain", tmp_path / "sifl"
+    shutil.copytree(QUICKSTART, plain)
+    shutil.copytree(QUICKSTART, patched)
+    _apply_like_the_readme(patched)
+    for app in (plain, patched):
+        declared = _app_config(app)
+        server = (app / "digitsexample" / "server_app.py").read_text()
+        defaults = ast.literal_eval(re.search(r"DEFAULTS = (\{.*?\})\n", server, re.S).group(1))
+        for update in re.findall(r"DEFAULTS\.update\((\{.*?\})\)", server):
+            defaults.update(ast.literal_eval(update))
+        client = (app / "digitsexample" / "client_app.py").read_text()
+        defaults.update(
+            ast.literal_eval(re.search(r"return (\{.*?), \*\*dict", client).group(1) + "}")
+        )
+        read = set(re.findall(r'(?<!node_)config\["([a-z-]+)"\]', server + client)) - {
+            "server-round"
+        }
+        assert read <= set(defaults), read - set(defaults)
+        assert {k: declared.get(k) for k in defaults} == defaults, app.name
+    assert {"sifl-scheme", "min-samples"} <= set(_app_config(patched))
+    assert not {"sifl-scheme", "min-samples"} & set(_app_config(plain))
+
+
+def _stop_local_superlink(home: Path) -> None:
+    """Stop the SuperLink ``flwr run`` started (detached) for the connection, by the log path
+    under ``home`` in its command line, with its descendants."""
+    from flower_deployment import _descendants
+
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "flower-superlink" in command and str(home) in command:
+            pid = int(entry.name)
+            for victim in [*_descendants(pid), pid]:
+                try:
+                    os.kill(victim, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+@pytest.mark.slow
+def test_the_readme_quickstart_block_runs_as_written(tmp_path):
+    """The README's block, run from a copy of the repository's layout with a HOME of its own:
+    the patch applies, ``flwr run`` simulates two SuperNodes with the run-config the README
+    shows, the log names the scheme and its epsilons every round, and the defaults reach over
+    90 % accuracy on the held-out digits."""
+    import immersion
+    import immersion_fl
+    from flower_deployment import BIN, free_port
+
+    shutil.copytree(QUICKSTART, tmp_path / "fl_demos" / "flower_quickstart")
+    home = tmp_path / "home"
+    home.mkdir()
+    code = [str(Path(m.__file__).resolve().parents[1]) for m in (immersion, immersion_fl)]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FLWR_")},
+        "HOME": str(home),
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        # the tested checkout's code in Flower's processes too (not another install's)
+        "PYTHONPATH": os.pathsep.join([*code, os.environ.get("PYTHONPATH", "")]),
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+    }
+    try:
+        done = subprocess.run(
+            ["bash", "-e", "-c", _readme_quickstart_block()],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        _stop_local_superlink(home)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    assert (
+        "SiflStrategy"
+        in (tmp_path / "fl_demos/flower_quickstart/digitsexample/server_app.py").read_text()
+    )
+    rounds = re.findall(r"SIFL sifl-m2 round (\d+): per-element epsilon_local ([0-9.e+-]+)", log)
+    assert [int(r) for r, _ in rounds] == [1, 2, 3], log[-4000:]
+    assert all(float(eps) == pytest.approx(1.0) for _, eps in rounds)
+    accuracy = [float(a) for a in re.findall(r"'accuracy': ([0-9.]+)", log)]
+    assert accuracy and accuracy[-1] > 0.9, accuracy

@@ -108,6 +108,7 @@ def run_controller_demo(
         "epsilon_input": report.epsilon_input,
         "epsilon_output": report.epsilon_output,
         "epsilon_input_proven": report.epsilon_input_proven,
+        "epsilon_note": report.epsilon_note(),
         "decode_error_estimate": report.decode_error_estimate,
         "step_time_ratio": t_imm / t_plain,
         "keys": repr(imm.keys),
@@ -166,6 +167,8 @@ def print_summary(result: dict[str, Any], *, as_json: bool) -> None:
         "step_time_ratio",
     ):
         print(f"  {key:32s} {result[key]:.3e}")
+    if result["epsilon_note"]:
+        print(f"  epsilon_note: {result['epsilon_note']}")
     print(f"  keys: {result['keys']}")
     for p in result.get("plots", []):
         print(f"  plot: {p}")

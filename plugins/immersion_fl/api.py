@@ -9,6 +9,7 @@ parameters and the result holds a decoded copy of the same class.
 from __future__ import annotations
 
 import copy
+import os
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -78,6 +79,8 @@ def run(
     client_timeout: float | None = None,
     progress: bool | Callable[[str], None] = False,
     device: str | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: bool = False,
     **scheme_options: Any,
 ) -> FederatedResult:
     """Train ``model`` federatedly on ``client_data`` with a registered scheme.
@@ -126,6 +129,12 @@ def run(
     device:
         Where keys, model and training live: ``"cpu"`` (default) or ``"cuda"`` (the torch backend
         runs the key products and the clients' training on the GPU; SIFL and FedAvg, local engine).
+    checkpoint:
+        A folder where the server state and keys are saved after every round (owner-only
+        files), as ``immersion fl run --checkpoint``; ``engine="local"``.
+    resume:
+        Continue the run saved in ``checkpoint`` (call again with the same arguments; with
+        ``rng=None`` the saved run's seed is reused). The result equals an uninterrupted run's.
     **scheme_options:
         The scheme's own options (e.g. ``epsilon_local=0.5, keys="block"`` for SIFL; see
         :class:`~immersion_fl.schemes.SiflOptions`); unknown names are refused.
@@ -160,7 +169,18 @@ def run(
     test = client_tensors(-1, test_data, argument="test_data") if test_data is not None else None
     if test is not None:
         check_outputs(model, [test], argument="test_data")
-    seed = _seed(rng)
+    if not isinstance(resume, bool):
+        raise InvalidArgumentError("resume", f"expected True or False, got {resume!r}")
+    if resume and checkpoint is None:
+        raise InvalidArgumentError("resume", "needs the checkpoint folder of the run to continue")
+    if checkpoint is not None and engine != "local":
+        raise InvalidArgumentError("checkpoint", "checkpoints work with engine='local'")
+    if resume and rng is None:  # OS-entropy seed: the saved run's
+        from .checkpoint import saved_seed
+
+        seed = saved_seed(checkpoint)  # type: ignore[arg-type]
+    else:
+        seed = _seed(rng)
     cfg = RunConfig(
         scheme=scheme,
         optimizer=optimizer,
@@ -198,7 +218,13 @@ def run(
         task = task.to(device)
     report = progress_bar(rounds) if progress is True else (progress or None)
     history = run_federated(
-        cfg, engine=engine, progress=report, task=task, reference_drift=reference_drift
+        cfg,
+        engine=engine,
+        progress=report,
+        task=task,
+        reference_drift=reference_drift,
+        checkpoint=checkpoint,
+        resume=resume,
     )
     decoded = copy.deepcopy(model)
     torch.nn.utils.vector_to_parameters(

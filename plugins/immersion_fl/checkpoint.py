@@ -123,23 +123,7 @@ class Checkpoint:
             saved ones).
         """
         path = self.folder / "state.npz"
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
-            meta = json.loads(arrays.pop("meta").tobytes().decode())
-            if not isinstance(meta, dict) or not {
-                "cfg",
-                "keys_sha256",
-                "next_round",
-                "history",
-                "privacy",
-            } <= set(meta):
-                raise ValueError("no checkpoint metadata")
-        # missing, truncated or altered: numpy's npy/zip parsers raise many kinds
-        except Exception as exc:  # noqa: BLE001
-            raise KeyFileError(
-                f"checkpoint: cannot read {path} ({type(exc).__name__}: {exc})"
-            ) from None
+        arrays, meta = _read_state(path)
         if _saved_config(meta["cfg"], path) != self.cfg:
             raise KeyFileError(
                 f"checkpoint: {path} belongs to another configuration; resume with the same options"
@@ -156,6 +140,40 @@ class Checkpoint:
             setattr(server.result, name, list(meta["history"][name]))
         server.result.privacy = meta["privacy"]
         return int(meta["next_round"])
+
+
+def _read_state(path: Path) -> tuple[dict[str, np.ndarray], dict]:
+    """The arrays and the metadata of a state file, or :class:`KeyFileError` naming it."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        meta = json.loads(arrays.pop("meta").tobytes().decode())
+        if not isinstance(meta, dict) or not {
+            "cfg",
+            "keys_sha256",
+            "next_round",
+            "history",
+            "privacy",
+        } <= set(meta):
+            raise ValueError("no checkpoint metadata")
+    # missing, truncated or altered: numpy's npy/zip parsers raise many kinds
+    except Exception as exc:  # noqa: BLE001
+        raise KeyFileError(
+            f"checkpoint: cannot read {path} ({type(exc).__name__}: {exc})"
+        ) from None
+    return arrays, meta
+
+
+def saved_seed(folder: str | os.PathLike[str]) -> int:
+    """The seed of the run saved in ``folder`` (resuming a run whose seed came from OS entropy).
+
+    Parameters
+    ----------
+    folder:
+        A checkpoint folder written by a run.
+    """
+    path = Path(folder) / "state.npz"
+    return _saved_config(_read_state(path)[1]["cfg"], path).seed
 
 
 def _saved_config(blob: str, path: Path) -> RunConfig:

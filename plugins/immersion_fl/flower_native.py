@@ -39,6 +39,7 @@ from flwr.app import (
     RecordDict,
 )
 from flwr.common.constant import ErrorCode
+from flwr.common.logger import log as flower_log
 from flwr.serverapp.strategy import Strategy
 from immersion import InvalidArgumentError
 
@@ -232,9 +233,38 @@ class SiflStrategy(Strategy):
         return f"SiflStrategy({self.scheme_name}, wrapping {self.strategy!r})"
 
     def summary(self) -> None:
-        """Log the wrapper's settings, then the wrapped strategy's."""
-        LOG.info("SIFL wrapper: %s, %s", self.scheme_name, self.options)
+        """Log the wrapper's settings, then the wrapped strategy's (Flower's log, as Flower's
+        own DP wrappers do, so that ``flwr run --stream`` shows them)."""
+        flower_log(logging.INFO, "\t├──> SIFL wrapper: %s", self.scheme_name)
+        flower_log(logging.INFO, "\t│\t└── options: %s", self.options)
         self.strategy.summary()
+
+    def _log_privacy(self, server_round: int) -> None:
+        """One line per round: the scheme and its per-element, per-round epsilons (seed 000
+        Theorem 1, eq. 41/44; the global one bounded with |D| taken as ``min_samples``)."""
+        figures = self.privacy()
+        if figures["epsilon_local"] is None:
+            why = "sifl-rm makes no DP claim" if self.scheme_name == "sifl-rm" else "no min_samples"
+            flower_log(
+                logging.INFO,
+                "SIFL %s round %d: no epsilon (%s)",
+                self.scheme_name,
+                server_round,
+                why,
+            )
+            return
+        flower_log(
+            logging.INFO,
+            "SIFL %s round %d: per-element epsilon_local %.3g (each upload, |D_i| >= %d), "
+            "epsilon_global <= %.3g (the broadcast, |D| >= |D_i|), %s noise%s",
+            self.scheme_name,
+            server_round,
+            figures["epsilon_local"],
+            self.min_samples,
+            figures["epsilon_global"],
+            figures["noise"],
+            "" if figures.get("delta") is None else f", delta {figures['delta']:.3g}",
+        )
 
     def privacy(self) -> dict[str, Any]:
         """The scheme's per-element privacy figures (None entries before keys or without
@@ -344,6 +374,7 @@ class SiflStrategy(Strategy):
             )
         w_sum = _torch_vector(aggregated[ENCODED].numpy())
         self.scheme.server_update(self.scheme.aggregator_code(w_sum))
+        self._log_privacy(server_round)
         return self.layout.unflatten(self.scheme.global_model().cpu().numpy()), metrics
 
     def configure_evaluate(

@@ -205,8 +205,8 @@ def reactor_command(
     headings = {
         "drift_max_abs_u": "drift of the decoded closed loop against its plain twin over the run "
         "(measured, no bound claimed):",
-        "decode_error_estimate": "rounding of each single decode (probe-point estimate; exact "
-        "error against its rigorous bound):",
+        "decode_error_estimate": "rounding of each single decode (exact error against its "
+        "rigorous bound), after the probe-point estimate of a whole step (decode_error_note):",
         "step_time_ratio": "time per step:",
     }
     for key, value in result.items():

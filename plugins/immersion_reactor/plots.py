@@ -10,11 +10,10 @@ from .simulation import ReactorRun
 
 
 def write_plots(run: ReactorRun, folder: Path) -> list[Path]:
-    """Write the five figures; return their paths (needs matplotlib, extra ``dev``)."""
-    import matplotlib
+    """Write the five figures; return their paths (needs matplotlib, extra ``plot``)."""
+    from immersion.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("the reactor demo's --plot")
 
     folder.mkdir(parents=True, exist_ok=True)
     t = run.t

@@ -278,6 +278,9 @@ def run_cmd(
         f"  epsilon per element: data {out['epsilon_data']:.3g}, model {out['epsilon_model']:.3g} "
         "(against parties without the target; the service decodes both)"
     )
+    for note in ("epsilon_note", "sensitivity_note"):
+        if out.get(note):
+            click.echo(f"  {note}: {out[note]}")
     for p in out.get("plots", []):
         click.echo(f"  plot: {p}")
 

@@ -8,16 +8,9 @@ from typing import Any
 
 
 def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError:
-        from immersion import OptionalDependencyError
+    from immersion.plotting import pyplot
 
-        raise OptionalDependencyError("matplotlib", "dev", "SIML plots") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return pyplot("SIML plots")
 
 
 def write_siml_plots(result: Any, folder: Path) -> list[Path]:

@@ -106,6 +106,16 @@ class _EpochRecorder:
         self.seconds += time.perf_counter() - start
 
 
+#: What the SIML sensitivities assume (seed 002 section VI-A); nothing here enforces them.
+SENSITIVITY_NOTE = (
+    "the epsilons hold for neighbours that differ by at most sensitivity_data {data:g} in L1 "
+    "(one sample) and sensitivity_model {model:g} in L1 (the model): seed 002's Delta^D = 1 and "
+    "Delta^w = C = 1000, C being the paper's gradient-clipping threshold. SIML trains without "
+    "clipping, so both are assumptions about your data and model, not enforced: pass the "
+    "bounds you know (--sensitivity-data, --sensitivity-model); epsilon scales with them"
+)
+
+
 def privacy_figures(user: Any) -> dict[str, Any]:
     """Seed 002 Theorem 1 per element for the encoded data and the encoded model, from the drawn
     keys."""
@@ -138,6 +148,10 @@ def privacy_figures(user: Any) -> dict[str, Any]:
         "guarantee": "per element of one encoded sample (epsilon_data) and of the encoded model "
         "(epsilon_model), against parties without the target; the service decodes both "
         "(THREAT_MODEL.md)",
+        "epsilon_note": report.epsilon_note(input_name="data", output_name="model"),
+        "sensitivity_note": SENSITIVITY_NOTE.format(
+            data=report.sensitivity_input, model=report.sensitivity_output
+        ),
     }
 
 

@@ -92,3 +92,19 @@ class OptionalDependencyError(ImmersionError, ImportError):
 
 class PluginError(ImmersionError):
     """A plugin could not be registered (for example a duplicate name)."""
+
+
+class ImmersionSecurityWarning(UserWarning):
+    """A setting that voids the protection a coding otherwise claims (emitted once per process).
+
+    Today: a seeded ``rng`` with ``coding="lwe"`` (:func:`immersion.lwe.encrypt_controller`),
+    whose whole security is the secrecy of a key derived from that seed; a small integer seed can
+    be guessed. Seeds are for tests and reproducible benchmarks; leave ``rng`` out (OS entropy)
+    or pass ``secure=True`` for real use. Silence it where a seed is deliberate with
+    ``warnings.filterwarnings("ignore", category=ImmersionSecurityWarning)``.
+
+    Examples
+    --------
+    >>> issubclass(ImmersionSecurityWarning, UserWarning)
+    True
+    """

@@ -51,6 +51,9 @@ class Immersion:
     """
 
     keys: Any  # Keys (float arithmetic) or ModularKeys
+    #: ``(A, B, C, D)`` when :func:`~immersion.immerse_system` made the handle from a linear
+    #: controller (remote mode then serves it without a registered algorithm); else None
+    controller_matrices: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     #: small dense keys on numpy float64: the matrices of the short paths (None: general paths)
     _dense_user: DenseUserSample | None = None
     #: how :func:`immerse` designed these keys (None: modular arithmetic)

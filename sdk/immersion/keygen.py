@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 import numbers
 import secrets
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from . import _validation as v
-from .errors import InvalidArgumentError
+from .errors import ImmersionSecurityWarning, InvalidArgumentError
 from .keys import Keys
 
 if TYPE_CHECKING:
@@ -128,6 +129,32 @@ def resolve_rng(rng: Any, secure: bool) -> np.random.Generator:
         return rng
     raise InvalidArgumentError(
         "rng", f"expected None, an int seed or a numpy Generator, got {type(rng).__name__}"
+    )
+
+
+#: Codings that already warned about a seeded key in this process.
+_WARNED_SEEDED: set[str] = set()
+
+
+def warn_seeded_key(rng: Any, coding: str) -> None:
+    """Warn once per process and coding when a cryptographic key is derived from ``rng``.
+
+    Parameters
+    ----------
+    rng:
+        The user's ``rng`` argument (None: OS entropy, no warning).
+    coding:
+        The coding whose key it seeds (named in the message).
+    """
+    if rng is None or coding in _WARNED_SEEDED:
+        return
+    _WARNED_SEEDED.add(coding)
+    warnings.warn(
+        f"coding={coding!r} with a seeded rng: the secret key is derived from the seed, so "
+        "anyone who guesses the seed decrypts everything. Seeds are for tests and reproducible "
+        "benchmarks; leave rng out (OS entropy) or pass secure=True",
+        ImmersionSecurityWarning,
+        stacklevel=4,  # the caller of encrypt_controller
     )
 
 

@@ -77,6 +77,28 @@ class ModularTarget(TargetAlgorithm):
         self._use_codes(TargetCodes.fixed_point(keys, fraction_bits))
 
     @classmethod
+    def from_codes(
+        cls, *, f: CheckedFunction, g: CheckedFunction, codes: TargetCodes, fraction_bits: int
+    ) -> "ModularTarget":
+        """A modular target on given fixed-point codes (remote mode builds them from the
+        shipped integer matrices, :mod:`immersion.remote_linear`).
+
+        Parameters
+        ----------
+        f, g:
+            The checked state update and output.
+        codes:
+            The fixed-point codes of eq. 17 (:meth:`TargetCodes.fixed_point` or equivalent).
+        fraction_bits:
+            ``f`` of ``q(v) = round(v 2^f)``.
+        """
+        self = cls.__new__(cls)
+        self._f, self._g, self.backend = f, g, NumpyBackend()
+        self.fraction_bits = fraction_bits
+        self._use_codes(codes)
+        return self
+
+    @classmethod
     def from_matrices(cls, **_: Any) -> "TargetAlgorithm":  # type: ignore[override]
         """Not available: a modular target is built by :func:`immersion.immerse`."""
         raise InvalidArgumentError(

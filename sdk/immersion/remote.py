@@ -39,7 +39,7 @@ from . import wire
 from ._files import npz_bytes
 from .curve import CurveKeyPair, load_curve_public, load_curve_secret
 from .errors import ImmersionError, InvalidArgumentError, OptionalDependencyError
-from .remote_kinds import PUBLIC_MATRICES, kind_of, public_target_matrices
+from .remote_kinds import PUBLIC_MATRICES, UNREGISTERED_HINT, kind_of, public_target_matrices
 
 #: Consecutive failed handshakes before the client blames the keys: a server killed in the middle
 #: of one fails a single handshake, a wrong server_key (or CURVE on one side only) fails them all.
@@ -411,12 +411,14 @@ class RemoteTarget:
         timeout_s = v.positive_float("timeout_s", timeout_s)
         attempts = v.positive_int("attempts", attempts)
         curve = _curve(address, server_key, client_key)
-        kind = kind_of(imm)
+        kind = kind_of(imm, algorithm=algorithm)
         header: dict[str, Any] = {"coding": kind.name}
         if kind.needs_algorithm:
             if not isinstance(algorithm, str):
                 raise InvalidArgumentError(
-                    "algorithm", f"name the registered algorithm f, g run, got {algorithm!r}"
+                    "algorithm",
+                    f"name the algorithm f, g run, registered on the server, got {algorithm!r}; "
+                    + UNREGISTERED_HINT,
                 )
             header.update(algorithm=algorithm, params=params or {})
         elif algorithm is not None or params is not None:
@@ -527,7 +529,9 @@ class RemoteTarget:
         """
         if self._channel._sock is None:
             raise InvalidArgumentError("self", "this RemoteTarget is closed")
-        if kind_of(imm).name != self._kind.name:
+        if kind_of(imm, algorithm="" if self._kind.needs_algorithm else None).name != (
+            self._kind.name
+        ):
             raise InvalidArgumentError("imm", f"expected a {self._kind.name!r} handle")
         arrays = npz_bytes(self._kind.public_arrays(imm))
         xt = self._vector("encoded_state", encoded_state)

@@ -9,13 +9,17 @@ of the user's handle (``"immersion"`` when it has none):
   ``n_state_encoded`` and ``n_input_encoded``;
 * vectors travel as raw bytes of ``wire_dtype``.
 
+A linear controller made by :func:`~immersion.immerse_system` travels as data (kinds ``linear``
+and ``linear-modular``, :mod:`immersion.remote_linear`); any other ``f``, ``g`` is code, which
+never travels: the server builds it from an algorithm registered by a plugin.
+
 A new coding (an integer or lattice target) adds one entry here; the session layer, transport,
 keys and limits stay the same.
 
 Examples
 --------
 >>> sorted(TARGET_KINDS)
-['immersion', 'lwe']
+['immersion', 'linear', 'linear-modular', 'lwe']
 >>> TARGET_KINDS["immersion"].wire_dtype
 <class 'numpy.float64'>
 """
@@ -28,6 +32,15 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from .errors import InvalidArgumentError
+from .remote_linear import (
+    LINEAR_ARRAYS,
+    LINEAR_MODULAR_ARRAYS,
+    is_linear,
+    linear_arrays,
+    linear_modular_arrays,
+    linear_modular_target,
+    linear_target,
+)
 
 #: The dense matrices of seed 002 eq. 17 that a remote cloud receives (never N1, Pi3_left, noise).
 PUBLIC_MATRICES = ("Pi1_left", "Pi2", "Pi2_left", "Pi3", "Pi4")
@@ -101,6 +114,13 @@ def _immersion_target(header: dict[str, Any], matrices: dict[str, np.ndarray]) -
     name = header.get("algorithm")
     if not isinstance(name, str):
         raise InvalidArgumentError("algorithm", f"expected a registered name, got {name!r}")
+    if name not in registry().algorithms:
+        raise InvalidArgumentError(
+            "algorithm",
+            f"unknown algorithm {name!r} on this server (registered: "
+            f"{sorted(registry().algorithms)})."
+            f" No code travels: {UNREGISTERED_HINT}",
+        )
     spec = registry().algorithm(name)
     params = header.get("params") or {}
     if not isinstance(params, dict):
@@ -131,6 +151,15 @@ def _lwe_target(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> CloudT
     return ControllerTarget.from_public_arrays(arrays)
 
 
+#: How to serve an ``f``, ``g`` of one's own (said by every error about a missing algorithm).
+UNREGISTERED_HINT = (
+    "an arbitrary f, g runs on a server only as an algorithm registered there by a plugin "
+    "(hook immersion_register_algorithms of immersion.hookspecs, installed on the server "
+    "under the 'immersion' entry-point group; plugins/immersion_reactor is one); a linear "
+    "controller made with immerse_system(StateSpace or (A, B, C, D)) needs none (target "
+    "kinds 'linear', 'linear-modular', 'lwe')"
+)
+
 #: The kinds this installation serves, by ``coding``.
 TARGET_KINDS: dict[str, TargetKind] = {
     "immersion": TargetKind(
@@ -140,6 +169,20 @@ TARGET_KINDS: dict[str, TargetKind] = {
         _immersion_target,
         needs_algorithm=True,
         array_names=frozenset(PUBLIC_MATRICES),
+    ),
+    "linear": TargetKind(
+        "linear",
+        np.float64,
+        linear_arrays,
+        linear_target,
+        array_names=frozenset(LINEAR_ARRAYS),
+    ),
+    "linear-modular": TargetKind(
+        "linear-modular",
+        np.uint64,
+        linear_modular_arrays,
+        linear_modular_target,
+        array_names=frozenset(LINEAR_MODULAR_ARRAYS),
     ),
     "lwe": TargetKind(
         "lwe",
@@ -152,8 +195,13 @@ TARGET_KINDS: dict[str, TargetKind] = {
 }
 
 
-def kind_of(imm: Any, kinds: dict[str, TargetKind] | None = None) -> TargetKind:
+def kind_of(
+    imm: Any, kinds: dict[str, TargetKind] | None = None, *, algorithm: str | None = None
+) -> TargetKind:
     """The kind of a user handle, from its ``coding`` attribute (``"immersion"`` by default).
+
+    A handle of a linear controller (``immerse_system`` of a ``StateSpace`` or ``(A, B, C, D)``)
+    is ``"linear"`` (float) or ``"linear-modular"``, unless ``algorithm`` names a registered one.
 
     Parameters
     ----------
@@ -161,6 +209,8 @@ def kind_of(imm: Any, kinds: dict[str, TargetKind] | None = None) -> TargetKind:
         The user's handle (:class:`~immersion.Immersion` or another coding's).
     kinds:
         The table to look in (default :data:`TARGET_KINDS`).
+    algorithm:
+        The registered algorithm the caller names, if any.
 
     Returns
     -------
@@ -168,6 +218,8 @@ def kind_of(imm: Any, kinds: dict[str, TargetKind] | None = None) -> TargetKind:
     """
     table = TARGET_KINDS if kinds is None else kinds
     coding = getattr(imm, "coding", "immersion")
+    if coding == "immersion" and algorithm is None and is_linear(imm):
+        coding = "linear-modular" if getattr(imm.keys, "arithmetic", "") == "modular" else "linear"
     if coding not in table:
         raise InvalidArgumentError(
             "imm", f"remote mode has no target kind for coding {coding!r}; known: {sorted(table)}"

@@ -834,17 +834,20 @@ class Service:
                 raise InvalidArgumentError("clients", "list the accepted client keys (a folder)")
             if admins is not None:
                 self._admins = load_curve_public_folder(admins, name="admins")
-            allowed = self._admins | (
+            client_keys = (
                 load_curve_public_folder(clients, name="clients")
                 if clients is not None
                 else allowed
             )
+            allowed = self._admins | client_keys
         if log is not None and log_file is not None:
             raise InvalidArgumentError("log_file", "give log or log_file, not both")
         if log is not None and not callable(log):
             raise InvalidArgumentError("log", f"expected a callable taking a line, got {log!r}")
         self.curve = pair is not None
         self._allowed = allowed
+        #: listed client keys (an admin key counts under admins only, unless also a client's)
+        self._n_clients = len(client_keys) if pair is not None else 0
         self._sessions: dict[bytes, _Session] = {}
         self._owned: Counter[str] = Counter()  # sessions per client key, pending set-ups included
         self._pending_setups = 0
@@ -1111,7 +1114,7 @@ class Service:
         self._log(
             "listening",
             curve=self.curve,
-            clients=len(self._allowed),
+            clients=self._n_clients,
             admins=len(self._admins),
             max_sessions=self.max_sessions,
             max_sessions_per_client=self.max_sessions_per_client,

@@ -276,7 +276,7 @@ def _immersion_coding(
             f = TimedSystemFunction(sys.dynamics, params)
             g = TimedSystemFunction(sys.output, params)
             n_public = 1
-    return immerse(
+    handle = immerse(
         f,
         g,
         controller.n_state,
@@ -285,6 +285,8 @@ def _immersion_coding(
         n_public=n_public,
         **options,
     )
+    handle.controller_matrices = controller.matrices
+    return handle
 
 
 def _lwe_coding(

@@ -13,7 +13,7 @@ app = ClientApp()
 
 
 def _config(context: Context) -> dict:
-    return {"batch-size": 32, "local-epochs": 1, **dict(context.run_config)}
+    return {"batch-size": 32, "local-epochs": 5, **dict(context.run_config)}
 
 
 @app.train()

@@ -15,7 +15,7 @@ app = ServerApp()
 DEFAULTS = {
     "fraction-evaluate": 0.5,
     "num-server-rounds": 3,
-    "learning-rate": 0.1,
+    "learning-rate": 0.05,
     "seed": 0,
     "final-model": "final_model.pt",
 }
