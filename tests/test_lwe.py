@@ -548,6 +548,15 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
     c1, c2 = a.astype(np.uint32), b0.astype(np.uint32)
     uniform = rng.integers(0, 2**64, 1200, dtype=np.uint64)
     thresholds = np.sort(rng.integers(0, 2**64, 40, dtype=np.uint64))
+    from immersion.lwe.rlwe import _CDT
+
+    # the error law's thresholds, one below and one above each, their buckets' ends, and
+    # words in the split buckets: the table shortcut and the full count must agree on all
+    edges = np.concatenate([_CDT, _CDT - np.uint64(1), _CDT + np.uint64(1)])
+    buckets = (_CDT >> np.uint64(48)) << np.uint64(48)
+    ends = np.array([0, 2**64 - 1], dtype=np.uint64)
+    edges = np.concatenate([edges, buckets, buckets + np.uint64(2**48 - 1), ends])
+    edges = np.concatenate([edges, uniform]).astype(np.uint64)
     q_of = kernels.quotients
     bad = c1.copy()
     bad[1, 7] = q[1]  # a word that is not a residue
@@ -557,9 +566,9 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
             kernels.ntt(a.copy(), ring._psi_rev, ring._psi_rev_q, q),
             kernels.ntt_signed(signed, scale, ring._psi_rev, ring._psi_rev_q, q),
             kernels.intt(a.copy(), ring._psi_inv_rev, ring._psi_inv_rev_q, q),
-            kernels.zero(a, s.astype(np.float64), q_of(s, q), te, q),
+            kernels.zero(a.astype(np.uint32), s.astype(np.float64), q_of(s, q), te, q),
             kernels.add_sparse(
-                b0,
+                b0.astype(np.uint32),
                 kernels.centred(mono, q),
                 kernels.centred(values[:, :, None], q)[:, :, 0].astype(float),
                 q,
@@ -568,13 +577,14 @@ def test_numba_and_numpy_kernels_compute_the_same_integers(monkeypatch):
                 kernels.centred(th_b, q),
                 kernels.centred(th_a, q),
                 v_b[0].astype(np.uint32),
-                v_a[0],
+                v_a[0].astype(np.uint32),
                 window,
                 readers,
                 q,
             ),
             *kernels.decrypt_read(c1, c2, s.astype(np.float64), s2.astype(np.float64), readers, q),
-            kernels.sample_cdt(uniform, thresholds),
+            kernels.sample_cdt(uniform, thresholds, kernels.cdt_table(thresholds)),
+            kernels.sample_cdt(edges, _CDT, kernels.cdt_table(_CDT)),
             kernels.reject_uniform(uniform.view(np.uint32).reshape(3, 800), q, 64),
             kernels.decrypt_read(bad, c2, s.astype(np.float64), s2.astype(np.float64), readers, q)[
                 1

@@ -127,18 +127,19 @@ def ntt_signed(
 
 
 @njit
-def sample_cdt(uniform: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
-    """How many thresholds lie at or below each uniform 64-bit word (a table sampler)."""
+def sample_cdt(uniform: np.ndarray, thresholds: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """How many thresholds lie at or below each uniform 64-bit word (a table sampler): the
+    word's top 16 bits index ``table``; a bucket that a threshold splits (-1) counts in full."""
     n = uniform.shape[0]
-    flip = np.uint64(1) << np.uint64(63)  # unsigned order as signed order
-    u = np.empty(n, dtype=np.int64)
+    count = np.empty(n, dtype=np.int64)
     for k in range(n):
-        u[k] = np.int64(uniform[k] ^ flip)
-    count = np.zeros(n, dtype=np.int64)
-    for c in thresholds:
-        cs = np.int64(c ^ flip)
-        for k in range(n):
-            count[k] += u[k] >= cs
+        u = uniform[k]
+        c = np.int64(table[u >> np.uint64(48)])
+        if c < 0:
+            c = 0
+            for t in thresholds:
+                c += u >= t
+        count[k] = c
     return count
 
 
@@ -146,17 +147,18 @@ def sample_cdt(uniform: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
 def zero(
     a: np.ndarray, s: np.ndarray, s_q: np.ndarray, te: np.ndarray, q: np.ndarray
 ) -> np.ndarray:
-    """``b0 = t e - a s mod q`` (``te`` already ``NTT(t e)``; ``s_q = s / q``)."""
+    """``b0 = t e - a s mod q`` as uint32 (``a`` uint32, ``te`` already ``NTT(t e)``;
+    ``s_q = s / q``)."""
     L, n = a.shape
-    out = np.empty((L, n), dtype=np.uint64)
+    out = np.empty((L, n), dtype=np.uint32)
     for row in range(L):
         ql = np.float64(q[row])
+        ar, o = a[row].view(np.int32), out[row].view(np.int32)
         for k in range(n):
             r = np.float64(np.int64(te[row, k])) - _mulmod(
-                np.float64(np.int64(a[row, k])), s[row, k], s_q[row, k], ql
+                np.float64(ar[k]), s[row, k], s_q[row, k], ql
             )
-            r = r + ql if r < 0.0 else r
-            out[row, k] = np.uint64(np.int32(r))
+            o[k] = np.int32(r + ql if r < 0.0 else r)
     return out
 
 
@@ -173,8 +175,9 @@ def add_sparse(
     for row in range(L):
         ql = np.float64(q[row])
         q_inv = 1.0 / ql
+        b0r = b0[row].view(np.int32)
         for k in range(n):
-            acc[k] = np.float64(np.int64(b0[row, k]))
+            acc[k] = np.float64(b0r[k])
         for c in range(count):
             v = values[c, row]
             mono = monomials[c, row]
@@ -220,8 +223,8 @@ def products(
     past inputs, as the wire's uint32 words: ``c0`` read at the readers' coefficients
     (``(positions, L)``), then ``c1`` and ``c2`` in NTT form (``(L, N)`` each).
 
-    ``theta_*``: centred int32 ``(W + 1, L, N)``; ``b``: uint32 ``(L, N)``; ``a``: uint64
-    ``(L, N)``; ``window``: uint32 ``(W, 2, L, N)``; ``readers``: int32 ``(positions, L, N)``.
+    ``theta_*``: centred int32 ``(W + 1, L, N)``; ``b``, ``a``: uint32 ``(L, N)``; ``window``:
+    uint32 ``(W, 2, L, N)``; ``readers``: int32 ``(positions, L, N)``.
     """
     terms, L, n = theta_b.shape
     positions = readers.shape[0]
@@ -242,9 +245,10 @@ def products(
         s2[:] = 0.0
         for j in range(terms):
             if j == 0:
+                br, ar = b[row].view(np.int32), a[row].view(np.int32)
                 for k in range(n):
-                    vb[k] = _centre(np.float64(np.int32(b[row, k])), ql)
-                    va[k] = _centre(np.float64(np.int64(a[row, k])), ql)
+                    vb[k] = _centre(np.float64(br[k]), ql)
+                    va[k] = _centre(np.float64(ar[k]), ql)
             else:
                 wb, wa = window[j - 1, 0, row].view(np.int32), window[j - 1, 1, row].view(np.int32)
                 for k in range(n):
@@ -311,7 +315,7 @@ def reject_uniform(words: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray
     """Row ``i``: the first ``n`` values ``w >> 7`` of the uint32 ``words[i]`` below ``q[i]``;
     False if a row ran short (then the caller draws more)."""
     L, width = words.shape
-    out = np.empty((L, n), dtype=np.uint64)
+    out = np.empty((L, n), dtype=np.uint32)
     for row in range(L):
         ql = np.uint32(q[row])
         wr, o = words[row], out[row]

@@ -410,7 +410,7 @@ class ControllerTarget:
     def __init__(self, design: ControllerDesign, theta_b: np.ndarray, theta_a: np.ndarray) -> None:
         self.design = design
         self.theta_b, self.theta_a = theta_b, theta_a
-        self._last: tuple[bytes, np.ndarray, np.ndarray] | None = None  # seed, a, a as uint32
+        self._last: tuple[bytes, np.ndarray] | None = None  # the last input's seed and a
         self._prepared: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
@@ -450,13 +450,12 @@ class ControllerTarget:
         d = self.design
         return words.reshape(d.window, 2, len(d.primes), d.degree)
 
-    def _expand(self, seed: bytes) -> tuple[np.ndarray, np.ndarray]:
-        """``a`` of an input ciphertext, uint64 and uint32 (the last one is kept: output and
-        step share it)."""
+    def _expand(self, seed: bytes) -> np.ndarray:
+        """``a`` of an input ciphertext, uint32 (the last one is kept: output and step share
+        it)."""
         if self._last is None or self._last[0] != seed:
-            a = expand_uniform(self.ring, seed, self.design.prg)
-            self._last = (seed, a, a.astype(np.uint32))
-        return self._last[1], self._last[2]
+            self._last = (seed, expand_uniform(self.ring, seed, self.design.prg))
+        return self._last[1]
 
     def _operands(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The coefficient ciphertexts as the kernels read them (centred int32) and the
@@ -483,7 +482,7 @@ class ControllerTarget:
         """
         seed, b = self._input(encoded_input)
         window = self._state(encoded_state)
-        a, _ = self._expand(seed)
+        a = self._expand(seed)
         theta_b, theta_a, readers = self._operands()
         # c0 read at the rows' coefficients (rows, L), then c1 and c2: the wire's words
         return kernels.products(theta_b, theta_a, b, a, window, readers, self.ring.q[:, 0])
@@ -501,7 +500,7 @@ class ControllerTarget:
         if not self.design.window:
             return window.reshape(-1)
         out = np.empty_like(window)
-        out[0, 0], out[0, 1] = b, self._expand(seed)[1]
+        out[0, 0], out[0, 1] = b, self._expand(seed)
         out[1:] = window[:-1]
         return out.reshape(-1)
 

@@ -37,7 +37,7 @@ _EXTRA_WORDS = 128
 
 
 def expand_uniform(ring: RnsRing, seed: bytes, prg: str) -> np.ndarray:
-    """The uniform polynomial ``a`` of a ciphertext, ``(L, N)`` uint64 residues, from its seed.
+    """The uniform polynomial ``a`` of a ciphertext, ``(L, N)`` uint32 residues, from its seed.
 
     Residue row ``i`` takes the top 25 bits of the little-endian 32-bit words of stream vector
     ``i`` and keeps those below ``q_i``: exactly uniform (if a row ever ran short, below
@@ -75,6 +75,7 @@ def _cdt(sigma: float, bound: int) -> np.ndarray:
 
 
 _CDT = _cdt(ERROR_SIGMA, ERROR_BOUND)
+_CDT_TABLE = kernels.cdt_table(_CDT)
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,9 @@ class RlweSecretKey:
             )
         else:
             stream = self._stream(b"e", index, n_bytes)
-        return kernels.sample_cdt(np.frombuffer(stream, dtype="<u8"), _CDT) - ERROR_BOUND
+        return (
+            kernels.sample_cdt(np.frombuffer(stream, dtype="<u8"), _CDT, _CDT_TABLE) - ERROR_BOUND
+        )
 
     def zero(self, index: int, t: int) -> tuple[bytes, np.ndarray, np.ndarray]:
         """Ciphertext ``index`` of zero: seed, ``b = -a s + t e`` and ``a`` (NTT form)."""
