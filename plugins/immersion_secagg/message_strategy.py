@@ -20,8 +20,9 @@ client-side DP wrappers, a user's subclass of them). A round, with the core's se
    replies, and the count of replies is the real one (Flower's DP wrappers check it).
 
 Below ``threshold`` contributors the round is aborted
-(:class:`~.message_wire.SecureAggregationAborted`, logged and kept in :attr:`SecureAggregation.aborted`): no seed is asked for, no model is returned,
-Flower's loop keeps the previous global model. A survivor that does not reveal also aborts the
+(:class:`~.message_wire.SecureAggregationAborted`, logged and kept in
+:attr:`SecureAggregation.aborted`): no seed is asked for, no model is returned, Flower's loop
+keeps the previous global model. A survivor that does not reveal also aborts the
 round (without double masking, the server may not then learn the seeds that would let it unmask
 that survivor's upload). Evaluation passes through unchanged (its metrics are not protected).
 """
