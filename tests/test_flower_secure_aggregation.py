@@ -50,10 +50,13 @@ DATA = {
 }
 
 
-def make_app(mods: list, dtype=np.float64, faulty: dict | None = None) -> ClientApp:
+def make_app(
+    mods: list, dtype=np.float64, faulty: dict | None = None, sigma2: float = 0.0
+) -> ClientApp:
     """A user's ClientApp: 3 steps of least squares from the received arrays, with metrics.
 
-    ``faulty[node]`` changes what that node returns (bad shapes, dtypes, metrics)."""
+    ``faulty[node]`` changes what that node returns (bad shapes, dtypes, metrics); ``sigma2``
+    adds isotropic Gaussian noise of that variance to the node's update."""
     app = ClientApp()
 
     @app.train(mods=mods)
@@ -65,6 +68,9 @@ def make_app(mods: list, dtype=np.float64, faulty: dict | None = None) -> Client
         for _ in range(3):
             r = x @ w + b[0] - y
             w, b = w - 0.1 * x.T @ r / len(y), b - 0.1 * np.array([r.mean()])
+        if sigma2:
+            noise = np.random.default_rng(node).normal(scale=np.sqrt(sigma2), size=4)
+            w, b = w + noise[:3], b + noise[3:]
         out = {"w": w.astype(dtype), "b": b.astype(dtype)}
         metrics = {"num-examples": len(y), "loss": float(np.mean(r**2)), "hist": [1.0, float(node)]}
         change = (faulty or {}).get(node)
@@ -324,3 +330,40 @@ def test_client_side_clipping_and_central_noise_compose():
     mods = [secure_aggregation_mod, fixedclipping_mod]
     secure, _ = run(SecureAggregation(make()), LocalGrid(make_app(mods)), 2)
     assert max(_max_diffs(plain, secure)) < 1e-9
+
+
+def test_the_secure_sum_budget_reports_seed_001s_dp_and_stops_training_by_name():
+    """Five nodes' sum of GD updates with isotropic noise: the budget composes Table 1's GD row
+    over the rounds run (as the accountant's own ``gd_guarantee``) and refuses round 3."""
+    from flwr.serverapp.exception import PrivacyBudgetExhausted
+    from immersion_secagg import PrivacyBudgetExceeded, SecureSumBudget, Setting, gd_guarantee
+
+    setting, sigma2, delta = Setting(5, 20, 20, 1.0), 0.05, 1e-5
+    two, three = (gd_guarantee(setting, sigma2, delta, rounds=r).epsilon for r in (2, 3))
+    budget = SecureSumBudget(
+        "gd",
+        samples=20,
+        batch=20,
+        clip=1.0,
+        sigma2=sigma2,
+        delta=delta,
+        max_epsilon=(two + three) / 2,
+    )
+    strategy = SecureAggregation(fedavg(), threshold=5, budget=budget)
+    with pytest.raises(PrivacyBudgetExceeded, match="past max_epsilon") as caught:
+        run(strategy, LocalGrid(make_app([secure_aggregation_mod], sigma2=sigma2)), 3)
+    assert isinstance(caught.value, PrivacyBudgetExhausted)  # Flower's own exit for it
+    assert budget.spent == [5, 5]
+    assert strategy.rounds[2]["privacy"].epsilon == pytest.approx(two, rel=1e-6)
+    # fewer contributors, less noise in the sum: a round of 4 costs more than a round of 5
+    assert budget.guarantee([5, 4]).epsilon > budget.guarantee([5, 5]).epsilon
+
+
+def test_the_budget_refuses_bad_arguments():
+    from immersion_secagg import SecureSumBudget
+
+    good = dict(samples=20, batch=20, clip=1.0, sigma2=0.05, delta=1e-5)
+    for name, value in (("mechanism", "sgd"), ("sigma2", 0.0), ("delta", 1.0), ("max_epsilon", 0)):
+        kwargs = {"mechanism": "gd", **good, name: value}
+        with pytest.raises(InvalidArgumentError):
+            SecureSumBudget(**kwargs)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         quantization_error_bound,
         secagg_sum,
     )
+    from .message_budget import SecureSumBudget
     from .message_mod import secure_aggregation_mod
     from .message_strategy import SecureAggregation
     from .message_wire import PrivacyBudgetExceeded, SecureAggregationAborted
@@ -73,10 +74,11 @@ __all__ = [
     "secure_aggregation_mod",
     "SecureAggregationAborted",
     "PrivacyBudgetExceeded",
+    "SecureSumBudget",
 ]
 
 _MODULE = [".accountant"] * 8 + [".updates"] * 5 + [".wfna"] * 2 + [".flower_secagg"] * 5
-_MODULE += [".message_strategy", ".message_mod"] + [".message_wire"] * 2
+_MODULE += [".message_strategy", ".message_mod"] + [".message_wire"] * 2 + [".message_budget"]
 __getattr__ = lazy_attributes(__name__, dict(zip(__all__, _MODULE, strict=True)))
 
 

@@ -287,6 +287,8 @@ class SecureAggregation(Strategy):
         result = self.strategy.aggregate_train(server_round, synthetic)
         if self.budget is not None and result[0] is not None:
             self.budget.spend(len(masked))
+            info["privacy"] = self.budget.guarantee()
+            LOG.info("secure sum of %d noisy updates: %s", len(masked), info["privacy"])
         return result
 
     def _read_uploads(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from flwr.serverapp.exception import PrivacyBudgetExhausted
 from immersion import ImmersionError, InvalidArgumentError
 from immersion_fl.secure import SecureAggregationError
 
@@ -47,8 +48,11 @@ class SecureAggregationAborted(SecureAggregationError):
     """
 
 
-class PrivacyBudgetExceeded(ImmersionError):
-    """The next round would take the secure sum's DP guarantee past ``max_epsilon``."""
+class PrivacyBudgetExceeded(ImmersionError, PrivacyBudgetExhausted):
+    """The next round would take the secure sum's DP guarantee past ``max_epsilon``.
+
+    Also Flower's ``PrivacyBudgetExhausted``: a ServerApp stops as for Flower's own accountant.
+    """
 
 
 def stage_of(content: Any) -> dict[str, Any] | None:
