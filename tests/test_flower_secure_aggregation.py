@@ -8,6 +8,9 @@ same failures.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -367,3 +370,31 @@ def test_the_budget_refuses_bad_arguments():
         kwargs = {"mechanism": "gd", **good, name: value}
         with pytest.raises(InvalidArgumentError):
             SecureSumBudget(**kwargs)
+
+
+# -------------------------------------------------------------------- the quickstart app, patched
+QUICKSTART = Path(__file__).resolve().parents[1] / "fl_demos" / "flower_quickstart"
+
+
+def test_the_secagg_patch_is_a_few_lines():
+    lines = (QUICKSTART / "enable_secagg.patch").read_text().splitlines()
+    changed = [line for line in lines if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert 0 < len(changed) <= 6
+
+
+@pytest.mark.slow
+def test_quickstart_with_secure_aggregation_equals_without_on_the_simulation_runtime(tmp_path):
+    """Flower's simulation runtime (two SuperNodes): the patched quickstart's final model equals
+    the unpatched one's (float64 CNN on digits)."""
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location(
+        "flower_quickstart", QUICKSTART.parents[1] / "benchmarks" / "flower_quickstart.py"
+    )
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    plain = quickstart.simulate(
+        quickstart.app_copy(tmp_path, "plain", False), tmp_path / "plain.pt"
+    )
+    app = quickstart.app_copy(tmp_path, "secagg", True, "enable_secagg.patch")
+    secure = quickstart.simulate(app, tmp_path / "secagg.pt")
+    assert quickstart.max_diff(plain, secure) < 1e-9
