@@ -308,7 +308,8 @@ def test_a_malformed_or_oversized_masked_upload_is_refused_unread(how):
 
 
 def test_the_wrapper_refuses_bad_arguments_and_per_reply_strategies():
-    for kwargs in ({"threshold": 1}, {"threshold": True}, {"words": 3}, {"timeout": 0}):
+    bad = ({"threshold": 1}, {"threshold": True}, {"words": 3}, {"timeout": 0}, {"neighbours": 1})
+    for kwargs in bad:
         with pytest.raises(InvalidArgumentError):
             SecureAggregation(fedavg(), **kwargs)
     with pytest.raises(InvalidArgumentError, match="FedMedian needs every reply"):
@@ -398,3 +399,33 @@ def test_quickstart_with_secure_aggregation_equals_without_on_the_simulation_run
     app = quickstart.app_copy(tmp_path, "secagg", True, "enable_secagg.patch")
     secure = quickstart.simulate(app, tmp_path / "secagg.pt")
     assert quickstart.max_diff(plain, secure) < 1e-9
+
+
+# --------------------------------------------------------------------------- sparse mask graphs
+def test_a_ring_of_neighbours_gives_the_same_result_and_recovers_dropouts():
+    from immersion_secagg.message_strategy import mask_graph
+
+    ring = mask_graph(list(NODES), 2, np.random.default_rng(7))  # round 1's graph, as drawn
+    first = NODES[0]
+    gone = ring[first][:1]  # one neighbour of `first`: the other three stay a path
+    plain, _ = run(fedavg(), LocalGrid(make_app([]), {(1, "plain"): gone}), 2)
+    strategy = SecureAggregation(fedavg(), neighbours=2, rng=7)
+    grid = LocalGrid(make_app([secure_aggregation_mod]), {(1, "upload"): gone})
+    secure, _ = run(strategy, grid, 2)
+    assert max(_max_diffs(plain, secure)) < 1e-9
+    assert not strategy.aborted and strategy.rounds[1]["contributors"] == sorted(
+        set(NODES) - set(gone)
+    )
+
+
+def test_a_disconnected_mask_graph_aborts_the_round():
+    from immersion_secagg.message_strategy import mask_graph
+
+    ring = mask_graph(list(NODES), 2, np.random.default_rng(7))
+    first = NODES[0]
+    gone = tuple(ring[first])  # both neighbours of `first`: it is cut off from the others
+    strategy = SecureAggregation(fedavg(), neighbours=2, rng=7)
+    grid = LocalGrid(make_app([secure_aggregation_mod]), {(1, "upload"): gone})
+    secure, _ = run(strategy, grid, 1)
+    assert np.array_equal(secure[0], np.zeros(4))
+    assert "disconnected" in str(strategy.aborted[0])

@@ -121,11 +121,13 @@ def _upload(msg: Message, ctxt: Context, stage: dict, call_next: "ClientAppCalla
     threshold = int(state["threshold"])
     if publics.get(ctxt.node_id) != party.public_bytes:
         raise InvalidArgumentError("publics", "this node's own public key is not in the list")
-    if len(publics) < threshold:
+    members = int(stage["members"])
+    if members < threshold or len(publics) > members:
         raise InvalidArgumentError(
-            "publics", f"{len(publics)} members, fewer than the threshold {threshold}"
+            "publics",
+            f"{members} members ({len(publics)} keys), fewer than the threshold {threshold}",
         )
-    state["members"] = len(publics)
+    state["members"] = members
     # the received content may be shared between nodes (in-process runtimes): never edit it
     msg.content = RecordDict({k: v for k, v in msg.content.items() if k not in (STAGE, PUBLICS)})
     reply = call_next(msg, ctxt)
@@ -172,13 +174,14 @@ def _reveal(msg: Message, ctxt: Context, stage: dict) -> Message:
     party, state = _party(ctxt, stage)
     dropped = [int(d) for d in msg.content[DROPPED]["nodes"]]  # type: ignore[union-attr]
     members, threshold = int(state["members"]), int(state["threshold"])
+    survivors = int(stage["survivors"])
     if not members:
         raise InvalidArgumentError("msg", "asked to reveal before this node uploaded")
-    if ctxt.node_id in dropped or members - len(set(dropped)) < threshold:
+    if ctxt.node_id in dropped or survivors < threshold or survivors + len(set(dropped)) > members:
         raise InvalidArgumentError(
             "dropped",
-            f"revealing {len(set(dropped))} of {members} members would leave fewer than the "
-            f"threshold {threshold} (or names this node)",
+            f"{survivors} survivors of {members} members, {len(set(dropped))} named dropped: "
+            f"fewer than the threshold {threshold}, inconsistent, or naming this node",
         )
     seeds = party.reveal(dropped, _publics(msg.content[PUBLICS]))
     del ctxt.state[STATE]  # one reveal per round: the key pair is spent

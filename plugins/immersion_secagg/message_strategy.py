@@ -38,7 +38,13 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 from immersion import InvalidArgumentError
-from immersion.securesum import from_fixed, recovery_mask, revealed_pairs, sum_words
+from immersion.securesum import (
+    from_fixed,
+    recovery_mask,
+    reveal_requests,
+    revealed_pairs,
+    sum_words,
+)
 
 from .message_wire import (
     DROPPED,
@@ -95,6 +101,15 @@ class SecureAggregation(Strategy):
         masked are ``w x``, weight times update).
     timeout : float
         Seconds to wait for the ``advertise`` and ``reveal`` answers.
+    neighbours : int, optional
+        Each member masks with this many others: a ring in a fresh random order per round, each
+        member paired with the ``neighbours / 2`` next on either side (rounded up; the k-regular
+        graphs of Bell et al., CCS 2020, SecAgg+'s ``num_shares``). The masks then cost
+        ``neighbours`` keystreams per node instead of ``K - 1``; the server refuses a sum whose
+        contributors' graph is disconnected (it would learn each part's sum). None (default):
+        every other member (the complete graph).
+    rng : int or numpy Generator, optional
+        Seeds the ring's order (None: OS entropy).
     budget : object, optional
         A privacy budget with ``check(contributors)`` (raises before a round that would exceed
         it) and ``spend(contributors)`` (after a round), e.g.
@@ -115,6 +130,8 @@ class SecureAggregation(Strategy):
         threshold: int = 2,
         words: int = 2,
         timeout: float = 600.0,
+        neighbours: int | None = None,
+        rng: int | np.random.Generator | None = None,
         budget: Any = None,
     ) -> None:
         if not isinstance(strategy, Strategy):
@@ -133,6 +150,12 @@ class SecureAggregation(Strategy):
             raise InvalidArgumentError("threshold", f"expected an integer >= 2, got {threshold!r}")
         if words not in (1, 2) or isinstance(words, bool):
             raise InvalidArgumentError("words", f"expected 1 or 2, got {words!r}")
+        if neighbours is not None and (
+            isinstance(neighbours, bool) or not isinstance(neighbours, int) or neighbours < 2
+        ):
+            raise InvalidArgumentError(
+                "neighbours", f"expected an integer >= 2 or None, got {neighbours!r}"
+            )
         if not timeout > 0:
             raise InvalidArgumentError("timeout", f"expected > 0 seconds, got {timeout!r}")
         super().__init__()
@@ -142,7 +165,9 @@ class SecureAggregation(Strategy):
             words,
             timeout,
         )
-        self.budget = budget
+        self.budget, self.neighbours = budget, neighbours
+        self._rng = np.random.default_rng(rng)
+        self._graph: dict[int, list[int]] = {}
         self.weight_key = _weight_key(strategy)
         self.aborted: list[SecureAggregationAborted] = []
         #: Per round: members, contributors, dropped (with why), bytes received per node.
@@ -218,19 +243,23 @@ class SecureAggregation(Strategy):
                 + ("" if self._publics else NO_MOD),
             )
             return []
+        self._graph = mask_graph(sorted(self._publics), self.neighbours, self._rng)
         stage = ConfigRecord(
             {
                 "stage": "upload",
                 **head,
+                "members": len(self._publics),
                 "weight_key": self.weight_key,
                 "layout": json.dumps([[n, list(s), d] for n, s, d in self._packing_arrays]),
                 "words": self.words,
             }
         )
-        publics = ConfigRecord({str(k): v for k, v in self._publics.items()})
         out = []
         for m in messages:
-            if m.metadata.dst_node_id in self._publics:
+            node = m.metadata.dst_node_id
+            if node in self._publics:
+                peers = [node, *self._graph[node]]
+                publics = ConfigRecord({str(k): self._publics[k] for k in peers})
                 content = RecordDict({**dict(m.content.items()), STAGE: stage, PUBLICS: publics})
                 out.append(
                     Message(
@@ -269,6 +298,13 @@ class SecureAggregation(Strategy):
                 server_round,
                 f"{len(masked)} of {len(members)} members uploaded a usable masked update, "
                 f"fewer than the threshold {self.threshold}" + _hint(info["dropped"]),
+            )
+            return None, None
+        if not connected(sorted(masked), self._graph):
+            self._abort(
+                server_round,
+                "the contributors' mask graph is disconnected: the server would learn the sum "
+                "of each part (choose more neighbours)",
             )
             return None, None
         try:
@@ -330,20 +366,31 @@ class SecureAggregation(Strategy):
         """The float sum of the contributors' vectors (survivors reveal seeds for the others)."""
         total = sum_words([masked[k] for k in sorted(masked)])
         gone = [k for k in members if k not in masked]
-        if gone:
-            request = RecordDict(
+        asked = reveal_requests(gone, self._graph, masked)
+        if asked:
+            stage = ConfigRecord(
                 {
-                    STAGE: ConfigRecord(
-                        {"stage": "reveal", "round": server_round, "threshold": self.threshold}
-                    ),
-                    DROPPED: ConfigRecord({"nodes": gone}),
-                    PUBLICS: ConfigRecord({str(k): self._publics[k] for k in gone}),
+                    "stage": "reveal",
+                    "round": server_round,
+                    "threshold": self.threshold,
+                    "survivors": len(masked),
                 }
             )
-            answers = self._send({v: request for v in sorted(masked)})
+            answers = self._send(
+                {
+                    v: RecordDict(
+                        {
+                            STAGE: stage,
+                            DROPPED: ConfigRecord({"nodes": ds}),
+                            PUBLICS: ConfigRecord({str(k): self._publics[k] for k in ds}),
+                        }
+                    )
+                    for v, ds in sorted(asked.items())
+                }
+            )
             seeds, silent = {}, {}
             for v, reply in answers.items():
-                got = _seeds(reply, gone)
+                got = _seeds(reply, asked[v])
                 if isinstance(got, str):
                     silent[v] = got
                 else:
@@ -353,8 +400,8 @@ class SecureAggregation(Strategy):
                     "survivors did not reveal their seeds: "
                     + "; ".join(f"node {v}: {why}" for v, why in silent.items())
                 )
-            graph = {k: [v for v in members if v != k] for k in members}
-            total -= recovery_mask(revealed_pairs(gone, graph, masked, seeds), total.size)
+            pairs = revealed_pairs(gone, self._graph, masked, seeds)
+            total -= recovery_mask(pairs, total.size)
         return from_fixed(total, words=self.words)
 
     def _packing(self, meta: dict[str, Any]) -> Packing:
@@ -412,6 +459,70 @@ class SecureAggregation(Strategy):
             The round and the nodes' evaluation replies.
         """
         return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+def mask_graph(
+    members: list[int], neighbours: int | None, rng: np.random.Generator
+) -> dict[int, list[int]]:
+    """Who masks with whom: every other member, or a ring of random order with ``neighbours / 2``
+    (rounded up) members on either side.
+
+    Parameters
+    ----------
+    members : list of int
+        The round's members.
+    neighbours : int or None
+        Peers per member (None, or at least ``len(members) - 1``: the complete graph).
+    rng : numpy Generator
+        Draws the ring's order.
+
+    Returns
+    -------
+    dict of int to list of int
+        Each member's peers, sorted; symmetric.
+
+    Examples
+    --------
+    >>> g = mask_graph(list(range(8)), 2, np.random.default_rng(0))
+    >>> [len(p) for p in g.values()] == [2] * 8, all(k in g[v] for k in g for v in g[k])
+    (True, True)
+    """
+    if neighbours is None or neighbours >= len(members) - 1:
+        return {k: [v for v in members if v != k] for k in members}
+    ring = [members[i] for i in rng.permutation(len(members))]
+    half, n = -(-neighbours // 2), len(ring)
+    peers: dict[int, set[int]] = {k: set() for k in members}
+    for i, k in enumerate(ring):
+        for step in range(1, half + 1):
+            peers[k] |= {ring[(i + step) % n], ring[(i - step) % n]}
+    return {k: sorted(p) for k, p in peers.items()}
+
+
+def connected(nodes: list[int], graph: dict[int, list[int]]) -> bool:
+    """Whether ``nodes`` form one connected part of ``graph`` (edges among them only).
+
+    Parameters
+    ----------
+    nodes : list of int
+        The contributors.
+    graph : dict of int to list of int
+        Each member's peers.
+
+    Examples
+    --------
+    >>> connected([1, 2, 3], {1: [2], 2: [1, 3], 3: [2]}), connected([1, 3], {1: [2], 3: [2]})
+    (True, False)
+    """
+    inside = set(nodes)
+    if not inside:
+        return True
+    seen, todo = set(), [nodes[0]]
+    while todo:
+        k = todo.pop()
+        if k not in seen:
+            seen.add(k)
+            todo.extend(v for v in graph.get(k, ()) if v in inside)
+    return seen == inside
 
 
 def _chain(strategy: Strategy) -> list[Strategy]:
