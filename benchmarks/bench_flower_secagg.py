@@ -341,6 +341,13 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        metavar="MODEL:NODES:METHOD",
+        help="cells not run (stated in the JSON), e.g. mlp1m:50:secagg+",
+    )
     args = parser.parse_args()
     from flwr.supercore.task_identity import TaskIdentity
 
@@ -357,29 +364,40 @@ def main() -> None:
                 row: dict[str, Any] = {"model": model_name, "nodes": n, "dropout": dropout}
                 row["k"] = neighbours(n)
                 for method in args.methods:
+                    if f"{model_name}:{n}:{method}" in args.skip:
+                        row[method] = {"skipped": "not run (--skip)"}
+                        continue
                     row[method] = one_run(model_name, n, dropout, args.rounds, method)
                     print(f"[bench-flower-secagg] {model_name} n={n} drop={dropout} {method}: "
                           f"{row[method]}", file=sys.stderr)  # fmt: skip
-                if "plain" in row:
+                if "serial_s" in row.get("plain", {}):
                     for method in args.methods:
                         for key in ("serial_s", "parallel_s", "bytes_per_node"):
-                            row[method][key.replace("_s", "") + "_ratio"] = (
-                                row[method][key] / row["plain"][key]
-                            )
+                            if key in row[method]:
+                                ratio = row[method][key] / row["plain"][key]
+                                row[method][key.replace("_s", "") + "_ratio"] = ratio
+                row["load_average_1min"] = os.getloadavg()[0]  # other work on the machine
                 rows.append(row)
+                _write(args, rows)
+    print(_write(args, rows))
+
+
+def _write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
+    """The results so far as JSON (and into ``--out``: a long run leaves what it measured)."""
     result = {
         "command": "python benchmarks/bench_flower_secagg.py " + " ".join(sys.argv[1:]),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical "
         "cores (shared with other work), torch on 1 thread",
         "flwr": __import__("flwr").__version__,
         "rounds": args.rounds,
+        "skipped": args.skip,
         "rows": rows,
     }
     text = json.dumps(result, indent=1)
-    print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
+    return text
 
 
 if __name__ == "__main__":

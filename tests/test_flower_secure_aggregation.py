@@ -429,3 +429,35 @@ def test_a_disconnected_mask_graph_aborts_the_round():
     secure, _ = run(strategy, grid, 1)
     assert np.array_equal(secure[0], np.zeros(4))
     assert "disconnected" in str(strategy.aborted[0])
+
+
+@pytest.mark.slow
+def test_quickstart_with_secure_aggregation_on_the_deployment_runtime_with_tls(tmp_path):
+    """SuperLink with TLS and SuperNode authentication + two registered SuperNodes + ``flwr run``
+    of the patched app on loopback: the final model equals the unpatched app's on the simulation
+    runtime."""
+    torch = pytest.importorskip("torch")
+    import os
+
+    from flower_deployment import CONNECTION, LoopbackDeployment
+
+    spec = importlib.util.spec_from_file_location(
+        "flower_quickstart", QUICKSTART.parents[1] / "benchmarks" / "flower_quickstart.py"
+    )
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    plain = quickstart.simulate(
+        quickstart.app_copy(tmp_path, "plain", False), tmp_path / "plain.pt"
+    )
+    app = quickstart.app_copy(tmp_path, "secagg", True, "enable_secagg.patch")
+    out = tmp_path / "deployed.pt"
+    app_path = {"PYTHONPATH": f"{app}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    with LoopbackDeployment(tmp_path / "deployment", secure=True, extra_env=app_path) as link:
+        for pid in (0, 1):
+            private, public = link.node_key(f"node-{pid}")
+            done = link.flwr("supernode", "register", str(public), CONNECTION)
+            assert "registered successfully" in done.stdout + done.stderr, done.stdout[-2000:]
+            link.supernode(f"node-{pid}", pid, 2, key=private)
+        done = link.run(app, f"num-server-rounds=2 final-model='{out}'", timeout_s=300)
+    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    assert quickstart.max_diff(plain, torch.load(out)) < 1e-9
