@@ -71,6 +71,8 @@ class SecureSumBudget:
         Target delta.
     max_epsilon : float, optional
         Refuse a round that could take epsilon past it (None: only report).
+    spent : list of int
+        Contributors of each round spent so far (empty for a new budget).
 
     Examples
     --------

@@ -52,6 +52,11 @@ class PrivacyBudgetExceeded(ImmersionError, PrivacyBudgetExhausted):
     """The next round would take the secure sum's DP guarantee past ``max_epsilon``.
 
     Also Flower's ``PrivacyBudgetExhausted``: a ServerApp stops as for Flower's own accountant.
+
+    Parameters
+    ----------
+    reason : str
+        What the round would have spent, and the budget.
     """
 
 
