@@ -251,9 +251,19 @@ def test_below_the_threshold_the_round_aborts_and_keeps_the_model():
     assert max(_max_diffs(plain[:1], secure[:1])) < 1e-9
 
 
-def test_a_survivor_that_does_not_reveal_aborts_the_round():
-    strategy = SecureAggregation(fedavg())
+def test_a_survivor_that_does_not_reveal_makes_the_round_run_again_without_it():
+    """Node 11 fails at the upload, node 13 then does not reveal: the round runs again among the
+    three others with fresh keys (their train function runs again) and equals plain FedAvg
+    without 11 and 13; with ``attempts=1`` the round is aborted and the model kept."""
     fail = {(1, "upload"): (11,), (1, "reveal"): (13,)}
+    plain, _ = run(fedavg(), LocalGrid(make_app([]), {(1, "plain"): (11, 13)}), 2)
+    strategy = SecureAggregation(fedavg())
+    secure, _ = run(strategy, LocalGrid(make_app([secure_aggregation_mod]), fail), 2)
+    assert max(_max_diffs(plain, secure)) < 1e-9
+    assert strategy.rounds[1]["contributors"] == [12, 14, 15]
+    assert "node 13" in strategy.rounds[1]["retries"][0] and not strategy.aborted
+
+    strategy = SecureAggregation(fedavg(), attempts=1)
     secure, _ = run(strategy, LocalGrid(make_app([secure_aggregation_mod]), fail), 2)
     assert np.array_equal(secure[0], np.zeros(4))
     assert "did not reveal" in str(strategy.aborted[0])
@@ -308,7 +318,14 @@ def test_a_malformed_or_oversized_masked_upload_is_refused_unread(how):
 
 
 def test_the_wrapper_refuses_bad_arguments_and_per_reply_strategies():
-    bad = ({"threshold": 1}, {"threshold": True}, {"words": 3}, {"timeout": 0}, {"neighbours": 1})
+    bad = (
+        {"threshold": 1},
+        {"threshold": True},
+        {"words": 3},
+        {"timeout": 0},
+        {"neighbours": 1},
+        {"attempts": 0},
+    )
     for kwargs in bad:
         with pytest.raises(InvalidArgumentError):
             SecureAggregation(fedavg(), **kwargs)

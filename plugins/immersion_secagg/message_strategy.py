@@ -23,8 +23,9 @@ Below ``threshold`` contributors the round is aborted
 (:class:`~.message_wire.SecureAggregationAborted`, logged and kept in
 :attr:`SecureAggregation.aborted`): no seed is asked for, no model is returned, Flower's loop
 keeps the previous global model. A survivor that does not reveal also aborts the
-round (without double masking, the server may not then learn the seeds that would let it unmask
-that survivor's upload). Evaluation passes through unchanged (its metrics are not protected).
+attempt (without double masking, the server may not then learn the seeds that would let it
+unmask that survivor's upload): the round runs again among the other contributors with fresh keys
+(``attempts``), or is aborted. Evaluation passes through unchanged (its metrics are not protected).
 """
 
 from __future__ import annotations
@@ -110,6 +111,10 @@ class SecureAggregation(Strategy):
         every other member (the complete graph).
     rng : int or numpy Generator, optional
         Seeds the ring's order (None: OS entropy).
+    attempts : int
+        Tries of a round: if a survivor does not reveal its seeds, the round is run again among
+        the other contributors with fresh keys (their train function runs again), at most
+        ``attempts`` times in all (1: abort at once).
     budget : object, optional
         A privacy budget with ``check(contributors)`` (raises before a round that would exceed
         it) and ``spend(contributors)`` (after a round), e.g.
@@ -132,6 +137,7 @@ class SecureAggregation(Strategy):
         timeout: float = 600.0,
         neighbours: int | None = None,
         rng: int | np.random.Generator | None = None,
+        attempts: int = 2,
         budget: Any = None,
     ) -> None:
         if not isinstance(strategy, Strategy):
@@ -156,6 +162,8 @@ class SecureAggregation(Strategy):
             raise InvalidArgumentError(
                 "neighbours", f"expected an integer >= 2 or None, got {neighbours!r}"
             )
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise InvalidArgumentError("attempts", f"expected an integer >= 1, got {attempts!r}")
         if not timeout > 0:
             raise InvalidArgumentError("timeout", f"expected > 0 seconds, got {timeout!r}")
         super().__init__()
@@ -165,7 +173,8 @@ class SecureAggregation(Strategy):
             words,
             timeout,
         )
-        self.budget, self.neighbours = budget, neighbours
+        self.budget, self.neighbours, self.attempts = budget, neighbours, attempts
+        self._messages: dict[int, Message] = {}
         self._rng = np.random.default_rng(rng)
         self._graph: dict[int, list[int]] = {}
         self.weight_key = _weight_key(strategy)
@@ -214,20 +223,19 @@ class SecureAggregation(Strategy):
         self._grid, self._publics = grid, {}
         self._packing_arrays = Packing.arrays_layout(arrays)
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
-        info: dict[str, Any] = {"sampled": len(messages), "dropped": {}}
-        self.rounds[server_round] = info
-        if not messages:
+        self._messages = {m.metadata.dst_node_id: m for m in messages}
+        self.rounds[server_round] = {"sampled": len(messages), "dropped": {}}
+        if not messages or not self._advertise(server_round, sorted(self._messages)):
             return []
+        return self._uploads(server_round)
+
+    def _advertise(self, server_round: int, nodes: list[int]) -> bool:
+        """Fresh public keys from ``nodes`` and the round's mask graph; False if aborted."""
+        info = self.rounds[server_round]
         head = {"round": server_round, "threshold": self.threshold}
-        answers = self._send(
-            {
-                m.metadata.dst_node_id: RecordDict(
-                    {STAGE: ConfigRecord({"stage": "advertise", **head})}
-                )
-                for m in messages
-            }
-        )
-        for node, reply in answers.items():
+        request = RecordDict({STAGE: ConfigRecord({"stage": "advertise", **head})})
+        self._publics = {}
+        for node, reply in self._send({node: request for node in nodes}).items():
             key = _key(reply)
             if isinstance(key, str):
                 info["dropped"][node] = f"advertise: {key}"
@@ -237,17 +245,22 @@ class SecureAggregation(Strategy):
         if len(self._publics) < self.threshold:
             self._abort(
                 server_round,
-                f"{len(self._publics)} of {len(messages)} nodes advertised a key, fewer than the "
+                f"{len(self._publics)} of {len(nodes)} nodes advertised a key, fewer than the "
                 f"threshold {self.threshold}"
                 + _hint(info["dropped"])
                 + ("" if self._publics else NO_MOD),
             )
-            return []
+            return False
         self._graph = mask_graph(sorted(self._publics), self.neighbours, self._rng)
+        return True
+
+    def _uploads(self, server_round: int) -> list[Message]:
+        """The wrapped strategy's messages to the members, with the upload stage and keys."""
         stage = ConfigRecord(
             {
                 "stage": "upload",
-                **head,
+                "round": server_round,
+                "threshold": self.threshold,
                 "members": len(self._publics),
                 "weight_key": self.weight_key,
                 "layout": json.dumps([[n, list(s), d] for n, s, d in self._packing_arrays]),
@@ -255,19 +268,12 @@ class SecureAggregation(Strategy):
             }
         )
         out = []
-        for m in messages:
-            node = m.metadata.dst_node_id
-            if node in self._publics:
-                peers = [node, *self._graph[node]]
-                publics = ConfigRecord({str(k): self._publics[k] for k in peers})
-                content = RecordDict({**dict(m.content.items()), STAGE: stage, PUBLICS: publics})
-                out.append(
-                    Message(
-                        content,
-                        dst_node_id=m.metadata.dst_node_id,
-                        message_type=m.metadata.message_type,
-                    )
-                )
+        for node in sorted(self._publics):
+            m = self._messages[node]
+            peers = [node, *self._graph[node]]
+            publics = ConfigRecord({str(k): self._publics[k] for k in peers})
+            content = RecordDict({**dict(m.content.items()), STAGE: stage, PUBLICS: publics})
+            out.append(Message(content, dst_node_id=node, message_type=m.metadata.message_type))
         return out
 
     def aggregate_train(
@@ -288,27 +294,46 @@ class SecureAggregation(Strategy):
             The wrapped strategy's result, or ``(None, None)`` if the round was aborted.
         """
         info = self.rounds.setdefault(server_round, {"dropped": {}})
-        members = sorted(self._publics)
         by_node = {r.metadata.src_node_id: r for r in replies}
-        if not members:
-            return None, None
-        masked, meta, kept = self._read_uploads(members, by_node, info)
-        if len(masked) < self.threshold:
-            self._abort(
-                server_round,
-                f"{len(masked)} of {len(members)} members uploaded a usable masked update, "
-                f"fewer than the threshold {self.threshold}" + _hint(info["dropped"]),
-            )
-            return None, None
-        if not connected(sorted(masked), self._graph):
-            self._abort(
-                server_round,
-                "the contributors' mask graph is disconnected: the server would learn the sum "
-                "of each part (choose more neighbours)",
-            )
-            return None, None
+        for attempt in range(self.attempts):
+            members = sorted(self._publics)
+            if not members:
+                return None, None
+            masked, meta, kept = self._read_uploads(members, by_node, info)
+            if len(masked) < self.threshold:
+                self._abort(
+                    server_round,
+                    f"{len(masked)} of {len(members)} members uploaded a usable masked update, "
+                    f"fewer than the threshold {self.threshold}" + _hint(info["dropped"]),
+                )
+                return None, None
+            if not connected(sorted(masked), self._graph):
+                self._abort(
+                    server_round,
+                    "the contributors' mask graph is disconnected: the server would learn the "
+                    "sum of each part (choose more neighbours)",
+                )
+                return None, None
+            try:
+                total = self._unmask(server_round, members, masked)
+                break
+            except SilentSurvivors as exc:
+                retry = [k for k in sorted(masked) if k not in exc.silent]
+                for node, why in exc.silent.items():
+                    info["dropped"][node] = f"reveal: {why}"
+                if attempt + 1 == self.attempts or len(retry) < self.threshold:
+                    self._abort(server_round, str(exc))
+                    return None, None
+                LOG.warning("round %d: %s; retrying with fresh keys", server_round, exc)
+                info.setdefault("retries", []).append(str(exc))
+                if not self._advertise(server_round, retry):
+                    return None, None
+                assert self._grid is not None
+                again = self._grid.send_and_receive(
+                    self._uploads(server_round), timeout=self.timeout
+                )
+                by_node = {r.metadata.src_node_id: r for r in again}
         try:
-            total = self._unmask(server_round, members, masked)
             arrays, metrics, weight = self._packing(meta).unpack(total)
         except SecureAggregationAborted as exc:
             self._abort(server_round, str(exc))
@@ -396,10 +421,7 @@ class SecureAggregation(Strategy):
                 else:
                     seeds[v] = got
             if silent:
-                raise SecureAggregationAborted(
-                    "survivors did not reveal their seeds: "
-                    + "; ".join(f"node {v}: {why}" for v, why in silent.items())
-                )
+                raise SilentSurvivors(silent)
             pairs = revealed_pairs(gone, self._graph, masked, seeds)
             total -= recovery_mask(pairs, total.size)
         return from_fixed(total, words=self.words)
@@ -459,6 +481,23 @@ class SecureAggregation(Strategy):
             The round and the nodes' evaluation replies.
         """
         return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+class SilentSurvivors(SecureAggregationAborted):
+    """Survivors that did not reveal their seeds: the attempt cannot be unmasked.
+
+    Parameters
+    ----------
+    silent : dict of int to str
+        The survivors, with why.
+    """
+
+    def __init__(self, silent: dict[int, str]) -> None:
+        self.silent = dict(silent)
+        super().__init__(
+            "survivors did not reveal their seeds: "
+            + "; ".join(f"node {v}: {why}" for v, why in silent.items())
+        )
 
 
 def mask_graph(
