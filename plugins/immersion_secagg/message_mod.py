@@ -154,7 +154,7 @@ def _upload(msg: Message, ctxt: Context, stage: dict, call_next: "ClientAppCalla
     seeds = party.seeds(publics, publics)
     words = mask_fixed(
         vector,
-        len(publics),
+        members,  # the range check is for the whole sum, not this node's peers
         party.index,
         seeds,
         words=int(stage["words"]),
