@@ -83,6 +83,8 @@ def make_app(
             out["w"] = out["w"].astype(np.float32)
         elif change == "metrics":
             metrics["extra"] = 1.0
+        elif change == "weight":
+            metrics["num-examples"] = 10**9
         content = RecordDict(
             {
                 "arrays": ArrayRecord({k: Array(v) for k, v in out.items()}),
@@ -478,3 +480,15 @@ def test_quickstart_with_secure_aggregation_on_the_deployment_runtime_with_tls(t
         done = link.run(app, f"num-server-rounds=2 final-model='{out}'", timeout_s=300)
     assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     assert quickstart.max_diff(plain, torch.load(out)) < 1e-9
+
+
+def test_an_update_outside_the_fixed_point_range_is_refused_by_name():
+    """One word per value holds |w x| < 2^24 / K: a node weighing 1e9 examples is refused on the
+    node (``FixedPointRangeError``), left out, and the round completes with the others."""
+    plain, _ = run(fedavg(), LocalGrid(make_app([]), {(1, "plain"): (12,)}), 1)
+    strategy = SecureAggregation(fedavg(), words=1)
+    secure, _ = run(
+        strategy, LocalGrid(make_app([secure_aggregation_mod], faulty={12: "weight"})), 1
+    )
+    assert max(_max_diffs(plain, secure)) < 1e-9
+    assert "fixed-point range" in strategy.rounds[1]["dropped"][12]
