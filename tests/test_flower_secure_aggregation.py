@@ -422,7 +422,7 @@ def test_quickstart_with_secure_aggregation_equals_without_on_the_simulation_run
 
 # --------------------------------------------------------------------------- sparse mask graphs
 def test_a_ring_of_neighbours_gives_the_same_result_and_recovers_dropouts():
-    from immersion_secagg.message_strategy import mask_graph
+    from immersion_secagg.message_graph import mask_graph
 
     ring = mask_graph(list(NODES), 2, np.random.default_rng(7))  # round 1's graph, as drawn
     first = NODES[0]
@@ -438,7 +438,7 @@ def test_a_ring_of_neighbours_gives_the_same_result_and_recovers_dropouts():
 
 
 def test_a_disconnected_mask_graph_aborts_the_round():
-    from immersion_secagg.message_strategy import mask_graph
+    from immersion_secagg.message_graph import mask_graph
 
     ring = mask_graph(list(NODES), 2, np.random.default_rng(7))
     first = NODES[0]
