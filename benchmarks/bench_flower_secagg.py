@@ -11,6 +11,7 @@ Per round (median over the rounds after the first), for each method:
 * ``serial_s``: the round's wall time, nodes run one after another (the total work);
 * ``parallel_s``: the server's own time plus, for each message exchange, the slowest node (the
   round time if every node had its own core);
+* ``server_s``: the server's own time (the round's wall time less the nodes' time);
 * ``bytes_per_node``: bytes to and from a node in the round (serialised records);
 
 and their ratios over plain FedAvg. Methods: ``plain`` (the Message-API FedAvg), ``ours`` and
@@ -294,19 +295,26 @@ def _timed_rounds(work: Any, grid: Grid, marks: list[list[float]]) -> dict:
     start = time.perf_counter()
     work()
     total = time.perf_counter() - start
-    serial, parallel, traffic = [], [], []
+    serial, parallel, traffic, servers = [], [], [], []
     for first, t0, last, t1 in marks:
         exchanges = grid.log[int(first) : int(last)]
         wall = t1 - t0
         server = wall - sum(e["node_seconds"] for e in exchanges)
         serial.append(wall)
+        servers.append(server)
         parallel.append(server + sum(e["slowest"] for e in exchanges))
         per_node: dict[int, int] = {}
         for e in exchanges:
             for node, b in e["traffic"].items():
                 per_node[node] = per_node.get(node, 0) + b
         traffic.append(statistics.mean(per_node.values()) if per_node else 0)
-    return {"serial": serial, "parallel": parallel, "bytes": traffic, "total_s": total}
+    return {
+        "serial": serial,
+        "parallel": parallel,
+        "server": servers,
+        "bytes": traffic,
+        "total_s": total,
+    }
 
 
 def neighbours(n: int) -> int:
@@ -328,6 +336,7 @@ def one_run(model_name: str, n: int, dropout: float, rounds: int, method: str) -
     return {
         "serial_s": statistics.median(raw["serial"][after]),
         "parallel_s": statistics.median(raw["parallel"][after]),
+        "server_s": statistics.median(raw["server"][after]),
         "bytes_per_node": statistics.median(raw["bytes"][after]),
         "run_s": raw["total_s"],
     }
