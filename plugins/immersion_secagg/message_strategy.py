@@ -14,10 +14,11 @@ client-side DP wrappers, a user's subclass of them). A round, with the core's se
    metrics, ``w`` the weighting metric, :class:`~.message_wire.Packing`).
 3. ``aggregate_train``: the wrapper sums the masked words; for members that failed after the key
    set-up it asks the survivors for their pair seeds with them (``reveal``) and removes the
-   uncancelled masks; it then hands the wrapped strategy one reply per contributor, each carrying
-   the weighted means ``sum w x / sum w`` and ``sum w m / sum w`` with weight ``sum w / K``
-   (``K`` contributors): the wrapped strategy's weighted mean of these is the mean of the real
-   replies, and the count of replies is the real one (Flower's DP wrappers check it).
+   uncancelled masks; it then hands the wrapped strategy one reply carrying the weighted means
+   ``sum w x / sum w`` and ``sum w m / sum w`` with weight ``sum w``: the wrapped strategy's
+   weighted mean of it is the mean of the real replies. Around Flower's DP wrappers, which check
+   the count of replies, it hands one such reply per contributor (``K`` of them, weight
+   ``sum w / K`` each) instead.
 
 Below ``threshold`` contributors the round is aborted
 (:class:`~.message_wire.SecureAggregationAborted`, logged and kept in
@@ -179,6 +180,9 @@ class SecureAggregation(Strategy):
         self._rng = np.random.default_rng(rng)
         self._graph: dict[int, list[int]] = {}
         self.weight_key = _weight_key(strategy)
+        self._counts_replies = any(
+            type(inner).__name__.startswith("DifferentialPrivacy") for inner in _chain(strategy)
+        )
         self.aborted: list[SecureAggregationAborted] = []
         #: Per round: members, contributors, dropped (with why), bytes received per node.
         self.rounds: dict[int, dict[str, Any]] = {}
@@ -340,9 +344,12 @@ class SecureAggregation(Strategy):
             self._abort(server_round, str(exc))
             return None, None
         info["contributors"] = sorted(masked)
-        content = _mean_reply(meta, arrays, metrics, self.weight_key, weight / len(masked))
+        # one reply with the total weight; one per contributor (weight W / K each) for a wrapped
+        # strategy that checks the count of replies (Flower's DP wrappers)
+        senders = sorted(masked) if self._counts_replies else sorted(masked)[:1]
+        content = _mean_reply(meta, arrays, metrics, self.weight_key, weight / len(senders))
         synthetic = []
-        for node in sorted(masked):
+        for node in senders:
             reply = kept[node]
             reply.content = RecordDict(dict(content.items()))
             synthetic.append(reply)
