@@ -37,13 +37,13 @@ run_simulation(server_app=server_app.app, client_app=client_app.app, num_superno
 """
 
 
-def app_copy(folder: Path, name: str, patched: bool) -> Path:
-    """A copy of the quickstart app under ``folder/name``, with ``enable_sifl.patch`` applied
-    when ``patched``."""
+def app_copy(folder: Path, name: str, patched: bool, patch: str = "enable_sifl.patch") -> Path:
+    """A copy of the quickstart app under ``folder/name``, with ``patch`` (a file beside the app)
+    applied when ``patched``."""
     app = folder / name
     shutil.copytree(QUICKSTART, app)
     if patched:
-        subprocess.run(["git", "apply", "enable_sifl.patch"], cwd=app, check=True)
+        subprocess.run(["git", "apply", patch], cwd=app, check=True)
     return app
 
 

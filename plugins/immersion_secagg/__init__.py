@@ -2,7 +2,9 @@
 
 Public API (imported on first use): the accountant (:func:`guarantee`, :class:`Setting`), the
 users' updates and WF-NA noise (:func:`gaussian_sampling_update`, :func:`wfna_noise`), and the sum
-through Flower's SecAgg+ (:func:`secagg_sum`, :func:`plain_sum`).
+through Flower's SecAgg+ (:func:`secagg_sum`, :func:`plain_sum`), and secure aggregation for any
+Flower Message-API app (:class:`SecureAggregation` around the strategy,
+:func:`secure_aggregation_mod` on the client).
 
 Registers the federated schemes ``sgd-dp``, ``gsgd-dp`` and ``gd-dp`` (``immersion fl run``), the
 command ``immersion dp secagg`` (the accountant of Theorems 2 and 4) and the audit's attack
@@ -34,6 +36,10 @@ if TYPE_CHECKING:
         quantization_error_bound,
         secagg_sum,
     )
+    from .message_budget import SecureSumBudget
+    from .message_mod import secure_aggregation_mod
+    from .message_strategy import SecureAggregation
+    from .message_wire import PrivacyBudgetExceeded, SecureAggregationAborted
     from .updates import (
         clip_rows,
         full_gradient_update,
@@ -64,9 +70,15 @@ __all__ = [
     "AggregationRun",
     "FixedUpdates",
     "quantization_error_bound",
+    "SecureAggregation",
+    "secure_aggregation_mod",
+    "SecureAggregationAborted",
+    "PrivacyBudgetExceeded",
+    "SecureSumBudget",
 ]
 
 _MODULE = [".accountant"] * 8 + [".updates"] * 5 + [".wfna"] * 2 + [".flower_secagg"] * 5
+_MODULE += [".message_strategy", ".message_mod"] + [".message_wire"] * 2 + [".message_budget"]
 __getattr__ = lazy_attributes(__name__, dict(zip(__all__, _MODULE, strict=True)))
 
 
