@@ -29,7 +29,7 @@ block 28-45 s, ``dp secagg`` 7 s, the install block's demo 6 s, the SIML three s
 own-model block 29 s-2 min. Marked ``slow``, each line of its block a test of its own: the SIML
 ``run`` block (mlp64 63-177 s; the 582,026-parameter CNN 215 s at load) and the audit block
 (``immersion audit --scheme sifl-m1`` 52 s; ``immersion audit --json`` about 135 s idle, both
-together 527 s at load).
+together 527 s at load; alone 339 s at load).
 """
 
 from __future__ import annotations
