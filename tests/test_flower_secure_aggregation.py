@@ -402,16 +402,22 @@ def test_the_secagg_patch_is_a_few_lines():
     assert 0 < len(changed) <= 6
 
 
-@pytest.mark.slow
-def test_quickstart_with_secure_aggregation_equals_without_on_the_simulation_runtime(tmp_path):
-    """Flower's simulation runtime (two SuperNodes): the patched quickstart's final model equals
-    the unpatched one's (float64 CNN on digits)."""
-    pytest.importorskip("torch")
+def _quickstart_benchmark():
+    """``benchmarks/flower_quickstart.py`` (app copies, patching, the simulation runtime)."""
     spec = importlib.util.spec_from_file_location(
         "flower_quickstart", QUICKSTART.parents[1] / "benchmarks" / "flower_quickstart.py"
     )
     quickstart = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(quickstart)
+    return quickstart
+
+
+@pytest.mark.slow
+def test_quickstart_with_secure_aggregation_equals_without_on_the_simulation_runtime(tmp_path):
+    """Flower's simulation runtime (two SuperNodes): the patched quickstart's final model equals
+    the unpatched one's (float64 CNN on digits)."""
+    pytest.importorskip("torch")
+    quickstart = _quickstart_benchmark()
     plain = quickstart.simulate(
         quickstart.app_copy(tmp_path, "plain", False), tmp_path / "plain.pt"
     )
@@ -460,11 +466,7 @@ def test_quickstart_with_secure_aggregation_on_the_deployment_runtime_with_tls(t
 
     from flower_deployment import CONNECTION, LoopbackDeployment
 
-    spec = importlib.util.spec_from_file_location(
-        "flower_quickstart", QUICKSTART.parents[1] / "benchmarks" / "flower_quickstart.py"
-    )
-    quickstart = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quickstart)
+    quickstart = _quickstart_benchmark()
     plain = quickstart.simulate(
         quickstart.app_copy(tmp_path, "plain", False), tmp_path / "plain.pt"
     )
