@@ -35,9 +35,6 @@ autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "show-inheritance": True}
 
 myst_heading_anchors = 3
-# The README and THREAT_MODEL.md are included as they are: their links to files of the
-# repository (tests, benchmarks, plugins) are not pages of this site.
-suppress_warnings = ["myst.xref_missing"]
 
 
 def undocumented(documented: set[str]) -> list[str]:
