@@ -25,6 +25,7 @@ import tomllib
 torch = pytest.importorskip("torch")
 pytest.importorskip("flwr")
 
+from doc_blocks import distinct_blocks, fenced_blocks  # noqa: E402
 from flwr.app import (  # noqa: E402
     Array,
     ArrayRecord,
@@ -229,10 +230,10 @@ def test_quickstart_with_sifl_on_the_deployment_runtime_on_loopback(tmp_path):
 
 # ------------------------------------------------------------------- the README's quickstart block
 def _readme_quickstart_block() -> str:
-    """The README's bash block that applies ``enable_sifl.patch`` and runs the simulation."""
-    readme = (QUICKSTART.parents[1] / "README.md").read_text()
-    blocks = [b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "enable_sifl" in b]
-    assert len(blocks) == 1, "one README block applies enable_sifl.patch"
+    """The bash block that applies ``enable_sifl.patch`` and runs the simulation (shown in the
+    README and in the Flower tutorial of the documentation site: the same block)."""
+    blocks = [b for b in distinct_blocks("bash") if "enable_sifl" in b]
+    assert len(blocks) == 1, "one documented block applies enable_sifl.patch"
     return blocks[0]
 
 
@@ -257,9 +258,8 @@ def test_the_readme_apply_command_changes_every_file_of_the_patch(tmp_path):
         assert (app / name).read_text() != before[name], f"{name} unchanged by the patch"
     assert "mods=[sifl_mod]" in (app / patched[0]).read_text()
     assert "SiflStrategy(strategy" in (app / patched[1]).read_text()
-    # every +/- line the README shows is a line of the patch
-    readme = (QUICKSTART.parents[1] / "README.md").read_text()
-    shown = re.findall(r"```diff\n(.*?)```", readme, re.S)
+    # every +/- line the README and the documentation pages show is a line of the patch
+    shown = [block for _, block in fenced_blocks("diff")]
     patch_lines = set((QUICKSTART / "enable_sifl.patch").read_text().splitlines())
     assert any("sifl_mod" in block for block in shown)
     for block in shown:

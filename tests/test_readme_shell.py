@@ -1,13 +1,16 @@
-"""The README's shell commands run as written, from a fresh working directory.
+"""The shell commands of the README and of the documentation site run as written, from a fresh
+working directory.
 
-Each ```bash block is found by its first command (not by its place in the README) and run with
+Each ```bash block of README.md and ``docs/**/*.md`` (:mod:`doc_blocks`; a block shown on two
+pages, such as the quick start, counts once) is found by its first command (not by its file or
+place) and run with
 ``bash -e`` in a temporary folder, with this Python's ``bin`` folder first on ``PATH`` and a
 ``HOME`` of its own; the tests assert on what the commands print and write. Placeholders a user
 replaces are substituted from :data:`SUBSTITUTIONS` (loopback addresses) and the port 5555 with a
 free one; any other upper-case word in a command fails the test, naming it.
 
-Not executed here, with the reason (:data:`NOT_HERE`; a README block in neither list fails
-``test_every_readme_shell_block_is_run_or_accounted_for``):
+Not executed here, with the reason (:data:`NOT_HERE`; a documented block in neither list fails
+``test_every_documented_shell_block_is_run_or_accounted_for``):
 
 - the installation block's ``python3 -m venv .venv && .venv/bin/pip install -q -e .``: it needs
   the package index; ``tests/test_wheel.py`` (marked ``registry``) installs the built wheel into a
@@ -22,7 +25,11 @@ Not executed here, with the reason (:data:`NOT_HERE`; a README block in neither 
   (TLS on every API, SuperNode authentication, ``flwr supernode register``, ``flwr run`` of both
   schemes) runs on loopback in ``tests/test_fl.py``
   (``test_flower_deployment_runtime_with_tls_and_node_auth_on_loopback``), with the test's own
-  ports, key files from :mod:`immersion.flower_tls` and two rounds, not the README's lines.
+  ports, key files from :mod:`immersion.flower_tls` and two rounds, not the page's lines;
+- the usage lines of ``docs/notes/mpdp_attacks.md`` and ``docs/notes/sifl_audit.md``: optional
+  arguments in brackets, not commands; ``tests/test_mpdp_attacks.py`` runs the attack demo and
+  the audit block of ``docs/explanation/audit.md`` (here, ``slow``) runs ``immersion audit
+  --scheme sifl-m1``.
 
 Times measured on the shared 2-core machine (lightly loaded / at load average 6-9): the curve-key
 block 28-45 s, ``dp secagg`` 7 s, the install block's demo 6 s, the SIML three steps 31-40 s, the
@@ -46,14 +53,13 @@ import time
 from pathlib import Path
 
 import pytest
+from doc_blocks import distinct_blocks
 
-ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
 BIN = Path(sys.executable).parent
 
 #: Placeholders a user replaces, and the loopback values the tests put in their place.
 SUBSTITUTIONS = {"CLOUD_HOST": "127.0.0.1", "SERVER": "127.0.0.1"}
-#: The README's example port, replaced by a free one.
+#: The documented example port, replaced by a free one.
 PORT = "5555"
 #: Upper-case words that are shell syntax, not placeholders (heredoc delimiters).
 SHELL_WORDS = {"EOF"}
@@ -73,11 +79,16 @@ NOT_HERE = (
     "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev",
     "cd fl_demos/flower_quickstart && patch -p1 < enable_sifl.patch",
     "immersion keys flower --out flower-keys",
+    ".venv/bin/python fl_demos/mpdp_attacks.py [--json]",
+    ".venv/bin/immersion audit --scheme sifl-m1 [--attack",
 )
+#: Distinct bash blocks of the README before its sections moved into ``docs/``: 10 (7 run here, 3
+#: run elsewhere); the usage lines of two notes pages are counted since.
+MIN_BLOCKS = 12
 
 
 def _bash_blocks() -> list[str]:
-    return re.findall(r"^```(?:bash|sh)\n(.*?)^```", README, flags=re.S | re.M)
+    return distinct_blocks("bash|sh")
 
 
 def _first_command(block: str) -> str:
@@ -86,7 +97,7 @@ def _first_command(block: str) -> str:
 
 def _block(first: str) -> str:
     found = [b for b in _bash_blocks() if _first_command(b).startswith(first)]
-    assert len(found) == 1, f"{len(found)} README bash blocks start with {first!r}"
+    assert len(found) == 1, f"{len(found)} documented bash blocks start with {first!r}"
     return found[0]
 
 
@@ -106,7 +117,7 @@ def _substitute(block: str) -> str:
     """The block with its placeholders replaced; an unknown placeholder fails, naming it."""
     unknown = set(re.findall(r"\b[A-Z][A-Z0-9_]{2,}\b", _commands_only(block)))
     unknown -= set(SUBSTITUTIONS) | SHELL_WORDS
-    assert not unknown, f"README placeholders without a test value: {sorted(unknown)}"
+    assert not unknown, f"documented placeholders without a test value: {sorted(unknown)}"
     for name, value in SUBSTITUTIONS.items():
         block = re.sub(rf"\b{name}\b", value, block)
     return re.sub(rf":{PORT}\b", f":{_free_port()}", block)
@@ -151,13 +162,14 @@ def _json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def test_every_readme_shell_block_is_run_or_accounted_for():
+def test_every_documented_shell_block_is_run_or_accounted_for():
     firsts = [_first_command(b) for b in _bash_blocks()]
+    assert len(firsts) >= MIN_BLOCKS, firsts
     for first in firsts:
         known = [p for p in RUN_HERE + NOT_HERE if first.startswith(p)]
-        assert len(known) == 1, f"README bash block {first!r}: run it here or say why not"
+        assert len(known) == 1, f"documented bash block {first!r}: run it here or say why not"
     for prefix in RUN_HERE + NOT_HERE:
-        assert any(f.startswith(prefix) for f in firsts), f"no README block starts {prefix!r}"
+        assert any(f.startswith(prefix) for f in firsts), f"no documented block starts {prefix!r}"
 
 
 def test_a_new_placeholder_fails_naming_it():
