@@ -60,7 +60,13 @@ def _mentions(block: str, relative: str) -> bool:
 
 def figure_commands(pages: dict[str, str]) -> list[tuple[str, list[str], list[str]]]:
     """``(figure, commands, sections)`` for every file under ``docs/figures``; a section is
-    ``docname#heading`` of a page of ``pages`` (:func:`doc_pages`) that names the file."""
+    ``docname#heading`` of a page of ``pages`` that names the file.
+
+    Parameters
+    ----------
+    pages:
+        ``{docname: Markdown text}`` of the site's pages (:func:`doc_pages`).
+    """
     paragraphs = []
     for name, page in pages.items():
         title = next((s for s, _ in _paragraphs(page) if s), "")  # the page's heading
