@@ -10,8 +10,8 @@ pytest.importorskip("sklearn")
 pytest.importorskip("cryptography")
 
 from immersion import InvalidArgumentError  # noqa: E402
-from immersion.audit import run_audit  # noqa: E402
-from immersion.plugin_manager import registry  # noqa: E402
+from immersion.audit.runner import run_audit  # noqa: E402
+from immersion.plugins.manager import registry  # noqa: E402
 from immersion_fl.attacks import (  # noqa: E402
     run_client_decodes,
     run_m2_scalar_leak,

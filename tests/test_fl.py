@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 from click.testing import CliRunner  # noqa: E402
-from immersion.cli import main  # noqa: E402
-from immersion.plugin_manager import registry  # noqa: E402
+from immersion.cli.main import main  # noqa: E402
+from immersion.plugins.manager import registry  # noqa: E402
 from immersion_fl.data import load_dataset, load_idx_dataset, split_clients  # noqa: E402
 from immersion_fl.engine import RunConfig, run_federated  # noqa: E402
 from immersion_fl.optimizers import adam, momentum  # noqa: E402

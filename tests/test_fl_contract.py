@@ -21,8 +21,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 from immersion import InvalidArgumentError, PluginError  # noqa: E402
-from immersion.hookspecs import SchemeSpec  # noqa: E402
-from immersion.plugin_manager import registry  # noqa: E402
+from immersion.plugins.hookspecs import SchemeSpec  # noqa: E402
+from immersion.plugins.manager import registry  # noqa: E402
 from immersion_fl.config import LegacyConfigWarning, NoOptions, RunConfig  # noqa: E402
 from immersion_fl.engine import run_federated  # noqa: E402
 from immersion_fl.optimizers import (  # noqa: E402

@@ -129,7 +129,7 @@ def test_every_registered_flower_wrapper_runs_its_own_scheme():
     """Each scheme spec's ``flower.strategy`` wraps with that spec's scheme (not a shared default),
     and its ``flower.mod`` completes the rounds to plain FedAvg."""
     from immersion.backends import make_backend
-    from immersion.plugin_manager import registry
+    from immersion.plugins.manager import registry
     from immersion_fl.scheme import SchemeContext
 
     backend = make_backend("torch", dtype="float64")

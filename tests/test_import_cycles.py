@@ -235,12 +235,12 @@ def test_no_plugin_imports_another_plugins_private_helpers():
 
 
 def test_one_secure_sum_module():
-    """Key agreement and pair seeds live in ``immersion.securesum`` only, the AES-CTR keystream
-    in ``immersion.prg`` (shared with the LWE coding's public vectors)."""
+    """Key agreement and pair seeds live in ``immersion.securesum.protocol`` only, the AES-CTR
+    keystream in ``immersion.securesum.prg`` (shared with the LWE coding's public vectors)."""
     markers = ("X25519PrivateKey", "modes.CTR(", "HKDF(")
     users = sorted(
         str(p.relative_to(ROOT))
         for p in [*(ROOT / "sdk").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]
         if any(m in p.read_text() for m in markers)
     )
-    assert users == ["sdk/immersion/prg.py", "sdk/immersion/securesum.py"]
+    assert users == ["sdk/immersion/securesum/prg.py", "sdk/immersion/securesum/protocol.py"]

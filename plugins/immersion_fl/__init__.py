@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from immersion.hookspecs import (
+from immersion.plugins.hookspecs import (
     AttackSpec,
     CommandSpec,
     FlowerHooks,

@@ -30,7 +30,7 @@ from .user_model import (  # check_module, client_tensors: importable from here 
 
 if TYPE_CHECKING:
     import torch
-    from immersion.hookspecs import SchemeSpec
+    from immersion.plugins.hookspecs import SchemeSpec
 
     from .config import SchemeOptions
 
@@ -251,7 +251,7 @@ def _check_reference_drift(value: object, spec: SchemeSpec, compare_plain: bool)
 
 
 def _scheme_spec(scheme: object) -> SchemeSpec:
-    from immersion.plugin_manager import registry
+    from immersion.plugins.manager import registry
 
     if not isinstance(scheme, str):
         raise InvalidArgumentError("scheme", f"expected a scheme name, got {scheme!r}")

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 import numpy as np
-from immersion.cli_types import SEED, FiniteFloatRange, json_safe
-from immersion.plugin_manager import registry
+from immersion.cli.params import SEED, FiniteFloatRange, json_safe
+from immersion.plugins.manager import registry
 
 SCHEMES = tuple(sorted(registry().fl_schemes))
 OPTIMIZERS = tuple(sorted(registry().optimizers))

@@ -277,7 +277,7 @@ def run_federated(
     RunResult
         The per-round figures and the final decoded model.
     """
-    from immersion.plugin_manager import registry
+    from immersion.plugins.manager import registry
 
     plan = faults or FaultPlan()
     spec = registry().fl_scheme(cfg.scheme)

@@ -52,7 +52,7 @@ def optimizer_by_name(name: str, lr: float) -> GradientTransformation:
     >>> opt.update(np.array([2.0]), opt.init(np.zeros(1)), None)[0].tolist()
     [-1.0]
     """
-    from immersion.plugin_manager import registry
+    from immersion.plugins.manager import registry
 
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
         raise InvalidArgumentError("lr", f"expected lr > 0, got {lr!r}")
@@ -71,7 +71,7 @@ def make_scheme(name: str, options: SchemeOptions, context: SchemeContext) -> An
     context:
         Backend and key generator.
     """
-    from immersion.plugin_manager import registry
+    from immersion.plugins.manager import registry
 
     spec = registry().fl_scheme(name)
     if spec.factory is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from immersion._lazy import lazy_attributes
-from immersion.hookspecs import AttackSpec, CommandSpec, SchemeSpec, hookimpl
+from immersion.plugins.hookspecs import AttackSpec, CommandSpec, SchemeSpec, hookimpl
 
 if TYPE_CHECKING:
     from .accountant import (

@@ -29,7 +29,7 @@ import numpy as np
 
 from . import _validation as v
 from .backends import make_backend
-from .coding import Immersion, immerse
+from .coding.factory import Immersion, immerse
 from .errors import InvalidArgumentError, OptionalDependencyError
 
 if TYPE_CHECKING:
