@@ -13,14 +13,17 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from immersion import InvalidArgumentError, immerse
-from immersion.audit import (
+from immersion.audit.eavesdropper import (
+    EXTRA_INPUT,
+    SCALAR,
+    VECTOR,
     aligned_recovery,
     known_plaintext_attack,
+    noise_dimension,
     relative_error,
     run_known_plaintext,
     subspace_attack,
 )
-from immersion.audit.eavesdropper import EXTRA_INPUT, SCALAR, VECTOR, noise_dimension
 from immersion.cli.main import main
 from immersion.coding.rotation import KeyRotation, RotatingImmersion, public_target_bytes
 from immersion.plugins.manager import registry
