@@ -162,8 +162,8 @@ def attack(name: str, address: str, keys: dict[str, Any], seconds: float) -> dic
                 peer.close()
         done.update(connections_opened=opened)
     elif name == "non-reading-client":
-        from immersion._files import npz_bytes
         from immersion.bench.remote import make_plants
+        from immersion.files import npz_bytes
         from immersion.remote.kinds import kind_of
 
         (plant,) = make_plants(1, 1, **REACTOR, seed=99)
@@ -189,8 +189,8 @@ def attack(name: str, address: str, keys: dict[str, Any], seconds: float) -> dic
                 time.sleep(0.001)
         done.update(sent=sent)
     elif name == "session-squatting":
-        from immersion._files import npz_bytes
         from immersion.bench.remote import make_plants
+        from immersion.files import npz_bytes
         from immersion.remote.client import RemoteError, _Channel
         from immersion.remote.kinds import kind_of
 

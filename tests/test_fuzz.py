@@ -38,8 +38,8 @@ from immersion import (
     load_keys,
     save_keys,
 )
-from immersion._files import npz_bytes
 from immersion.cli.main import main
+from immersion.files import npz_bytes
 from immersion.keys import store
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None

@@ -234,6 +234,28 @@ def test_no_plugin_imports_another_plugins_private_helpers():
     assert not bad
 
 
+def test_plugins_import_only_public_core_modules_and_names():
+    """Issue 29: plugins build on the core's public modules and names, never ``immersion._x``
+    (the shared helpers are :mod:`immersion.files`, :mod:`immersion.lazy`,
+    :mod:`immersion.validation`)."""
+    bad = []
+    for path in (ROOT / "plugins").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            bad += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {name}"
+                for name in names
+                if name.split(".")[0] == "immersion"
+                and any(part.startswith("_") for part in name.split(".")[1:])
+            ]
+    assert not bad, "\n".join(bad)
+
+
 def test_one_secure_sum_module():
     """Key agreement and pair seeds live in ``immersion.securesum.protocol`` only, the AES-CTR
     keystream in ``immersion.securesum.prg`` (shared with the LWE coding's public vectors)."""

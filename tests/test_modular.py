@@ -364,7 +364,7 @@ def test_float_keys_keep_format_1_and_old_files_still_load(tmp_path):
 
 @pytest.mark.files
 def test_an_altered_integer_key_file_is_refused(tmp_path):
-    from immersion._files import write_signed
+    from immersion.files import write_signed
     from immersion.keys.store import MAGIC_MODULAR, modular_meta
 
     keys = draw_keys(3, 2, 2, keys="block", block_size=2, arithmetic="modular", rng=2)

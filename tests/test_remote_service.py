@@ -31,7 +31,6 @@ from hypothesis import strategies as st
 zmq = pytest.importorskip("zmq")
 
 from immersion import InvalidArgumentError, KeyFileError  # noqa: E402
-from immersion._files import npz_bytes  # noqa: E402
 from immersion.bench.remote import (  # noqa: E402
     bench_remote,
     curve_key_folder,
@@ -41,6 +40,7 @@ from immersion.bench.remote import (  # noqa: E402
     run_plants_concurrently,
 )
 from immersion.cli.main import main  # noqa: E402
+from immersion.files import npz_bytes  # noqa: E402
 from immersion.remote import wire  # noqa: E402
 from immersion.remote.client import (  # noqa: E402
     AuthenticationError,

@@ -348,7 +348,7 @@ def test_sigterm_exits_0_with_a_stuck_worker_and_a_log_nobody_reads(signals):
 
 
 def _empty_npz() -> bytes:
-    from immersion._files import npz_bytes
+    from immersion.files import npz_bytes
 
     return npz_bytes({})
 

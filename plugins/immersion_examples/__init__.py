@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from immersion._lazy import lazy_attributes
+from immersion.lazy import lazy_attributes
 from immersion.plugins.hookspecs import AlgorithmSpec, CommandSpec, hookimpl
 
 if TYPE_CHECKING:

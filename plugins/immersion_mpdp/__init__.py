@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from immersion._lazy import lazy_attributes
+from immersion.lazy import lazy_attributes
 from immersion.plugins.hookspecs import AttackSpec, FlowerHooks, SchemeSpec, hookimpl
 
 if TYPE_CHECKING:

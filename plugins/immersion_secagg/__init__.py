@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from immersion._lazy import lazy_attributes
+from immersion.lazy import lazy_attributes
 from immersion.plugins.hookspecs import AttackSpec, CommandSpec, SchemeSpec, hookimpl
 
 if TYPE_CHECKING:

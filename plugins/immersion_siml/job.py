@@ -27,12 +27,12 @@ from typing import Any, Collection
 
 import numpy as np
 from immersion import ImmersionError, InvalidArgumentError
-from immersion import _validation as v
-from immersion._files import as_path, read_signed, writable_path, write_signed
+from immersion import validation as v
 from immersion.backends import make_backend
 from immersion.coding.factory import Immersion
 from immersion.coding.keygen import draw_geometry, split_rng, validated_design
 from immersion.coding.modular import DEFAULT_FRACTION_BITS, ModularImmersion
+from immersion.files import as_path, read_signed, writable_path, write_signed
 from immersion.integer import check_fraction_bits, encode_fixed
 from immersion.keys.store import (
     key_arrays,

@@ -44,8 +44,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ._validation import finite_array
 from .errors import InvalidArgumentError
+from .validation import finite_array
 
 #: Values are integers modulo ``2^MODULUS_BITS``.
 MODULUS_BITS = 64

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import _validation as v
+from .. import validation as v
 from ..coding.factory import Immersion, immerse
 
 

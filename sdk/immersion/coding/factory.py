@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from .. import _validation as v
+from .. import validation as v
 from ..backends import ArrayBackend, make_backend
 from ..errors import InvalidArgumentError
 from ..keys import Keys, ModularKeys

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .. import _validation as v
+from .. import validation as v
 from ..backends import ArrayBackend
 from ..keys import Keys
 from ..keys.codes import DenseNoisyEncoder, DenseUserSample

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _validation as v
+from .. import validation as v
 from ..errors import InvalidArgumentError
 from ..keys import Keys, NoiseLaw
 from ..keys.codes import DenseCode, DenseMask, DenseNoisyEncoder, DenseTargetSample, DenseUserSample

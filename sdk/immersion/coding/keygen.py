@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .. import _validation as v
+from .. import validation as v
 from ..errors import ImmersionSecurityWarning, InvalidArgumentError
 from ..keys import Keys
 

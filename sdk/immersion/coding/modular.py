@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import _validation as v
+from .. import validation as v
 from ..backends.numpy_backend import NumpyBackend
 from ..errors import InvalidArgumentError
 from ..integer import (

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import _validation as v
+from .. import validation as v
 from ..backends import ArrayBackend
 from ..errors import InvalidArgumentError, NonFiniteError
 from .target import CheckedFunction

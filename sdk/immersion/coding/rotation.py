@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import _validation as v
+from .. import validation as v
 from ..errors import InvalidArgumentError
 from ..keys import Keys
 from ..privacy import PrivacyReport

@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import _validation as v
-from .._files import npz_bytes
+from .. import validation as v
 from ..errors import ImmersionError, InvalidArgumentError, OptionalDependencyError
+from ..files import npz_bytes
 from . import wire
 from .curve import CurveKeyPair, load_curve_public, load_curve_secret
 from .kinds import PUBLIC_MATRICES, UNREGISTERED_HINT, kind_of, public_target_matrices

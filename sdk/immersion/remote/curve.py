@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._files import as_path, private_folder, write_private
 from ..errors import InvalidArgumentError, KeyFileError, OptionalDependencyError
+from ..files import as_path, private_folder, write_private
 
 PUBLIC_SUFFIX, SECRET_SUFFIX = ".key", ".key_secret"
 

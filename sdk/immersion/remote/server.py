@@ -74,7 +74,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import _validation as v
+from .. import validation as v
 from ..errors import ImmersionError, InvalidArgumentError, OptionalDependencyError
 from . import wire
 from .curve import fingerprint, load_curve_public_folder, load_curve_secret

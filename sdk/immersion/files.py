@@ -1,4 +1,7 @@
-"""Private files: atomic writes with owner-only permissions, and npz packing without pickle."""
+"""Private files: atomic writes with owner-only permissions, and npz packing without pickle.
+
+Shared by the core (key files, CurveZMQ keys, TLS material) and the plugins (checkpoints, jobs).
+"""
 
 from __future__ import annotations
 

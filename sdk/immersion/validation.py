@@ -1,4 +1,4 @@
-"""Small argument checks shared by the public API (one place, one wording)."""
+"""Small argument checks shared by the public API and the plugins (one place, one wording)."""
 
 from __future__ import annotations
 
