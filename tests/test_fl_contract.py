@@ -298,7 +298,7 @@ def test_without_privacy_the_chain_is_sgd_on_the_mean_gradient():
 
 def test_secagg_users_run_the_dp_sgd_chain():
     """``sgd-dp``'s user upload is the chain's output on its IID batch (same generator stream)."""
-    from immersion_secagg.engine import make_users
+    from immersion_secagg.users import make_users
 
     cfg = RunConfig.from_flat(
         {

@@ -339,7 +339,7 @@ def _user_updates(scheme: str, seed: int, sigma2: float) -> tuple[np.ndarray, np
     import torch
     from immersion_fl.engine import RunConfig
 
-    from .engine import make_users
+    from .users import make_users
 
     cfg = RunConfig.from_flat(
         dict(scheme=scheme, model="linear", clients=2, batch_size=16, seed=seed, rounds=1)
