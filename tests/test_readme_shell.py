@@ -22,7 +22,7 @@ Not executed here, with the reason (:data:`NOT_HERE`; a README block in neither 
   (TLS on every API, SuperNode authentication, ``flwr supernode register``, ``flwr run`` of both
   schemes) runs on loopback in ``tests/test_fl.py``
   (``test_flower_deployment_runtime_with_tls_and_node_auth_on_loopback``), with the test's own
-  ports, key files from :mod:`immersion.flower_tls` and two rounds, not the README's lines.
+  ports, key files from :mod:`immersion_fl.tls` and two rounds, not the README's lines.
 
 Times measured on the shared 2-core machine (lightly loaded / at load average 6-9): the curve-key
 block 28-45 s, ``dp secagg`` 7 s, the install block's demo 6 s, the SIML three steps 31-40 s, the

@@ -4,9 +4,10 @@ Public API: :func:`run` (a user's torch module and data, :mod:`.api`), and for a
 of the user's own, :class:`SiflStrategy` and :func:`sifl_mod` (:mod:`.flower_native`).
 
 Registers the schemes ``fedavg``, ``sifl-m1``, ``sifl-m2``, ``sifl-rm``, the optimizers ``sgd``,
-``momentum``, ``adam``, the commands ``immersion fl run`` and ``immersion bench sifl``, and the
-audit's attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak``
-(:mod:`.attacks`). Registering imports neither torch nor Flower.
+``momentum``, ``adam``, the commands ``immersion fl run``, ``immersion bench sifl`` and
+``immersion keys flower`` (TLS certificates and SuperNode keys, :mod:`.tls`), and the audit's
+attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak`` (:mod:`.attacks`).
+Registering imports neither torch nor Flower.
 """
 
 from __future__ import annotations
@@ -127,9 +128,13 @@ def immersion_register_optimizers() -> list[OptimizerSpec]:
 
 @hookimpl
 def immersion_register_commands() -> list[CommandSpec]:
-    from .cli import bench_sifl, fl_group
+    from .cli import bench_sifl, fl_group, keys_flower
 
-    return [CommandSpec("fl", fl_group, parent=""), CommandSpec("sifl", bench_sifl, parent="bench")]
+    return [
+        CommandSpec("fl", fl_group, parent=""),
+        CommandSpec("sifl", bench_sifl, parent="bench"),
+        CommandSpec("flower", keys_flower, parent="keys"),
+    ]
 
 
 @hookimpl

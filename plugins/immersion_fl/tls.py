@@ -34,8 +34,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidArgumentError, OptionalDependencyError
-from .files import private_folder, write_private
+from immersion.errors import InvalidArgumentError, OptionalDependencyError
+from immersion.files import private_folder, write_private
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _HOST = re.compile(r"^[A-Za-z0-9.:-]{1,253}$")
