@@ -37,6 +37,8 @@ PACKAGES = [
 #: classes, the hook specifications), checked whole although their packages export less.
 MODULES = [
     "immersion.plugins.hookspecs",
+    "immersion_fl.hookspecs",
+    "immersion_fl.registry",
     "immersion_fl.scheme",
     "immersion_fl.config",
     "immersion_fl.optimizers",

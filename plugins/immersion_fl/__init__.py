@@ -15,14 +15,10 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from immersion.plugins.hookspecs import (
-    AttackSpec,
-    CommandSpec,
-    FlowerHooks,
-    OptimizerSpec,
-    SchemeSpec,
-    hookimpl,
-)
+import pluggy
+from immersion.plugins.hookspecs import AttackSpec, CommandSpec, hookimpl
+
+from .hookspecs import FlowerHooks, OptimizerSpec, SchemeSpec
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message
@@ -60,6 +56,14 @@ def __getattr__(name: str) -> Any:
 
         return secure.SecureAggregationError
     raise AttributeError(f"module 'immersion_fl' has no attribute {name!r}")
+
+
+@hookimpl
+def immersion_add_hookspecs(manager: pluggy.PluginManager) -> None:
+    """Federated schemes and optimizers are hooks of this plugin (:mod:`.hookspecs`)."""
+    from . import hookspecs
+
+    manager.add_hookspecs(hookspecs)
 
 
 @hookimpl

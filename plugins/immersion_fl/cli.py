@@ -10,10 +10,11 @@ from typing import Any
 import click
 import numpy as np
 from immersion.cli.params import SEED, FiniteFloatRange, json_safe
-from immersion.plugins.manager import registry
 
-SCHEMES = tuple(sorted(registry().fl_schemes))
-OPTIMIZERS = tuple(sorted(registry().optimizers))
+from .registry import fl_registry
+
+SCHEMES = tuple(sorted(fl_registry().fl_schemes))
+OPTIMIZERS = tuple(sorted(fl_registry().optimizers))
 
 
 def _hidden(value: str) -> tuple[int, ...]:

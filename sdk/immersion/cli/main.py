@@ -614,8 +614,12 @@ def plugins_cmd(as_json: bool) -> None:
         "plugins": reg.plugin_names(),
         "backends": {k: s.description for k, s in sorted(reg.backends.items())},
         "algorithms": {k: s.description for k, s in sorted(reg.algorithms.items())},
-        "fl_schemes": {k: s.description for k, s in sorted(reg.fl_schemes.items())},
-        "optimizers": {k: s.description for k, s in sorted(reg.optimizers.items())},
+        **{  # registrations of plugins' own hooks: immersion_fl's fl_schemes and optimizers
+            hook.removeprefix("immersion_register_"): {
+                k: s.description for k, s in sorted(reg.collect(hook, hook).items())
+            }
+            for hook in reg.plugin_hooks()
+        },
         "commands": sorted(f"{c.parent} {c.name}".strip() for c in reg.commands()),
     }
     if as_json:

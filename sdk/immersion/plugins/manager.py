@@ -14,14 +14,7 @@ import pluggy
 
 from ..errors import InvalidArgumentError, PluginError
 from . import hookspecs
-from .hookspecs import (
-    AlgorithmSpec,
-    AttackSpec,
-    BackendSpec,
-    CommandSpec,
-    OptimizerSpec,
-    SchemeSpec,
-)
+from .hookspecs import AlgorithmSpec, AttackSpec, BackendSpec, CommandSpec
 
 if TYPE_CHECKING:
     from ..backends import ArrayBackend
@@ -31,7 +24,8 @@ BUILTIN_PLUGINS = ("immersion.plugins.builtin",)
 
 
 class Registry:
-    """What the plugins registered: backends, algorithms and CLI commands, by name."""
+    """What the plugins registered: backends, algorithms and CLI commands, by name (and, through
+    :meth:`collect`, what plugins register with hooks of their own)."""
 
     def __init__(self, manager: pluggy.PluginManager, *, force: bool = False) -> None:
         self.manager = manager
@@ -40,12 +34,6 @@ class Registry:
         )
         self.algorithms: dict[str, AlgorithmSpec] = self._collect(
             manager.hook.immersion_register_algorithms(), "algorithm", force
-        )
-        self.fl_schemes: dict[str, SchemeSpec] = self._collect(
-            manager.hook.immersion_register_fl_schemes(), "federated scheme", force
-        )
-        self.optimizers: dict[str, OptimizerSpec] = self._collect(
-            manager.hook.immersion_register_optimizers(), "optimizer", force
         )
         self._force = force
 
@@ -61,6 +49,28 @@ class Registry:
                     )
                 out[spec.name] = spec
         return out
+
+    def collect(self, hook: str, kind: str) -> dict[str, Any]:
+        """The registrations of any registration hook, by name, a plugin's own hooks included
+        (``immersion_fl`` reads its schemes this way); empty if no plugin defines ``hook``.
+
+        Parameters
+        ----------
+        hook:
+            The hook's name, e.g. ``"immersion_register_fl_schemes"``.
+        kind:
+            What is registered, for the error on a duplicate name.
+        """
+        caller = getattr(self.manager.hook, hook, None)
+        return {} if caller is None else self._collect(caller(), kind, self._force)
+
+    def plugin_hooks(self) -> list[str]:
+        """Registration hooks (``immersion_register_*``) that plugins define beyond the core's."""
+        return sorted(
+            name
+            for name in vars(self.manager.hook)
+            if name.startswith("immersion_register_") and not hasattr(hookspecs, name)
+        )
 
     def commands(self) -> list[CommandSpec]:
         """CLI commands from every plugin (collected on demand: only the CLI needs them)."""
@@ -84,20 +94,6 @@ class Registry:
             )
         return self.algorithms[name]
 
-    def fl_scheme(self, name: str) -> SchemeSpec:
-        if name not in self.fl_schemes:
-            raise InvalidArgumentError(
-                "scheme", f"unknown scheme {name!r}; registered: {sorted(self.fl_schemes)}"
-            )
-        return self.fl_schemes[name]
-
-    def optimizer(self, name: str) -> OptimizerSpec:
-        if name not in self.optimizers:
-            raise InvalidArgumentError(
-                "optimizer", f"unknown optimizer {name!r}; registered: {sorted(self.optimizers)}"
-            )
-        return self.optimizers[name]
-
     def plugin_names(self) -> list[str]:
         return sorted(name for name, _ in self.manager.list_name_plugin())
 
@@ -108,6 +104,7 @@ def build_registry(
     """A fresh registry: entry-point plugins (and built-ins), plus ``extra_plugins``."""
     manager = pluggy.PluginManager(hookspecs.PROJECT)
     manager.add_hookspecs(hookspecs)
+    manager.hook.immersion_add_hookspecs.call_historic(kwargs={"manager": manager})
     if entry_points:
         manager.load_setuptools_entrypoints(hookspecs.PROJECT)
     for module_name in BUILTIN_PLUGINS:
