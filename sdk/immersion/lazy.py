@@ -28,7 +28,7 @@ def lazy_attributes(package: str, where: Mapping[str, str]) -> Callable[[str], A
 
     Examples
     --------
-    >>> getattr_ = lazy_attributes("immersion", {"bench_core": ".bench"})
+    >>> getattr_ = lazy_attributes("immersion", {"bench_core": ".bench.core"})
     >>> getattr_("bench_core").__name__
     'bench_core'
     """
