@@ -6,10 +6,10 @@ mod (e.g. Flower's ``fixedclipping_mod``) has made of the reply::
     @app.train(mods=[secure_aggregation_mod])  # or [secure_aggregation_mod, fixedclipping_mod]
 
 It answers the three stages of :mod:`.message_wire` with the core's secure sum
-(:mod:`immersion.securesum.protocol`: X25519, HKDF, AES-128-CTR masks, fixed point). The user's
-function sees the wrapped strategy's message unchanged (the stage records removed). Every refusal is
-an error reply (``MOD_FAILED_PRECONDITION``) whose reason names it; the server then treats the node
-as dropped.
+(:mod:`immersion.securesum`: X25519, HKDF, AES-128-CTR masks, fixed point). The user's function
+sees the wrapped strategy's message unchanged (the stage records removed). Every refusal is an
+error reply (``MOD_FAILED_PRECONDITION``) whose reason names it; the server then treats the node as
+dropped.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``SecureAggregation(FedAvg(...))`` wraps any Message-API strategy whose aggregation is a function
 of the weighted mean of the replies (FedAvg, FedProx, FedAvgM, FedAdam/FedAdagrad/FedYogi, the
 client-side DP wrappers, a user's subclass of them). A round, with the core's secure sum
-(:mod:`immersion.securesum.protocol`, Bonawitz et al. CCS 2017 section 4 without double masking):
+(:mod:`immersion.securesum`, Bonawitz et al. CCS 2017 section 4 without double masking):
 
 1. ``configure_train``: the wrapped strategy samples the nodes and builds its messages; the
    wrapper asks those nodes for a fresh public key each (``advertise``, through the grid) and adds
@@ -98,8 +98,8 @@ class SecureAggregation(Strategy):
         is aborted. Nodes refuse to mask for fewer members or to reveal seeds that would leave
         fewer survivors.
     words : {1, 2}
-        Fixed-point words per value (:func:`immersion.securesum.protocol.to_fixed`): 2 (default)
-        moves each value by at most 2^-61 with range ``2^42 / K``; 1 halves the masks' cost and the
+        Fixed-point words per value (:func:`immersion.securesum.to_fixed`): 2 (default) moves
+        each value by at most 2^-61 with range ``2^42 / K``; 1 halves the masks' cost and the
         upload, moves each value by at most 2^-39, range ``2^24 / K`` (``K`` members; the values
         masked are ``w x``, weight times update).
     timeout : float

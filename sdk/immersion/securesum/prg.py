@@ -1,7 +1,7 @@
 """AES in counter mode as the SDK's one cryptographic keystream.
 
-Two users, two purposes: :func:`immersion.securesum.protocol.keystream` (pairwise masks of a secure
-sum, AES-128 keyed by a pair seed) and :func:`immersion.lwe.keys.public_vectors` (the public LWE
+Two users, two purposes: :func:`immersion.securesum.keystream` (pairwise masks of a secure sum,
+AES-128 keyed by a pair seed) and :func:`immersion.lwe.keys.public_vectors` (the public LWE
 vectors expanded from a seed, AES-128 as FrodoKEM does). Both need ``cryptography``.
 """
 
