@@ -18,7 +18,7 @@ import resource
 import sys
 import time
 
-from immersion.bench import CODEC_SIZES, bench_codec
+from immersion.bench.core import CODEC_SIZES, bench_codec
 from immersion.keys import draw_modular_code
 
 

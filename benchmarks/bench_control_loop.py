@@ -276,7 +276,7 @@ def _interleaved(
 
 def measure(only: str | None, repeats: int, samples: int, chunk: int) -> dict[str, Any]:
     """The figures of one tree (what a child process prints)."""
-    from immersion.rotation import RotatingImmersion
+    from immersion.coding.rotation import RotatingImmersion
 
     cases = [c for c in (_reactor(samples), _lqg2(samples), _lqg4(samples)) if c is not None]
     out: dict[str, Any] = {"load_before": os.getloadavg()[0]}

@@ -15,7 +15,7 @@ import resource
 import sys
 import time
 
-from immersion.bench import DEFAULT_SIZES, bench_core
+from immersion.bench.core import DEFAULT_SIZES, bench_core
 from immersion.keys import Keys
 
 

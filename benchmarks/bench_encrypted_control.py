@@ -6,7 +6,7 @@ Run:  .venv/bin/python benchmarks/bench_encrypted_control.py [--steps 1000] [--b
 
 One run, one machine, CDSL's four-tank controller (4 states, 2 measurements, 2 controls):
 
-* this tree: ``immersion bench control`` (:func:`immersion.control_bench.bench_control`): plain,
+* this tree: ``immersion bench control`` (:func:`immersion.bench.control.bench_control`): plain,
   the RLWE controller (plant offline, plant online, cloud; bytes; proven and measured precision),
   the precision frontier at N = 4096 and 8192, the order sweep, ECLib's GSW-LWE controller;
 * the earlier hidden-gains mode (BFV through TenSEAL, plant packing its plaintext history every
@@ -109,7 +109,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "sdk"))
-    from immersion.control_bench import bench_control
+    from immersion.bench.control import bench_control
 
     say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
     result = bench_control(steps=args.steps, eclib_budget_s=args.eclib_budget, progress=say)

@@ -138,7 +138,7 @@ def psi_floor(
     """
     import numpy as np
     import torch
-    from immersion.securesum import mask_fixed
+    from immersion.securesum.protocol import mask_fixed
     from immersion_mpdp.ddp import Layout
     from immersion_mpdp.lmt import local_model_training
     from immersion_mpdp.mlp import init_weights, mse_gradient, one_hot

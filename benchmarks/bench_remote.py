@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from immersion.remote_bench import bench_remote
+from immersion.bench.remote import bench_remote
 
 SETUPS = {
     "curve_workers2": {"curve": True, "workers": 2},

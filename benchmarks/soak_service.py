@@ -81,7 +81,7 @@ def _curve_socket(zmq: Any, ctx: Any, server_public: bytes, pair: Any, kind: int
 def attack(name: str, address: str, keys: dict[str, Any], seconds: float) -> dict[str, Any]:
     """Run one attack for ``seconds``; return what it did (counts)."""
     import zmq
-    from immersion.curve import CurveKeyPair, load_curve_public, load_curve_secret
+    from immersion.remote.curve import CurveKeyPair, load_curve_public, load_curve_secret
 
     ctx = zmq.Context()
     server_public = load_curve_public(keys["server_public"])
@@ -162,9 +162,9 @@ def attack(name: str, address: str, keys: dict[str, Any], seconds: float) -> dic
                 peer.close()
         done.update(connections_opened=opened)
     elif name == "non-reading-client":
-        from immersion._files import npz_bytes
-        from immersion.remote_bench import make_plants
-        from immersion.remote_kinds import kind_of
+        from immersion.bench.remote import make_plants
+        from immersion.files import npz_bytes
+        from immersion.remote.kinds import kind_of
 
         (plant,) = make_plants(1, 1, **REACTOR, seed=99)
         header = json.dumps({"coding": "immersion", **REACTOR}).encode()
@@ -189,10 +189,10 @@ def attack(name: str, address: str, keys: dict[str, Any], seconds: float) -> dic
                 time.sleep(0.001)
         done.update(sent=sent)
     elif name == "session-squatting":
-        from immersion._files import npz_bytes
-        from immersion.remote import RemoteError, _Channel
-        from immersion.remote_bench import make_plants
-        from immersion.remote_kinds import kind_of
+        from immersion.bench.remote import make_plants
+        from immersion.files import npz_bytes
+        from immersion.remote.client import RemoteError, _Channel
+        from immersion.remote.kinds import kind_of
 
         (plant,) = make_plants(1, 1, **REACTOR, seed=98)
         header = json.dumps({"coding": "immersion", **REACTOR}).encode()
@@ -220,7 +220,7 @@ def attack(name: str, address: str, keys: dict[str, Any], seconds: float) -> dic
 # ------------------------------------------------------------------------------------ the plant
 def paced_plant(address: str, plant: Any, keys: dict[str, Any], seconds: float) -> dict[str, Any]:
     """The plant sampled every 10 ms for ``seconds``: round trips, and its decoded outputs."""
-    from immersion.remote import RemoteTarget
+    from immersion.remote.client import RemoteTarget
 
     set_up = time.perf_counter()
     cloud = RemoteTarget(address, plant.imm, **REACTOR, timeout_s=2.0, attempts=10, **keys)
@@ -299,7 +299,7 @@ _IN_FORCE = {
 def _wait_for_attack(name: str, address: str, keys: dict[str, Any]) -> float:
     """Seconds until the attack is in full force (the session table or connection cap full);
     one second for the floods."""
-    from immersion.remote import RemoteError, remote_stats
+    from immersion.remote.client import RemoteError, remote_stats
 
     start = time.monotonic()
     time.sleep(1.0)
@@ -324,9 +324,9 @@ def _free_port() -> int:
 def phase(name: str, keys: dict[str, Any], plant: Any, local: np.ndarray, seconds: float,
           folder: Path) -> dict[str, Any]:  # fmt: skip
     """One attack beside the paced plant, against a fresh server."""
-    from immersion.remote import remote_stats
-    from immersion.remote_bench import relative_error
-    from immersion.serve_process import ServerProcess
+    from immersion.bench.remote import relative_error
+    from immersion.remote.client import remote_stats
+    from immersion.remote.process import ServerProcess
 
     full_disk = name.endswith("full-disk")
     log_file = Path("/dev/full") if full_disk else folder / f"{name}.log"
@@ -391,7 +391,7 @@ def main() -> None:
         keys = json.loads(args.keys.read_text())
         print(json.dumps(attack(args.attack, args.address, keys, args.seconds)), flush=True)
         return
-    from immersion.remote_bench import curve_key_folder, make_plants, run_plant
+    from immersion.bench.remote import curve_key_folder, make_plants, run_plant
 
     attacks = args.attacks.split(",")
     if attacks[0] != "none":

@@ -38,7 +38,7 @@ def _config(name: str) -> object:
 
 def _cli(*args: str) -> str:
     from click.testing import CliRunner
-    from immersion.cli import main
+    from immersion.cli.main import main
 
     res = CliRunner().invoke(main, list(args), catch_exceptions=False)
     assert res.exit_code == 0, res.output

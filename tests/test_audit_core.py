@@ -13,18 +13,21 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from immersion import InvalidArgumentError, immerse
-from immersion.attacks import (
+from immersion.audit.eavesdropper import (
+    EXTRA_INPUT,
+    SCALAR,
+    VECTOR,
     aligned_recovery,
     known_plaintext_attack,
+    noise_dimension,
     relative_error,
     run_known_plaintext,
     subspace_attack,
 )
-from immersion.attacks.eavesdropper import EXTRA_INPUT, SCALAR, VECTOR, noise_dimension
-from immersion.cli import main
-from immersion.plugin_manager import registry
-from immersion.remote import public_target_matrices
-from immersion.rotation import KeyRotation, RotatingImmersion, public_target_bytes
+from immersion.cli.main import main
+from immersion.coding.rotation import KeyRotation, RotatingImmersion, public_target_bytes
+from immersion.plugins.manager import registry
+from immersion.remote.client import public_target_matrices
 
 ROW_FIELDS = {"attack", "scheme", "metric", "value", "baseline", "verdict"}
 

@@ -10,8 +10,8 @@ pytest.importorskip("sklearn")
 pytest.importorskip("cryptography")
 
 from immersion import InvalidArgumentError  # noqa: E402
-from immersion.audit import run_audit  # noqa: E402
-from immersion.plugin_manager import registry  # noqa: E402
+from immersion.audit.runner import run_audit  # noqa: E402
+from immersion.plugins.manager import registry  # noqa: E402
 from immersion_fl.attacks import (  # noqa: E402
     run_client_decodes,
     run_m2_scalar_leak,
@@ -19,6 +19,7 @@ from immersion_fl.attacks import (  # noqa: E402
     single_thread,
 )
 from immersion_fl.engine import RunConfig, Server, run_federated, task_from_config  # noqa: E402
+from immersion_fl.registry import fl_registry  # noqa: E402
 from immersion_fl.schemes import kernel_noise  # noqa: E402
 
 SIFL = ("sifl-m1", "sifl-m2", "sifl-rm")
@@ -164,7 +165,7 @@ def test_bad_client_noise_values_name_the_option(bad):
 
 @pytest.mark.parametrize("scheme", ["fedavg", "mpdp"])
 def test_client_noise_is_refused_where_there_is_no_round_noise(scheme):
-    if scheme not in registry().fl_schemes:
+    if scheme not in fl_registry().fl_schemes:
         pytest.skip(f"{scheme} not registered")
     with pytest.raises(InvalidArgumentError, match="client_noise") as info:
         run_federated(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from immersion import immerse
-from immersion.attacks.eavesdropper import SCALAR, VECTOR, aligned_recovery
-from immersion.attacks.modular import known_plaintext_attack_mod, lattice_attack
-from immersion.audit import run_audit
+from immersion.audit.eavesdropper import SCALAR, VECTOR, aligned_recovery
+from immersion.audit.modular import known_plaintext_attack_mod, lattice_attack
+from immersion.audit.runner import run_audit
 from immersion.integer import encode_fixed, to_signed
 
 

@@ -14,8 +14,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("cryptography")
 
-from immersion.audit import VERDICTS, AttackResult  # noqa: E402
-from immersion.plugin_manager import registry  # noqa: E402
+from immersion.audit.runner import VERDICTS, AttackResult  # noqa: E402
+from immersion.plugins.manager import registry  # noqa: E402
 from immersion_mpdp import attacks  # noqa: E402
 from immersion_mpdp.mlp import forward, init_weights  # noqa: E402
 from immersion_mpdp.perturbation import perturb  # noqa: E402

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 pytest.importorskip("flwr")
 pytest.importorskip("torch")
 
-from immersion.audit import run_audit  # noqa: E402
+from immersion.audit.runner import run_audit  # noqa: E402
 from immersion_secagg.attacks import (  # noqa: E402
     SCHEMES,
     ascii_seed,

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 from click.testing import CliRunner
-from immersion.bench import bench_core, transform_profile
-from immersion.cli import main
+from immersion.bench.core import bench_core, transform_profile
+from immersion.cli.main import main
 
 
 def test_block_rows_profile_every_transform_call_and_dense_rows_have_none():

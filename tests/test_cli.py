@@ -1,7 +1,7 @@
 """The command-line interface: ``immersion ...`` (console script) and ``python -m immersion ...``.
 
-Most tests drive ``immersion.cli.main`` through click's ``CliRunner``; a few run real processes to
-show that both entry points work and that errors reach the user as one line, without a traceback.
+Most tests drive ``immersion.cli.main.main`` through click's ``CliRunner``; a few run real processes
+to show that both entry points work and that errors reach the user as one line, without a traceback.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from immersion import Keys, immerse, save_keys
-from immersion.cli import main
+from immersion.cli.main import main
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import immersion
 import pytest
 from click.testing import CliRunner
-from immersion.cli import main
-from immersion.docsite import find_docs_source
+from immersion.cli.docsite import find_docs_source
+from immersion.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 

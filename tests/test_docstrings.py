@@ -36,7 +36,9 @@ PACKAGES = [
 #: Modules whose contracts plugins and users build on (the federated scheme contract, the option
 #: classes, the hook specifications), checked whole although their packages export less.
 MODULES = [
-    "immersion.hookspecs",
+    "immersion.plugins.hookspecs",
+    "immersion_fl.hookspecs",
+    "immersion_fl.registry",
     "immersion_fl.scheme",
     "immersion_fl.config",
     "immersion_fl.optimizers",

@@ -13,20 +13,22 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 from click.testing import CliRunner  # noqa: E402
-from immersion.cli import main  # noqa: E402
-from immersion.plugin_manager import registry  # noqa: E402
+from immersion.cli.main import main  # noqa: E402
 from immersion_fl.data import load_dataset, load_idx_dataset, split_clients  # noqa: E402
 from immersion_fl.engine import RunConfig, run_federated  # noqa: E402
 from immersion_fl.optimizers import adam, momentum  # noqa: E402
+from immersion_fl.registry import fl_registry  # noqa: E402
 from immersion_fl.schemes import lift_change  # noqa: E402
 
 REGISTERED_SCHEMES = sorted(
-    name for name, spec in registry().fl_schemes.items() if name != "fedavg" and spec.runner is None
+    name
+    for name, spec in fl_registry().fl_schemes.items()
+    if name != "fedavg" and spec.runner is None
 )
 RUNNER_SCHEMES = sorted(
-    name for name, spec in registry().fl_schemes.items() if spec.runner is not None
+    name for name, spec in fl_registry().fl_schemes.items() if spec.runner is not None
 )
-REGISTERED_OPTIMIZERS = sorted(registry().optimizers)
+REGISTERED_OPTIMIZERS = sorted(fl_registry().optimizers)
 
 
 @pytest.mark.parametrize("scheme", REGISTERED_SCHEMES)

@@ -472,7 +472,7 @@ def test_the_cli_takes_a_users_model_and_dataset_as_import_paths(tmp_path, monke
     import json
 
     from click.testing import CliRunner
-    from immersion.cli import main
+    from immersion.cli.main import main
 
     (tmp_path / "user_fl_code.py").write_text(USER_MODULE)
     monkeypatch.chdir(tmp_path)  # importable from the current folder, as with python -m
@@ -536,7 +536,7 @@ def test_cli_bad_input_leaves_nothing_on_disk(tmp_path, monkeypatch, model, data
     """A run refused before its first round ends writes neither the --checkpoint folder nor
     the --plot folder."""
     from click.testing import CliRunner
-    from immersion.cli import main
+    from immersion.cli.main import main
 
     (tmp_path / "user_fl_code.py").write_text(USER_MODULE)
     monkeypatch.chdir(tmp_path)

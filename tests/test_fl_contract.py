@@ -21,10 +21,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 from immersion import InvalidArgumentError, PluginError  # noqa: E402
-from immersion.hookspecs import SchemeSpec  # noqa: E402
-from immersion.plugin_manager import registry  # noqa: E402
 from immersion_fl.config import LegacyConfigWarning, NoOptions, RunConfig  # noqa: E402
 from immersion_fl.engine import run_federated  # noqa: E402
+from immersion_fl.hookspecs import SchemeSpec  # noqa: E402
 from immersion_fl.optimizers import (  # noqa: E402
     AdamState,
     EmptyState,
@@ -36,6 +35,7 @@ from immersion_fl.optimizers import (  # noqa: E402
     momentum,
     sgd,
 )
+from immersion_fl.registry import fl_registry  # noqa: E402
 from immersion_fl.scheme import Scheme  # noqa: E402
 from immersion_fl.schemes import SiflOptions  # noqa: E402
 from immersion_mpdp.options import MpdpOptions  # noqa: E402
@@ -49,7 +49,7 @@ CONTRACT = ("scheme", "engine", "federation", "optimizers", "config", "schemes",
 
 # ---------------------------------------------------------------------------------- scheme contract
 def test_every_weight_averaging_scheme_implements_the_scheme_abc():
-    for name, spec in registry().fl_schemes.items():
+    for name, spec in fl_registry().fl_schemes.items():
         assert (spec.factory is None) != (spec.runner is None), name
         if spec.factory is not None:
             from immersion.backends import make_backend
@@ -298,7 +298,7 @@ def test_without_privacy_the_chain_is_sgd_on_the_mean_gradient():
 
 def test_secagg_users_run_the_dp_sgd_chain():
     """``sgd-dp``'s user upload is the chain's output on its IID batch (same generator stream)."""
-    from immersion_secagg.engine import make_users
+    from immersion_secagg.users import make_users
 
     cfg = RunConfig.from_flat(
         {

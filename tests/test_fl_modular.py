@@ -183,7 +183,7 @@ def test_float_runs_report_the_one_step_error_and_the_reference_drift():
 
 def test_the_cli_prints_the_exactness_figures():
     from click.testing import CliRunner
-    from immersion.cli import main
+    from immersion.cli.main import main
 
     args = ["fl", "run", "--scheme", "sifl-rm", "--clients", "3", "--rounds", "2", "--hidden", "8"]
     modular = CliRunner().invoke(main, args + ["--arithmetic", "modular", "--json"])

@@ -12,7 +12,7 @@ pytest.importorskip("cryptography")
 
 from click.testing import CliRunner  # noqa: E402
 from immersion import InvalidArgumentError  # noqa: E402
-from immersion.cli import main  # noqa: E402
+from immersion.cli.main import main  # noqa: E402
 from immersion_fl import secure  # noqa: E402
 from immersion_fl.engine import RunConfig, run_federated  # noqa: E402
 from immersion_fl.faults import FaultPlan  # noqa: E402
@@ -66,7 +66,7 @@ def test_what_the_aggregator_receives_is_masked():
         k: secure.masked_upload(p, uploads[k], round_.weight(k), round_.publics, 3)
         for k, p in enumerate(parties)
     }
-    from immersion.securesum import from_fixed
+    from immersion.securesum.protocol import from_fixed
 
     seen = from_fixed(masked[1]) - from_fixed(masked[0])
     truth = (20 * uploads[1] - 10 * uploads[0]).numpy() / 60

@@ -130,11 +130,11 @@ def test_every_registered_flower_wrapper_runs_its_own_scheme():
     """Each scheme spec's ``flower.strategy`` wraps with that spec's scheme (not a shared default),
     and its ``flower.mod`` completes the rounds to plain FedAvg."""
     from immersion.backends import make_backend
-    from immersion.plugin_manager import registry
+    from immersion_fl.registry import fl_registry
     from immersion_fl.scheme import SchemeContext
 
     backend = make_backend("torch", dtype="float64")
-    specs = {n: s for n, s in registry().fl_schemes.items() if s.flower.strategy is not None}
+    specs = {n: s for n, s in fl_registry().fl_schemes.items() if s.flower.strategy is not None}
     assert {"sifl-m1", "sifl-m2", "sifl-rm"} <= set(specs)
     plain = _run(FedAvg(min_available_nodes=3, min_train_nodes=3), 2, None)
     for name, spec in specs.items():

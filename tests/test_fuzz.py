@@ -38,8 +38,8 @@ from immersion import (
     load_keys,
     save_keys,
 )
-from immersion._files import npz_bytes
-from immersion.cli import main
+from immersion.cli.main import main
+from immersion.files import npz_bytes
 from immersion.keys import store
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -1492,7 +1492,7 @@ def test_cli_demo_reactor_bad_options(option: str, value: str, name: str) -> Non
 )
 def test_remote_target_refuses_a_bad_address_by_name(address: str) -> None:
     pytest.importorskip("zmq")
-    from immersion.remote import RemoteTarget
+    from immersion.remote.client import RemoteTarget
 
     imm = _immerse()
     _, exc = attempt(lambda: RemoteTarget(address, imm, algorithm="lqr-kalman", timeout_s=0.5))

@@ -25,19 +25,17 @@ BROKEN_CYCLES = [
     ("immersion.keys.keys", "immersion.keys.store"),
     ("immersion_fl.engine", "immersion_fl.flower_engine"),
     ("immersion_fl.flower_engine", "immersion_fl.federation"),  # through api -> engine (issue 13)
+    ("immersion_secagg.core_flower", "immersion_secagg.engine"),  # through users (issue 29)
 ]
 
 #: Packages in which no module may lie on an import cycle ("immersion": the whole core package,
 #: subpackages included; the float/modular factory sits above both variants).
-ACYCLIC = ["immersion", "immersion_fl", "immersion_mpdp", "immersion.keys"]
-
-#: Import cycles the project still has, each as the set of modules on it (one strongly connected
-#: component of the import graph). Plugins only; this list may only shrink: a new cycle, or a
-#: known one that grows, fails :func:`test_no_import_cycle_in_the_project_but_the_known_ones`, and
-#: one that is gone fails :func:`test_every_known_cycle_is_still_there` until it leaves the list.
-KNOWN_CYCLES = [
-    # the Flower adapter and the in-process engine of SA-DP each host a piece the other needs
-    {"immersion_secagg.core_flower", "immersion_secagg.engine"},
+ACYCLIC = [
+    "immersion",
+    "immersion_fl",
+    "immersion_mpdp",
+    "immersion_secagg",
+    "immersion.keys",
 ]
 
 
@@ -141,19 +139,15 @@ def cycles_of(graph: dict[str, set[str]]) -> list[set[str]]:
     return out
 
 
-def test_no_import_cycle_in_the_project_but_the_known_ones():
-    """Every module of ``sdk/`` and ``plugins/``: no cycle but those of :data:`KNOWN_CYCLES`."""
+def test_no_import_cycle_in_the_project():
+    """Every module of ``sdk/`` and ``plugins/``: no import cycle at all (issue 29; the last one,
+    ``immersion_secagg.core_flower`` <-> ``engine``, went when the users moved to
+    ``immersion_secagg.users``)."""
     graph = project_graph()
     assert len(graph) > 100
-    new = [c for c in cycles_of(graph) if c not in KNOWN_CYCLES]
-    shown = [" -> ".join(import_path(graph, min(c), min(c)) or [min(c)]) for c in new]
-    assert not new, "import cycles:\n" + "\n".join(shown)
-
-
-@pytest.mark.parametrize("known", KNOWN_CYCLES, ids=lambda c: " <-> ".join(sorted(c)))
-def test_every_known_cycle_is_still_there(known):
-    """A known cycle that was broken leaves :data:`KNOWN_CYCLES` (the list only shrinks)."""
-    assert known in cycles_of(project_graph()), "gone: remove it from KNOWN_CYCLES"
+    cycles = cycles_of(graph)
+    shown = [" -> ".join(import_path(graph, min(c), min(c)) or [min(c)]) for c in cycles]
+    assert not cycles, "import cycles:\n" + "\n".join(shown)
 
 
 @pytest.mark.parametrize("pair", BROKEN_CYCLES, ids=" <-> ".join)
@@ -234,13 +228,35 @@ def test_no_plugin_imports_another_plugins_private_helpers():
     assert not bad
 
 
+def test_plugins_import_only_public_core_modules_and_names():
+    """Issue 29: plugins build on the core's public modules and names, never ``immersion._x``
+    (the shared helpers are :mod:`immersion.files`, :mod:`immersion.lazy`,
+    :mod:`immersion.validation`)."""
+    bad = []
+    for path in (ROOT / "plugins").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            bad += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {name}"
+                for name in names
+                if name.split(".")[0] == "immersion"
+                and any(part.startswith("_") for part in name.split(".")[1:])
+            ]
+    assert not bad, "\n".join(bad)
+
+
 def test_one_secure_sum_module():
-    """Key agreement and pair seeds live in ``immersion.securesum`` only, the AES-CTR keystream
-    in ``immersion.prg`` (shared with the LWE coding's public vectors)."""
+    """Key agreement and pair seeds live in ``immersion.securesum.protocol`` only, the AES-CTR
+    keystream in ``immersion.securesum.prg`` (shared with the LWE coding's public vectors)."""
     markers = ("X25519PrivateKey", "modes.CTR(", "HKDF(")
     users = sorted(
         str(p.relative_to(ROOT))
         for p in [*(ROOT / "sdk").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]
         if any(m in p.read_text() for m in markers)
     )
-    assert users == ["sdk/immersion/prg.py", "sdk/immersion/securesum.py"]
+    assert users == ["sdk/immersion/securesum/prg.py", "sdk/immersion/securesum/protocol.py"]

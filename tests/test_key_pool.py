@@ -1,4 +1,5 @@
-"""Key periods drawn ahead (immersion.key_pool): the law and design of immerse's, exact decoding."""
+"""Key periods drawn ahead (immersion.coding.key_pool): the law and design of immerse's, exact
+decoding."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import pickle
 import numpy as np
 import pytest
 from immersion import NonFiniteError, PrecisionError, immerse
-from immersion.key_pool import DenseKeyPool, PooledImmersion, draw_dense_codes
+from immersion.coding.key_pool import DenseKeyPool, PooledImmersion, draw_dense_codes
+from immersion.coding.rotation import RotatingImmersion
+from immersion.coding.target import TargetAlgorithm
 from immersion.privacy.bounds import exact_decode_output_errors
-from immersion.remote_kinds import public_target_matrices
-from immersion.rotation import RotatingImmersion
-from immersion.target import TargetAlgorithm
+from immersion.remote.kinds import public_target_matrices
 from scipy.stats import ks_2samp
 
 A = np.array([[0.9, 0.1, 0.0], [0.0, 0.8, 0.1], [0.1, 0.0, 0.7]])

@@ -452,8 +452,8 @@ def test_remote_lwe_loop_on_loopback(four_tank):
     """`immersion serve` runs the encrypted controller: the coefficient ciphertexts at set-up,
     one input ciphertext up and one degree-2 reply down per sample."""
     pytest.importorskip("zmq")
-    from immersion.remote import RemoteTarget
-    from immersion.service import Service
+    from immersion.remote.client import RemoteTarget
+    from immersion.remote.server import Service
 
     loop, _ = four_tank
     ctrl = _encrypt(loop, rng=5)
@@ -471,8 +471,8 @@ def test_the_server_keeps_the_encrypted_history_and_a_restart_rebuilds_it(four_t
     pytest.importorskip("zmq")
     import signal
 
-    from immersion.remote import RemoteTarget
-    from immersion.serve_process import ServerProcess
+    from immersion.remote.client import RemoteTarget
+    from immersion.remote.process import ServerProcess
 
     loop, _ = four_tank
     ctrl = _encrypt(loop, rng=6)
@@ -612,8 +612,8 @@ def test_remote_lwe_bench_reports_round_trips_bytes_and_the_local_ratio():
     """`immersion bench remote --coding lwe`, short: a server child process on loopback."""
     pytest.importorskip("zmq")
     from click.testing import CliRunner
-    from immersion.cli import main
-    from immersion.remote_bench import bench_remote_lwe
+    from immersion.bench.remote import bench_remote_lwe
+    from immersion.cli.main import main
 
     result = bench_remote_lwe(samples=12, curve=False)
     (row,) = result["rows"].values()

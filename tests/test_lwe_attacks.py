@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from immersion.audit import run_audit
+from immersion.audit.lwe import run_known_plaintext, run_subspace
+from immersion.audit.runner import run_audit
 from immersion.lwe import encrypt_controller
-from immersion.lwe.attacks import run_known_plaintext, run_subspace
 from immersion.lwe.examples import lqg_loop
 from immersion.lwe.rlwe import expand_uniform
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from immersion.cli import main
+from immersion.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ def test_encrypted_lqg_demo(tmp_path):
 
 
 def test_bench_control_quick_json(tmp_path, monkeypatch):
-    import immersion.control_bench as bench
+    import immersion.bench.control as bench
 
     monkeypatch.setattr(bench, "FRONTIER", (1e-3, 1e-15))  # one point, one refusal
     saved = tmp_path / "control.json"

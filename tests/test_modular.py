@@ -17,6 +17,7 @@ from immersion import (
     load_keys,
     save_keys,
 )
+from immersion.coding.modular import FixedPointTwin, ModularImmersion
 from immersion.integer import (
     decode_fixed,
     encode_fixed,
@@ -26,7 +27,6 @@ from immersion.integer import (
     wrapping_matmul,
 )
 from immersion.keys import Keys, ModularKeys, draw_modular_code
-from immersion.modular import FixedPointTwin, ModularImmersion
 from immersion.testing import assert_target_has_no_secrets, random_contractive_system
 from scipy.stats import chisquare
 
@@ -364,7 +364,7 @@ def test_float_keys_keep_format_1_and_old_files_still_load(tmp_path):
 
 @pytest.mark.files
 def test_an_altered_integer_key_file_is_refused(tmp_path):
-    from immersion._files import write_signed
+    from immersion.files import write_signed
     from immersion.keys.store import MAGIC_MODULAR, modular_meta
 
     keys = draw_keys(3, 2, 2, keys="block", block_size=2, arithmetic="modular", rng=2)
@@ -384,7 +384,7 @@ def test_an_altered_integer_key_file_is_refused(tmp_path):
 
 
 def test_codec_benchmark_reports_both_codecs_and_exactness():
-    from immersion.bench import bench_codec
+    from immersion.bench.core import bench_codec
 
     row = bench_codec(sizes=(3000,), repeats=1)["results"][0]
     assert row["modular_decode_equals_fixed_point"] is True

@@ -404,7 +404,7 @@ def test_modules_with_biases_or_other_layers_are_refused():
 
 def test_cli_json(tmp_path):
     from click.testing import CliRunner
-    from immersion.cli import main
+    from immersion.cli.main import main
 
     out = CliRunner().invoke(
         main,
@@ -446,7 +446,7 @@ def test_an_aborted_round_counts_twice_in_epsilon_total():
 def test_round_outside_the_one_word_range_is_retried_with_two_words(monkeypatch):
     """With a one-word range made tiny, every round falls back to two words (recorded, logged)
     and MP-DP still equals plain FedSGD; the default one word equals it as well."""
-    from immersion import securesum
+    from immersion.securesum import protocol as securesum
 
     one = run_federated(_cfg(rounds=2))
     assert max(one.diff_vs_plain) < 1e-9 and not one.aborted

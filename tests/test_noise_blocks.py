@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from immersion import NonFiniteError, immerse
-from immersion.keygen import split_rng
-from immersion.noise_blocks import NoiseBlocks, block_rows
+from immersion.coding.keygen import split_rng
+from immersion.coding.noise_blocks import NoiseBlocks, block_rows
 
 
 def _contractive():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from immersion import PluginError, immerse
-from immersion.hookspecs import AlgorithmSpec, BackendSpec, hookimpl
-from immersion.plugin_manager import build_registry, registry
+from immersion.plugins.hookspecs import AlgorithmSpec, BackendSpec, hookimpl
+from immersion.plugins.manager import build_registry, registry
 from immersion.testing import assert_close_to_plain, assert_target_has_no_secrets, run_side_by_side
 
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from immersion.cli import main
+from immersion.cli.main import main
 from immersion_reactor.model import ReactorController, ReactorParameters
 from immersion_reactor.simulation import ReactorDivergenceError, run_reactor, summary
 
@@ -141,8 +141,8 @@ def test_remote_mode_round_trip_on_loopback():
 def test_remote_server_refuses_unknown_algorithms_and_bad_vectors():
     pytest.importorskip("zmq")
     from immersion import immerse
-    from immersion.remote import RemoteError, RemoteTarget
-    from immersion.service import Service
+    from immersion.remote.client import RemoteError, RemoteTarget
+    from immersion.remote.server import Service
 
     with Service("tcp://127.0.0.1:*", log=lambda line: None) as service:
         address = service.address

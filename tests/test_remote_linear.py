@@ -15,13 +15,13 @@ import io
 import numpy as np
 import pytest
 from immersion import InvalidArgumentError, immerse, immerse_system
-from immersion.remote_kinds import TARGET_KINDS, kind_of
+from immersion.remote.kinds import TARGET_KINDS, kind_of
 
 zmq = pytest.importorskip("zmq")
 control = pytest.importorskip("control")
 
-from immersion.remote import RemoteTarget  # noqa: E402
-from immersion.service import Service  # noqa: E402
+from immersion.remote.client import RemoteTarget  # noqa: E402
+from immersion.remote.server import Service  # noqa: E402
 
 # a discrete LQG-like controller of a 2-state plant (y -> u), and the plant
 PLANT_A = np.array([[1.0, 0.1], [0.0, 0.95]])
@@ -122,7 +122,7 @@ def test_naming_an_algorithm_keeps_the_registered_route():
 
 
 def test_serve_counts_clients_and_admins_apart(tmp_path):
-    from immersion.curve import new_curve_keys
+    from immersion.remote.curve import new_curve_keys
 
     _, server_secret = new_curve_keys(tmp_path / "server", "server")
     new_curve_keys(tmp_path / "clients", "plant-1")

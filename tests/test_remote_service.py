@@ -30,11 +30,19 @@ from hypothesis import strategies as st
 
 zmq = pytest.importorskip("zmq")
 
-from immersion import InvalidArgumentError, KeyFileError, wire  # noqa: E402
-from immersion._files import npz_bytes  # noqa: E402
-from immersion.cli import main  # noqa: E402
-from immersion.curve import CurveKeyPair, load_curve_secret, new_curve_keys  # noqa: E402
-from immersion.remote import (  # noqa: E402
+from immersion import InvalidArgumentError, KeyFileError  # noqa: E402
+from immersion.bench.remote import (  # noqa: E402
+    bench_remote,
+    curve_key_folder,
+    make_plants,
+    relative_error,
+    run_plant,
+    run_plants_concurrently,
+)
+from immersion.cli.main import main  # noqa: E402
+from immersion.files import npz_bytes  # noqa: E402
+from immersion.remote import wire  # noqa: E402
+from immersion.remote.client import (  # noqa: E402
     AuthenticationError,
     DisconnectedError,
     ForbiddenError,
@@ -49,22 +57,15 @@ from immersion.remote import (  # noqa: E402
     remote_stats,
     stop_server,
 )
-from immersion.remote_bench import (  # noqa: E402
-    bench_remote,
-    curve_key_folder,
-    make_plants,
-    relative_error,
-    run_plant,
-    run_plants_concurrently,
-)
-from immersion.remote_kinds import (  # noqa: E402
+from immersion.remote.curve import CurveKeyPair, load_curve_secret, new_curve_keys  # noqa: E402
+from immersion.remote.kinds import (  # noqa: E402
     TARGET_KINDS,
     TargetKind,
     public_target_matrices,
 )
-from immersion.serve_process import ServerProcess  # noqa: E402
-from immersion.service import Service, _Refusal, _unpack  # noqa: E402
-from immersion.wire import (  # noqa: E402
+from immersion.remote.process import ServerProcess  # noqa: E402
+from immersion.remote.server import Service, _Refusal, _unpack  # noqa: E402
+from immersion.remote.wire import (  # noqa: E402
     CLIENT_ERROR_CODES,
     ERROR_CODES,
     endpoint_host,
@@ -112,7 +113,7 @@ def _pair(secret_path: Path) -> CurveKeyPair:
 
 def _curve_of(keys: dict[str, Any], index: int):
     """(server public key, client pair) of client ``index`` in a :func:`curve_key_folder`."""
-    from immersion.curve import load_curve_public
+    from immersion.remote.curve import load_curve_public
 
     entry = keys["clients"][index]
     return load_curve_public(entry["server_key"]), _pair(entry["client_key"])
@@ -145,7 +146,7 @@ def test_without_keys_only_loopback_is_served_or_reached():
 
 
 def test_every_error_code_is_documented_once_with_its_class():
-    import immersion.remote as remote
+    import immersion.remote.client as remote
 
     classes = {
         cls.code: cls
@@ -675,8 +676,8 @@ KILLED_CLIENT = textwrap.dedent(
     """
     import os, signal, sys
     import zmq
-    from immersion.remote import RemoteTarget
-    from immersion.remote_bench import make_plants
+    from immersion.remote.client import RemoteTarget
+    from immersion.bench.remote import make_plants
     address, how = sys.argv[1], sys.argv[2]
     (plant,) = make_plants(1, 5, algorithm="reactor-controller", params={"dt": 0.01}, seed=9)
     cloud = RemoteTarget(address, plant.imm, algorithm="reactor-controller", params={"dt": 0.01})
@@ -760,8 +761,8 @@ SLOW_SERVER = textwrap.dedent(
     """
     import json, pathlib, sys, time
     import numpy as np
-    from immersion.remote_kinds import TARGET_KINDS, TargetKind
-    from immersion.service import Service, serve
+    from immersion.remote.kinds import TARGET_KINDS, TargetKind
+    from immersion.remote.server import Service, serve
 
     started = pathlib.Path(sys.argv[1])
 
@@ -873,7 +874,7 @@ def _rotating_loop(cloud_of: Any, samples: int = 12) -> tuple[np.ndarray, np.nda
 
     Returns the decoded inputs, the decoded controller states and the last key period.
     """
-    from immersion.rotation import RotatingImmersion, RotatingTarget
+    from immersion.coding.rotation import RotatingImmersion, RotatingTarget
     from immersion_reactor.model import ReactorController
 
     ctrl = ReactorController(dt=0.01)
@@ -948,7 +949,7 @@ def test_rekey_rotates_a_remote_session_exactly_and_only_for_its_owner(keyed_ser
 
 
 def _rotating_reactor(rotate_keys_every: int = 2) -> tuple[Any, Any]:
-    from immersion.rotation import RotatingImmersion
+    from immersion.coding.rotation import RotatingImmersion
     from immersion_reactor.model import ReactorController
 
     ctrl = ReactorController(dt=0.01)

@@ -145,7 +145,7 @@ def test_bad_input_names_the_argument():
 
 def test_cli():
     from click.testing import CliRunner
-    from immersion.cli import main
+    from immersion.cli.main import main
 
     base = [
         "dp",

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 pytest.importorskip("cryptography")
 
-from immersion import InvalidArgumentError, securesum  # noqa: E402
-from immersion.securesum import (  # noqa: E402
+from immersion import InvalidArgumentError
+from immersion.securesum import protocol as securesum  # noqa: E402
+from immersion.securesum.protocol import (  # noqa: E402
     KeyAgreement,
     SecureSumClient,
     from_fixed,

@@ -8,7 +8,8 @@ import warnings
 
 import numpy as np
 import pytest
-from immersion import immerse_system, keygen
+from immersion import immerse_system
+from immersion.coding import keygen
 from immersion.errors import ImmersionSecurityWarning
 
 SYSTEM = (

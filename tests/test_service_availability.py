@@ -27,8 +27,13 @@ import pytest
 zmq = pytest.importorskip("zmq")
 
 from immersion import InvalidArgumentError  # noqa: E402
-from immersion.curve import CurveKeyPair, load_curve_public, load_curve_secret  # noqa: E402
-from immersion.remote import (  # noqa: E402
+from immersion.bench.remote import (  # noqa: E402
+    curve_key_folder,
+    make_plants,
+    relative_error,
+    run_plant,
+)
+from immersion.remote.client import (  # noqa: E402
     AuthenticationError,
     DisconnectedError,
     MessageTooLargeError,
@@ -38,15 +43,10 @@ from immersion.remote import (  # noqa: E402
     SessionLimitError,
     _Channel,
 )
-from immersion.remote_bench import (  # noqa: E402
-    curve_key_folder,
-    make_plants,
-    relative_error,
-    run_plant,
-)
-from immersion.remote_kinds import TARGET_KINDS, TargetKind  # noqa: E402
-from immersion.serve_process import ServerProcess  # noqa: E402
-from immersion.service import (  # noqa: E402
+from immersion.remote.curve import CurveKeyPair, load_curve_public, load_curve_secret  # noqa: E402
+from immersion.remote.kinds import TARGET_KINDS, TargetKind  # noqa: E402
+from immersion.remote.process import ServerProcess  # noqa: E402
+from immersion.remote.server import (  # noqa: E402
     EXIT_THREAD_DIED,
     FD_RESERVE,
     QUEUED_REPLIES,
@@ -227,13 +227,13 @@ def test_serve_with_its_stderr_pipe_closed_serves_and_exits_0():
 # ------------------------------------------------------------------------------ dead threads
 ZAP_DIES = """
     import sys
-    import immersion.service as service
+    import immersion.remote.server as service
 
     def die(self, frames):
         raise SystemExit("the ZAP thread exits without a trace (threading ignores SystemExit)")
 
     service.Service._zap_reply = die
-    from immersion.cli import main
+    from immersion.cli.main import main
     main(sys.argv[1:])
 """
 
@@ -298,8 +298,8 @@ def test_a_dead_worker_stops_the_service_with_a_named_failure():
 SLOW_SERVER = """
     import json, sys, time
     import numpy as np
-    from immersion.remote_kinds import TARGET_KINDS, TargetKind
-    from immersion.service import Service, serve
+    from immersion.remote.kinds import TARGET_KINDS, TargetKind
+    from immersion.remote.server import Service, serve
 
     class Stuck:
         n_state_encoded = n_input_encoded = 1
@@ -348,7 +348,7 @@ def test_sigterm_exits_0_with_a_stuck_worker_and_a_log_nobody_reads(signals):
 
 
 def _empty_npz() -> bytes:
-    from immersion._files import npz_bytes
+    from immersion.files import npz_bytes
 
     return npz_bytes({})
 
@@ -683,7 +683,7 @@ CHECK_ULIMIT = """
     import json, resource
     resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))
     from immersion import InvalidArgumentError
-    from immersion.service import Service
+    from immersion.remote.server import Service
     try:
         Service("tcp://127.0.0.1:*", max_connections=500, log=print)
     except InvalidArgumentError as exc:

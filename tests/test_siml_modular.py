@@ -17,11 +17,11 @@ torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
 from immersion import InvalidArgumentError, Keys, load_keys, save_keys  # noqa: E402
-from immersion.cli import main  # noqa: E402
+from immersion.cli.main import main  # noqa: E402
+from immersion.coding.target import TargetAlgorithm  # noqa: E402
+from immersion.coding.target_codes import TargetCodes  # noqa: E402
 from immersion.integer import quantisation_step  # noqa: E402
 from immersion.keys import ModularKeys  # noqa: E402
-from immersion.target import TargetAlgorithm  # noqa: E402
-from immersion.target_codes import TargetCodes  # noqa: E402
 from immersion_siml import train  # noqa: E402
 from immersion_siml.dynamics import TrainingPlan  # noqa: E402
 from immersion_siml.job import (  # noqa: E402

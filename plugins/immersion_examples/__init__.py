@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from immersion._lazy import lazy_attributes
-from immersion.hookspecs import AlgorithmSpec, CommandSpec, hookimpl
+from immersion.lazy import lazy_attributes
+from immersion.plugins.hookspecs import AlgorithmSpec, CommandSpec, hookimpl
 
 if TYPE_CHECKING:
     from .demo import run_controller_demo
@@ -39,7 +39,7 @@ def immersion_register_algorithms() -> list[AlgorithmSpec]:
 @hookimpl
 def immersion_register_commands() -> list[CommandSpec]:
     import click
-    from immersion.cli_types import FiniteFloatRange
+    from immersion.cli.params import FiniteFloatRange
 
     @click.command("controller")
     @click.option(

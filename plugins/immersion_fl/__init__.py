@@ -4,9 +4,10 @@ Public API: :func:`run` (a user's torch module and data, :mod:`.api`), and for a
 of the user's own, :class:`SiflStrategy` and :func:`sifl_mod` (:mod:`.flower_native`).
 
 Registers the schemes ``fedavg``, ``sifl-m1``, ``sifl-m2``, ``sifl-rm``, the optimizers ``sgd``,
-``momentum``, ``adam``, the commands ``immersion fl run`` and ``immersion bench sifl``, and the
-audit's attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak``
-(:mod:`.attacks`). Registering imports neither torch nor Flower.
+``momentum``, ``adam``, the commands ``immersion fl run``, ``immersion bench sifl`` and
+``immersion keys flower`` (TLS certificates and SuperNode keys, :mod:`.tls`), and the audit's
+attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak`` (:mod:`.attacks`).
+Registering imports neither torch nor Flower.
 """
 
 from __future__ import annotations
@@ -14,14 +15,10 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from immersion.hookspecs import (
-    AttackSpec,
-    CommandSpec,
-    FlowerHooks,
-    OptimizerSpec,
-    SchemeSpec,
-    hookimpl,
-)
+import pluggy
+from immersion.plugins.hookspecs import AttackSpec, CommandSpec, hookimpl
+
+from .hookspecs import FlowerHooks, OptimizerSpec, SchemeSpec
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message
@@ -59,6 +56,14 @@ def __getattr__(name: str) -> Any:
 
         return secure.SecureAggregationError
     raise AttributeError(f"module 'immersion_fl' has no attribute {name!r}")
+
+
+@hookimpl
+def immersion_add_hookspecs(manager: pluggy.PluginManager) -> None:
+    """Federated schemes and optimizers are hooks of this plugin (:mod:`.hookspecs`)."""
+    from . import hookspecs
+
+    manager.add_hookspecs(hookspecs)
 
 
 @hookimpl
@@ -127,9 +132,13 @@ def immersion_register_optimizers() -> list[OptimizerSpec]:
 
 @hookimpl
 def immersion_register_commands() -> list[CommandSpec]:
-    from .cli import bench_sifl, fl_group
+    from .cli import bench_sifl, fl_group, keys_flower
 
-    return [CommandSpec("fl", fl_group, parent=""), CommandSpec("sifl", bench_sifl, parent="bench")]
+    return [
+        CommandSpec("fl", fl_group, parent=""),
+        CommandSpec("sifl", bench_sifl, parent="bench"),
+        CommandSpec("flower", keys_flower, parent="keys"),
+    ]
 
 
 @hookimpl

@@ -30,9 +30,9 @@ from .user_model import (  # check_module, client_tensors: importable from here 
 
 if TYPE_CHECKING:
     import torch
-    from immersion.hookspecs import SchemeSpec
 
     from .config import SchemeOptions
+    from .hookspecs import SchemeSpec
 
 
 @dataclass
@@ -251,11 +251,11 @@ def _check_reference_drift(value: object, spec: SchemeSpec, compare_plain: bool)
 
 
 def _scheme_spec(scheme: object) -> SchemeSpec:
-    from immersion.plugin_manager import registry
+    from .registry import fl_registry
 
     if not isinstance(scheme, str):
         raise InvalidArgumentError("scheme", f"expected a scheme name, got {scheme!r}")
-    return registry().fl_scheme(scheme)
+    return fl_registry().fl_scheme(scheme)
 
 
 def _scheme_options(spec: SchemeSpec, values: dict[str, Any]) -> SchemeOptions:

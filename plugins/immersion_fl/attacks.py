@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
-from immersion.audit import AttackResult
+from immersion.audit.runner import AttackResult
 
 from .faults import FaultPlan
 
@@ -340,7 +340,7 @@ def _collusion_secure(
     of the others from the sum minus its own share; error of decoding client i's masked upload as
     it is)."""
     import torch
-    from immersion.securesum import from_fixed
+    from immersion.securesum.protocol import from_fixed
 
     best = naive = 0.0
     w0 = weights[0]
@@ -437,7 +437,7 @@ def _client_noise_seconds(fed: _Federation, repeats: int = 20) -> float:
 def _difference_rows(
     scheme_name: str, *, hidden: tuple[int, ...], clients: int, seed: int, pca_factor: int
 ) -> list[AttackResult]:
-    from immersion.securesum import from_fixed
+    from immersion.securesum.protocol import from_fixed
 
     base = _federation(scheme_name, seed=seed, hidden=hidden, clients=clients)
     kit, n, n_total = base.scheme.kit, base.n_params, base.scheme.n_encoded

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from immersion import KeyFileError
-from immersion._files import npz_bytes, write_private
+from immersion.files import npz_bytes, write_private
 
 from .config import RunConfig
 

@@ -1,10 +1,10 @@
 """What defines a federated run: the common :class:`RunConfig` and each scheme's own options.
 
-Every registered scheme names its option class in its :class:`~immersion.hookspecs.SchemeSpec`
-(``options=``): SIFL's :class:`~immersion_fl.schemes.SiflOptions`, MP-DP's
-``immersion_mpdp.options.MpdpOptions``, seed 001's ``immersion_secagg.options.DpSgdOptions``.
-Option classes are frozen dataclasses that validate themselves; :class:`RunConfig` holds the
-fields every scheme shares plus one such object.
+Every registered scheme names its option class in its
+:class:`~immersion_fl.hookspecs.SchemeSpec` (``options=``): SIFL's
+:class:`~immersion_fl.schemes.SiflOptions`, MP-DP's ``immersion_mpdp.options.MpdpOptions``, seed
+001's ``immersion_secagg.options.DpSgdOptions``. Option classes are frozen dataclasses that validate
+themselves; :class:`RunConfig` holds the fields every scheme shares plus one such object.
 
 Serialised configurations (checkpoints, Flower messages, Flower run configs) are versioned:
 format 2 is ``{"format": 2, "run": {...}, "options": {...}}``; format 1 (before the options were
@@ -27,7 +27,7 @@ import numpy as np
 from immersion import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from immersion.hookspecs import SchemeSpec
+    from .hookspecs import SchemeSpec
 
 T = TypeVar("T", bound="SchemeOptions")
 
@@ -441,11 +441,11 @@ def options_class(scheme: str) -> type[SchemeOptions]:
     scheme:
         A registered scheme name.
     """
-    from immersion.plugin_manager import registry
+    from .registry import fl_registry
 
     if not isinstance(scheme, str):
         raise InvalidArgumentError("scheme", f"expected a scheme name, got {scheme!r}")
-    return _options_of(registry().fl_scheme(scheme))
+    return _options_of(fl_registry().fl_scheme(scheme))
 
 
 def _options_of(spec: SchemeSpec) -> type[SchemeOptions]:
@@ -459,9 +459,9 @@ def _options_of(spec: SchemeSpec) -> type[SchemeOptions]:
 
 
 def _schemes() -> dict[str, SchemeSpec]:
-    from immersion.plugin_manager import registry
+    from .registry import fl_registry
 
-    return registry().fl_schemes
+    return fl_registry().fl_schemes
 
 
 def flag_owners() -> dict[str, list[type[SchemeOptions]]]:

@@ -277,10 +277,10 @@ def run_federated(
     RunResult
         The per-round figures and the final decoded model.
     """
-    from immersion.plugin_manager import registry
+    from .registry import fl_registry
 
     plan = faults or FaultPlan()
-    spec = registry().fl_scheme(cfg.scheme)
+    spec = fl_registry().fl_scheme(cfg.scheme)
     cfg.options.check_engine(engine)
     if task is None and uses_user_code(cfg):
         task = task_from_config(cfg)

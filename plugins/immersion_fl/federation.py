@@ -52,11 +52,11 @@ def optimizer_by_name(name: str, lr: float) -> GradientTransformation:
     >>> opt.update(np.array([2.0]), opt.init(np.zeros(1)), None)[0].tolist()
     [-1.0]
     """
-    from immersion.plugin_manager import registry
+    from .registry import fl_registry
 
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
         raise InvalidArgumentError("lr", f"expected lr > 0, got {lr!r}")
-    return registry().optimizer(name).factory(lr)
+    return fl_registry().optimizer(name).factory(lr)
 
 
 def make_scheme(name: str, options: SchemeOptions, context: SchemeContext) -> AnyScheme:
@@ -71,9 +71,9 @@ def make_scheme(name: str, options: SchemeOptions, context: SchemeContext) -> An
     context:
         Backend and key generator.
     """
-    from immersion.plugin_manager import registry
+    from .registry import fl_registry
 
-    spec = registry().fl_scheme(name)
+    spec = fl_registry().fl_scheme(name)
     if spec.factory is None:
         raise InvalidArgumentError(
             "scheme", f"{name!r} runs its own rounds; run it with run_federated or immersion_fl.run"

@@ -22,7 +22,8 @@ from .flower_engine import client_train, serve
 if TYPE_CHECKING:
     from flwr.app import Context, Message
     from flwr.serverapp import Grid
-    from immersion.hookspecs import FlowerHooks
+
+    from .hookspecs import FlowerHooks
 
 
 def config_from_run_config(run_config: dict[str, Any]) -> RunConfig:
@@ -39,9 +40,9 @@ def config_from_run_config(run_config: dict[str, Any]) -> RunConfig:
 
 def _scheme_hooks(scheme: str) -> FlowerHooks | None:
     """The Flower hooks of a scheme with its own rounds (``SchemeSpec.flower``), or None."""
-    from immersion.plugin_manager import registry
+    from .registry import fl_registry
 
-    hooks = registry().fl_scheme(scheme).flower
+    hooks = fl_registry().fl_scheme(scheme).flower
     return hooks if hooks.server is not None else None
 
 

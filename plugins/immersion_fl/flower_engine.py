@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from immersion import OptionalDependencyError
-from immersion.securesum import SecureSumClient
+from immersion.securesum.protocol import SecureSumClient
 
 from .client import Client
 from .faults import FaultPlan, upload_problem
@@ -398,7 +398,8 @@ def secure_flower_sum(
     aborted: list[dict[str, Any]],
 ) -> tuple[np.ndarray, list[int]]:
     """The weighted sum ``sum_i |D_i| v_i / sum |D_i|`` of the clients' vectors as a secure sum
-    over Flower messages (:mod:`immersion_fl.secure`, the core's :mod:`immersion.securesum`).
+    over Flower messages (:mod:`immersion_fl.secure`, the core's
+    :mod:`immersion.securesum.protocol`).
 
     Messages (type ``train``, the phase in ``config["kind"]``): ``secagg/advertise`` (a fresh key
     pair per round and attempt; the node keeps it in ``context.state``), ``train`` with

@@ -16,7 +16,7 @@ float schemes are ``Scheme[Tensor, Tensor, Tensor]``
 integer sum with its total weight (:mod:`immersion_fl.modular`).
 
 Schemes whose rounds do not fit (MP-DP, seed 001's schemes) register a ``runner`` instead
-(:class:`immersion.hookspecs.SchemeSpec`).
+(:class:`immersion_fl.hookspecs.SchemeSpec`).
 """
 
 from __future__ import annotations

@@ -287,7 +287,8 @@ class SiflOptions(SchemeOptions):
         ``f`` of the fixed-point values ``round(w 2^f)`` (modular arithmetic).
     secure_aggregation:
         The aggregator receives pairwise-masked uploads and learns only their weighted sum
-        (:mod:`immersion_fl.secure`, the core's :mod:`immersion.securesum`; dropouts recovered).
+        (:mod:`immersion_fl.secure`, the core's :mod:`immersion.securesum.protocol`; dropouts
+        recovered).
 
     Examples
     --------

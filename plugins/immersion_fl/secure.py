@@ -3,7 +3,7 @@
 Without it the aggregator receives every encoded upload ``w~_i = Pi1 w_i + N1 r_t``; the round
 noise ``N1 r_t`` is shared, so the difference of two uploads ``Pi1 (w_i - w_k)`` is noise-free
 (``immersion audit``, attack ``shared-noise-difference``). With it, a round runs the core's secure
-sum (:mod:`immersion.securesum`, HKDF label ``"immersion-sifl"``):
+sum (:mod:`immersion.securesum.protocol`, HKDF label ``"immersion-sifl"``):
 
 1. every client of the round makes a fresh X25519 key pair and advertises its public key;
 2. each client trains as before (:func:`~immersion_fl.schemes.client_upload`), multiplies its
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 from immersion import ImmersionError, InvalidArgumentError
-from immersion.securesum import (
+from immersion.securesum.protocol import (
     SecureSumClient,
     reveal_requests,
     revealed_pairs,

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from immersion._lazy import lazy_attributes
-from immersion.hookspecs import AttackSpec, FlowerHooks, SchemeSpec, hookimpl
+from immersion.lazy import lazy_attributes
+from immersion.plugins.hookspecs import AttackSpec, hookimpl
+from immersion_fl.hookspecs import FlowerHooks, SchemeSpec
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message

@@ -8,7 +8,7 @@ of the corrections), round and retry: the HKDF info names all three, so the seed
 keys AES-128 in counter mode, a cryptographic PRG. Nobody else, the server included, can compute
 a pair's seed; a surviving neighbour can reveal one round's seeds to recover a client that dropped
 out (see :mod:`immersion_mpdp.ddp`). The key agreement, the seeds and the keystream are the
-core's secure-sum primitive (:mod:`immersion.securesum`) under MP-DP's HKDF label.
+core's secure-sum primitive (:mod:`immersion.securesum.protocol`) under MP-DP's HKDF label.
 
 Graphs (Remark 4): ``complete`` (every pair) or ``nout:N`` (each client picks ``N`` others at
 random; an edge exists if either side picked it, so every degree is at least ``N``). A round has
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 import numpy as np
-from immersion import InvalidArgumentError, securesum
+from immersion import InvalidArgumentError
+from immersion.securesum import protocol as securesum
 
 #: The HKDF label of MP-DP's pair seeds (kept since the first release: runs stay bit-identical).
 LABEL = "immersion-mpdp"
@@ -37,7 +38,7 @@ class KeyAgreement(securesum.KeyAgreement):
     """One client's X25519 key pair, with MP-DP's HKDF label; a client keeps it for the run and
     asks for the seeds of each round and retry (``pair_seeds(..., round_t=t, attempt=a)``).
 
-    :class:`immersion.securesum.KeyAgreement` with ``label="immersion-mpdp"``.
+    :class:`immersion.securesum.protocol.KeyAgreement` with ``label="immersion-mpdp"``.
 
     Parameters
     ----------

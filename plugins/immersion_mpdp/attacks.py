@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
-from immersion.audit import AttackResult
+from immersion.audit.runner import AttackResult
 
 from .mlp import forward, init_weights, one_hot, torch_module
 from .perturbation import PerturbedModel

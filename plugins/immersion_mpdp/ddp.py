@@ -19,7 +19,7 @@ A client's upload has two parts:
   ``2^24 / K``, the sum within ``K 2^-39`` of the float sum) and fall back to two (2^-60
   resolution, range ``2^42 / K``, within about 1e-15) for a round whose corrections do not fit
   one word. Seeds, keystream, fixed point and masks are the core's secure-sum primitive
-  (:mod:`immersion.securesum`).
+  (:mod:`immersion.securesum.protocol`).
 
 A client that drops out after the key agreement leaves its neighbours' ``Delta`` and masks
 uncancelled. :func:`dropout_correction` removes them from the seeds its surviving neighbours
@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
-from immersion import InvalidArgumentError, securesum
-from immersion.securesum import (
+from immersion import InvalidArgumentError
+from immersion.securesum import protocol as securesum
+from immersion.securesum.protocol import (
     SEED_BYTES,
     from_fixed,
     keystream,
@@ -163,7 +164,7 @@ def _layout(sizes: tuple[int, ...]) -> Layout:
 @dataclass(frozen=True)
 class NoiseSettings:
     """``sigma_eta`` and ``sigma_Delta`` (0 for no noise), whether the corrections are masked, and
-    the 64-bit words per masked number (:func:`immersion.securesum.to_fixed`)."""
+    the 64-bit words per masked number (:func:`immersion.securesum.protocol.to_fixed`)."""
 
     sigma_eta: float = 0.0
     sigma_delta: float = 0.0

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 from immersion import InvalidArgumentError
-from immersion.securesum import FixedPointRangeError, reveal_requests, revealed_pairs
+from immersion.securesum.protocol import FixedPointRangeError, reveal_requests, revealed_pairs
 from immersion_fl.data import load_dataset, split_clients
 from immersion_fl.engine import EveryClientFailedError, FederatedTask, RunConfig, RunResult
 from immersion_fl.faults import FaultPlan
@@ -333,7 +333,8 @@ def split_abort(t: int, attempt: int, reason: str, aborted: list[dict[str, Any]]
 
 def fallback(t: int, attempt: int, clients: list[int], aborted: list[dict[str, Any]]) -> None:
     """Log and record a round retried with two words per correction: ``clients`` found theirs
-    outside the one-word fixed-point range (:func:`immersion.securesum.fixed_point_limit`)."""
+    outside the one-word fixed-point range
+    (:func:`immersion.securesum.protocol.fixed_point_limit`)."""
     reason = (
         f"corrections of client {', '.join(map(str, clients))} exceed the one-word fixed-point "
         "range; retrying the round with two words per correction"

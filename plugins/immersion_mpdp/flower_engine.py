@@ -44,7 +44,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-from immersion.securesum import FixedPointRangeError, reveal_requests, revealed_pairs
+from immersion.securesum.protocol import FixedPointRangeError, reveal_requests, revealed_pairs
 from immersion_fl import flower_engine as fl_flower
 from immersion_fl.engine import EveryClientFailedError, RunConfig
 from immersion_fl.faults import FaultPlan

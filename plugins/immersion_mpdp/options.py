@@ -41,7 +41,7 @@ class MpdpOptions(SchemeOptions):
     correction_words:
         64-bit words per masked correction: 1 (half the keystream and upload; range ``2^24 /
         K``, resolution ``2^-38``; both engines retry a round that does not fit with 2) or 2
-        (range ``2^42 / K``, resolution ``2^-60``). See :mod:`immersion.securesum`.
+        (range ``2^42 / K``, resolution ``2^-60``). See :mod:`immersion.securesum.protocol`.
 
     Examples
     --------

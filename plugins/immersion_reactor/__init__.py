@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from immersion.hookspecs import AlgorithmSpec, CommandSpec, hookimpl
+from immersion.plugins.hookspecs import AlgorithmSpec, CommandSpec, hookimpl
 
 from .model import ReactorController, ReactorParameters
 from .simulation import ReactorDivergenceError, ReactorRun, run_reactor, summary

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from immersion.cli_types import FiniteFloatRange
+from immersion.cli.params import FiniteFloatRange
 
 #: Parameters eqs. 47-48 divide by.
 _DIVISORS = ("theta1", "theta2", "V1", "V2")
@@ -51,7 +51,7 @@ def _parameters(overrides: tuple[str, ...]) -> Any:
 def _remote_factory(
     address: str, dt: float, timeout_s: float, keys: dict[str, Any], opened: list[Any]
 ) -> Any:
-    from immersion.remote import RemoteTarget
+    from immersion.remote.client import RemoteTarget
 
     def factory(imm: Any) -> Any:
         cloud = RemoteTarget(
@@ -165,7 +165,7 @@ def reactor_command(
     server = None
     address = connect
     if remote and connect is None:
-        from immersion.serve_process import ServerProcess
+        from immersion.remote.process import ServerProcess
 
         server = ServerProcess("tcp://127.0.0.1:*")  # loopback: no keys needed
         address = server.address

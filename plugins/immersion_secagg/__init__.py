@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from immersion._lazy import lazy_attributes
-from immersion.hookspecs import AttackSpec, CommandSpec, SchemeSpec, hookimpl
+from immersion.lazy import lazy_attributes
+from immersion.plugins.hookspecs import AttackSpec, CommandSpec, hookimpl
+from immersion_fl.hookspecs import SchemeSpec
 
 if TYPE_CHECKING:
     from .accountant import (

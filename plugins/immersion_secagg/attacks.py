@@ -22,8 +22,8 @@ Rows, per scheme (the user's update is that scheme's, from :mod:`immersion_secag
 error of the user's update the aggregator recovers (baseline: the error of the mean of the two
 users, all the sum gives), without a mitigation (SecAgg+) and with ``core-secure-sum`` (the same
 search against a vector whose pairwise mask is the core's AES-CTR keystream,
-:mod:`immersion.securesum`: nothing passes, the aggregator is left with the mean). The full 2^28
-search runs unless ``quick`` (then a 2^20 window that contains the seed, and the full search's
+:mod:`immersion.securesum.protocol`: nothing passes, the aggregator is left with the mean). The full
+2^28 search runs unless ``quick`` (then a 2^20 window that contains the seed, and the full search's
 time is extrapolated from the measured rate). The ``core-secure-sum`` row's cost is measured in
 the same run (:func:`round_costs`): one in-process round of the two users' updates through the
 core sum against SecAgg+'s arithmetic and a plain mean.
@@ -35,7 +35,7 @@ import time
 from typing import Any
 
 import numpy as np
-from immersion.audit import AttackResult
+from immersion.audit.runner import AttackResult
 
 SCHEMES = ("sgd-dp", "gsgd-dp", "gd-dp")
 #: SecAgg+ settings of seed 001's Flower engine (``immersion_secagg.engine._flower_models``).
@@ -263,10 +263,10 @@ def round_costs(x1: np.ndarray, x2: np.ndarray, clip: float) -> dict[str, float]
     """Time one in-process round of two users' updates: core secure sum, SecAgg+, plain sum.
 
     Each round starts from fresh keys and ends with the mean of the two updates: the core's
-    (:class:`immersion.securesum.SecureSumClient`: X25519, two-limb fixed point, AES-128-CTR
-    masks, the modular sum, unmask) and SecAgg+'s arithmetic with flwr 1.41's own helpers (its
-    ECDH key pairs and shared key, stochastic quantisation, self and pairwise Mersenne Twister
-    masks, the modular sum, removal of the self masks, dequantisation; no Shamir shares, no
+    (:class:`immersion.securesum.protocol.SecureSumClient`: X25519, two-limb fixed point,
+    AES-128-CTR masks, the modular sum, unmask) and SecAgg+'s arithmetic with flwr 1.41's own
+    helpers (its ECDH key pairs and shared key, stochastic quantisation, self and pairwise Mersenne
+    Twister masks, the modular sum, removal of the self masks, dequantisation; no Shamir shares, no
     messages). Median of :data:`COST_REPEATS` rounds each.
 
     Parameters
@@ -287,7 +287,7 @@ def round_costs(x1: np.ndarray, x2: np.ndarray, clip: float) -> dict[str, float]
 
     from flwr.common.secure_aggregation.crypto.symmetric_encryption import generate_shared_key
     from flwr.supercore.primitives.asymmetric import generate_key_pairs
-    from immersion.securesum import SecureSumClient, sum_words, unmask
+    from immersion.securesum.protocol import SecureSumClient, sum_words, unmask
 
     exact = (x1 + x2) / 2
     exact_clipped = (np.clip(x1, -clip, clip) + np.clip(x2, -clip, clip)) / 2
@@ -339,7 +339,7 @@ def _user_updates(scheme: str, seed: int, sigma2: float) -> tuple[np.ndarray, np
     import torch
     from immersion_fl.engine import RunConfig
 
-    from .engine import make_users
+    from .users import make_users
 
     cfg = RunConfig.from_flat(
         dict(scheme=scheme, model="linear", clients=2, batch_size=16, seed=seed, rounds=1)
@@ -372,7 +372,7 @@ def run_secagg_mask_seed(*, quick: bool = False, seed: int = 0) -> list[AttackRe
     """
     from flwr.common.secure_aggregation.crypto.symmetric_encryption import generate_shared_key
     from flwr.supercore.primitives.asymmetric import generate_key_pairs
-    from immersion.securesum import keystream
+    from immersion.securesum.protocol import keystream
 
     rng = np.random.default_rng(seed)
     folds = [

@@ -6,7 +6,7 @@ import json
 import math
 
 import click
-from immersion.cli_types import FiniteFloatRange
+from immersion.cli.params import FiniteFloatRange
 
 
 @click.group("dp")

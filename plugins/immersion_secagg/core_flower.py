@@ -15,7 +15,7 @@ round, HKDF pair seeds, AES-128-CTR masks, two-limb fixed point (each value move
 ``k 2c / T``), and a user that drops out after the key agreement has its masks removed from the
 seeds its peers reveal. Messages: a handshake (``dp/handshake``: the node's partition id), then
 per round the advertise, train (the node computes its update at the broadcast model, as
-:class:`immersion_secagg.engine.NodeUpdates` does, and masks it) and reveal phases.
+:class:`immersion_secagg.users.NodeUpdates` does, and masks it) and reveal phases.
 
 The released value is still a fixed-point rounding of each user's update before summation, so
 the post-processing argument of the accountant does not apply to it word for word; the deviation
@@ -130,7 +130,7 @@ def _client_work(msg: Message, context: Context) -> Message:
     """A node: handshake, then the advertise / train / reveal phases of each round."""
     from immersion_fl.engine import RunConfig
 
-    from .engine import NodeUpdates
+    from .users import NodeUpdates
 
     _, _, ConfigRecord, Message, RecordDict = flwr_types()
     config = msg.content["config"]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
 from flwr.common.constant import ErrorCode
 from immersion import InvalidArgumentError
-from immersion.securesum import SecureSumClient, mask_fixed
+from immersion.securesum.protocol import SecureSumClient, mask_fixed
 
 from .message_wire import (
     DROPPED,

@@ -40,7 +40,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 from immersion import InvalidArgumentError
-from immersion.securesum import (
+from immersion.securesum.protocol import (
     from_fixed,
     recovery_mask,
     reveal_requests,

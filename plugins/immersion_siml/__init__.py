@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from immersion.hookspecs import AttackSpec, CommandSpec, hookimpl
+from immersion.plugins.hookspecs import AttackSpec, CommandSpec, hookimpl
 
 __all__ = [
     "PrivacyDesign",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from immersion import InvalidArgumentError
 from immersion.backends import make_backend
-from immersion.keygen import resolve_rng
+from immersion.coding.keygen import resolve_rng
 
 from .dynamics import TrainingPlan
 from .inputs import check_module, check_outputs, require_torch, sample_tensors

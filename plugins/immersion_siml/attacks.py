@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from immersion.audit import AttackResult
+from immersion.audit.runner import AttackResult
 
 
 def run_service_decodes(*, quick: bool = False, seed: int = 0) -> list[AttackResult]:

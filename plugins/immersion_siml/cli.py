@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
-from immersion.cli_types import SEED, FiniteFloatRange, json_safe
+from immersion.cli.params import SEED, FiniteFloatRange, json_safe
 
 from .models import MODEL_NAMES
 

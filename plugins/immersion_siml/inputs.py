@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 from immersion import InvalidArgumentError, NonFiniteError
-from immersion import _validation as v
+from immersion import validation as v
 from immersion.imports import call_loader, is_import_path
 
 from .models import MODEL_NAMES, SimlModel, build_siml_model

@@ -27,12 +27,13 @@ from typing import Any, Collection
 
 import numpy as np
 from immersion import ImmersionError, InvalidArgumentError
-from immersion import _validation as v
-from immersion._files import as_path, read_signed, writable_path, write_signed
+from immersion import validation as v
 from immersion.backends import make_backend
-from immersion.coding import Immersion
+from immersion.coding.factory import Immersion
+from immersion.coding.keygen import draw_geometry, split_rng, validated_design
+from immersion.coding.modular import DEFAULT_FRACTION_BITS, ModularImmersion
+from immersion.files import as_path, read_signed, writable_path, write_signed
 from immersion.integer import check_fraction_bits, encode_fixed
-from immersion.keygen import draw_geometry, split_rng, validated_design
 from immersion.keys.store import (
     key_arrays,
     keys_from_arrays,
@@ -40,7 +41,6 @@ from immersion.keys.store import (
     modular_keys_from_arrays,
     modular_meta,
 )
-from immersion.modular import DEFAULT_FRACTION_BITS, ModularImmersion
 from immersion.privacy.precision import refuse_infeasible_precision
 
 from .dynamics import OptimizerDynamics, TrainingPlan

@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 import numpy as np
 from immersion import InvalidArgumentError, NonFiniteError
+from immersion.coding.target_codes import TargetCodes
 from immersion.integer import as_uint64, check_fraction_bits, largest_magnitude
-from immersion.target_codes import TargetCodes
 
 from .dynamics import OptimizerDynamics, TrainingPlan, run_plan
 

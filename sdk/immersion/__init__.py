@@ -10,7 +10,8 @@ Examples
 True
 """
 
-from .coding import Immersion, TargetAlgorithm, immerse
+from .coding.factory import Immersion, TargetAlgorithm, immerse
+from .coding.keygen import draw_keys
 from .errors import (
     ImmersionError,
     InvalidArgumentError,
@@ -20,7 +21,6 @@ from .errors import (
     PluginError,
     PrecisionError,
 )
-from .keygen import draw_keys
 from .keys import Keys, NoiseLaw, load_keys, save_keys
 from .privacy import PrivacyReport
 from .systems import immerse_system

@@ -1,7 +1,7 @@
 """The shared integer arithmetic of the project: fixed point and linear algebra modulo 2^64.
 
-Every integer coding (the modular immersion of :mod:`immersion.modular`, a lattice coding) works
-on ``uint64`` arrays and reads their values modulo ``2^64``; this module is the one place that
+Every integer coding (the modular immersion of :mod:`immersion.coding.modular`, a lattice coding)
+works on ``uint64`` arrays and reads their values modulo ``2^64``; this module is the one place that
 
 * turns real values into fixed-point integers, ``q(y) = round(y 2^f)`` stored as ``uint64`` in
   two's complement, refusing (with the signal's name and the largest representable magnitude)
@@ -44,8 +44,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ._validation import finite_array
 from .errors import InvalidArgumentError
+from .validation import finite_array
 
 #: Values are integers modulo ``2^MODULUS_BITS``.
 MODULUS_BITS = 64

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Union
 
 import numpy as np
 
-from . import _validation as v
+from . import validation as v
 from .backends import make_backend
-from .coding import Immersion, immerse
+from .coding.factory import Immersion, immerse
 from .errors import InvalidArgumentError, OptionalDependencyError
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .coding import Immersion
+from .coding.factory import Immersion
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ def make_backend(name: str, *, dtype: str | None = None, device: str | None = No
     'float64'
     """
     from ..errors import InvalidArgumentError
-    from ..plugin_manager import registry
+    from ..plugins.manager import registry
 
     if not isinstance(name, str):
         raise InvalidArgumentError(

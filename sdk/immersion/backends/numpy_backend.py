@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import all_finite
 from ..errors import InvalidArgumentError
+from ..validation import all_finite
 
 
 class NumpyBackend:

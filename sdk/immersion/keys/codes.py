@@ -44,7 +44,7 @@ class DenseEncoder:
     @classmethod
     def of_transposed(cls, pi_t: np.ndarray) -> Any:
         """The operator of a numpy float64 matrix given as its C-contiguous transpose ``Pi^T``
-        (held as it is, no copy: what the key pool of :mod:`immersion.rotation` hands out).
+        (held as it is, no copy: what the key pool of :mod:`immersion.coding.rotation` hands out).
 
         Parameters
         ----------
@@ -65,7 +65,7 @@ class DenseNoisyEncoder:
     """``(y, s) -> Pi y + N s`` with explicit matrices (seed 002 eq. 16).
 
     ``signal`` (``y -> Pi y``) and ``noise`` (``s -> N s``) are the two halves, for a caller that
-    draws and encodes the noise ahead of time (:mod:`immersion.noise_blocks`).
+    draws and encodes the noise ahead of time (:mod:`immersion.coding.noise_blocks`).
     """
 
     def __init__(self, pi: np.ndarray, noise_basis: np.ndarray, backend: Any) -> None:
@@ -129,7 +129,7 @@ class DenseTargetSample:
 
 class DenseUserSample:
     """The user side's transposed matrices of seed 002 eqs. 16 and 18, for small dense keys on
-    numpy float64 (what :class:`~immersion.coding.Immersion` needs per sample).
+    numpy float64 (what :class:`~immersion.coding.handle.Immersion` needs per sample).
 
     ``input`` (``Pi1^T``; None when the encoding noise is not encoded ahead of time) encodes
     ``y``; ``mask`` (``Pi4^T``) and ``output_left`` (``Pi3_left^T``) decode ``u~``;

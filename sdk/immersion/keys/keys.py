@@ -57,7 +57,7 @@ class NoiseLaw:
 
     def __post_init__(self) -> None:
         """Refuse a law no theorem covers (named as :meth:`Keys.from_matrices` names them)."""
-        from .._validation import as_float
+        from ..validation import as_float
 
         if not isinstance(self.kind, str) or self.kind not in ("laplace", "gaussian"):
             raise InvalidArgumentError(
@@ -120,7 +120,7 @@ def draw_code(
     >>> code.dense_pi().shape, bool(np.allclose(code.dense_pi_left() @ code.dense_noise_basis(), 0))
     ((13, 10), True)
     """
-    from .._validation import one_of, positive_int, vector_fits
+    from ..validation import one_of, positive_int, vector_fits
 
     n, extra, block_size = (
         positive_int("n", n),

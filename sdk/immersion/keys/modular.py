@@ -466,7 +466,7 @@ def draw_modular_code(
     >>> bool((code.decoder()(wt) == q).all()), bool(code.odd_noise_rows().all())
     (True, True)
     """
-    from .._validation import one_of, positive_int, vector_fits
+    from ..validation import one_of, positive_int, vector_fits
 
     n, extra = positive_int("n", n), positive_int("extra", extra)
     block_size = positive_int("block_size", block_size)

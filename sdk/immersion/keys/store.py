@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._files import as_path, read_signed, writable_path, write_signed
 from ..errors import InvalidArgumentError, KeyFileError
+from ..files import as_path, read_signed, writable_path, write_signed
 from .arrays import CODE_NAMES, key_arrays
 from .codes import DenseCode, DenseMask, StructuredCode, StructuredMask
 from .structured import MixParams

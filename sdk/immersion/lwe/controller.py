@@ -47,9 +47,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._validation import finite_array
+from ..coding.keygen import warn_seeded_key
 from ..errors import ImmersionError, InvalidArgumentError
-from ..keygen import warn_seeded_key
+from ..validation import finite_array
 from . import kernels
 from .convert import HistoryForm
 from .params import ERROR_BOUND, HE_STANDARD_SOURCE, HE_STANDARD_TERNARY

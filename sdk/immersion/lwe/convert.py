@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import discrete_timebase
 from ..errors import InvalidArgumentError
+from ..validation import discrete_timebase
 
 #: A conversion whose neglected term ``||H F_R^N|| / ||H||`` exceeds this is refused.
 RESIDUAL_TOLERANCE = 1e-9

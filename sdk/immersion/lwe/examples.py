@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from .._validation import positive_int
+from ..validation import positive_int
 
 
 @dataclass(frozen=True)

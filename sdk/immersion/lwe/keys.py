@@ -61,7 +61,7 @@ def public_vectors(
             digest = hashlib.shake_128(b"immersion-lwe-a" + seed + index.to_bytes(8, "little"))
             out[row] = np.frombuffer(digest.digest(8 * words_per_vector), dtype="<u8")
         return out
-    from ..prg import aes_ctr
+    from ..securesum.prg import aes_ctr
 
     blocks = (words_per_vector + 1) // 2
     stream = aes_ctr(

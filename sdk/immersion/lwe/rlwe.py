@@ -25,8 +25,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..coding.keygen import resolve_rng
 from ..errors import InvalidArgumentError
-from ..keygen import resolve_rng
 from . import kernels
 from .keys import _ternary, public_vectors, resolve_prg
 from .params import ERROR_BOUND, ERROR_SIGMA
@@ -141,7 +141,7 @@ class RlweSecretKey:
         stream (AES-128-CTR under a key derived from the master secret, or SHAKE-256)."""
         n_bytes = 8 * self.ring.degree
         if self.prg == "aes128-ctr":
-            from ..prg import aes_ctr
+            from ..securesum.prg import aes_ctr
 
             stream = aes_ctr(
                 self._error_key,
