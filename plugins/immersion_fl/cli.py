@@ -40,7 +40,8 @@ def _model_name(value: str) -> str:
     )
 
 
-#: What the float figures mean (printed under them; README, "What exactness means").
+#: What the float figures mean (printed under them; docs/tutorials/federated_learning.md,
+#: "What exactness means").
 EXACTNESS_NOTE = (
     "one_step_error: the decoded aggregate against the weighted average of the same round's local "
     "models. diff_vs_plain: the whole trajectory against plain FedAvg, which training (Adam above "

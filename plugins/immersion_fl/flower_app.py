@@ -3,7 +3,8 @@
 
 The run configuration comes from ``[tool.flwr.app.config]`` (or ``flwr run --run-config``), with
 the :class:`~immersion_fl.engine.RunConfig` field names (``hidden`` as "200,200"). Each SuperNode
-gives its ``partition-id`` in ``--node-config``. See fl_demos/flower_app/ and the README.
+gives its ``partition-id`` in ``--node-config``. See fl_demos/flower_app/ and
+docs/tutorials/flower.md.
 """
 
 from __future__ import annotations

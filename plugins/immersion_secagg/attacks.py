@@ -350,7 +350,7 @@ def _user_updates(scheme: str, seed: int, sigma2: float) -> tuple[np.ndarray, np
     return a, b
 
 
-#: The users' noise variance in the audit (within the README's calibrated range, 0.04-16).
+#: The users' noise variance in the audit (within the calibrated range, 0.04-16).
 SIGMA2 = 0.1
 
 

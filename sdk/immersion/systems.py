@@ -366,7 +366,7 @@ def immerse_system(
     coding:
         How values are hidden: ``"immersion"`` (seed 002's affine coding, any controller; the
         cloud decodes what it computes on) or ``"lwe"`` (LWE encryption of a linear controller:
-        the cloud learns nothing about the signals, README "When the cloud must learn nothing").
+        the cloud learns nothing about the signals, docs/tutorials/encrypted_control.md).
     time:
         What ``t`` a ``NonlinearIOSystem`` sees. ``"invariant"`` (default): ``t = 0`` on every
         step, for time-invariant systems; a system whose ``updfcn``/``outfcn`` visibly changes

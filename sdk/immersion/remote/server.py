@@ -80,7 +80,7 @@ from . import wire
 from .curve import fingerprint, load_curve_public_folder, load_curve_secret
 from .kinds import TARGET_KINDS, CloudTarget, TargetKind
 
-#: Defaults of ``immersion serve`` (documented in the README and THREAT_MODEL.md).
+#: Defaults of ``immersion serve`` (documented in docs/howto/serve_curvezmq.md and THREAT_MODEL.md).
 DEFAULT_MAX_SESSIONS = 256
 DEFAULT_SESSION_IDLE_S = 600.0
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 2**20
