@@ -14,16 +14,18 @@ Per round (median over the rounds after the first), for each method:
 * ``server_s``: the server's own time (the round's wall time less the nodes' time);
 * ``bytes_per_node``: bytes to and from a node in the round (serialised records);
 
-and their ratios over plain FedAvg. Methods: ``plain`` (the Message-API FedAvg), ``ours`` and
-``ours-k`` (``SecureAggregation(FedAvg)``, every other member, or a random ring of ``k`` peers;
-``ours-k-1w`` the ring with one fixed-point word per value, ``words=1``), and
-``secagg+`` and ``secagg+-k`` (``DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(...))`` with
-``secaggplus_mod``: ``num_shares`` = every node, or ``k + 1``). ``k = min(n - 1, 2 ceil(log2 n))``.
+and their ratios over plain FedAvg. Methods: ``plain`` (the Message-API FedAvg); ``ours``
+(``SecureAggregation(FedAvg)`` with its defaults: a random ring of ``k = ring_neighbours(n)``
+peers, one fixed-point word per value); ``ours-2w`` (that ring, two words per value);
+``ours-complete`` (every other member, one word) and ``ours-complete-2w`` (every other member, two
+words: the defaults before the ring); and ``secagg+`` and ``secagg+-k``
+(``DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(...))`` with ``secaggplus_mod``:
+``num_shares`` = every node, or ``k + 1``, the same neighbours as ours).
 Dropouts: the chosen fraction of nodes fails every round after the key set-up (plain: at train;
 ours: at the masked upload; SecAgg+: at ``collect_masked_vectors``).
 
     python benchmarks/bench_flower_secagg.py [--nodes 10 50] [--dropouts 0 0.2] [--rounds 3]
-        [--models cnn mlp1m] [--methods plain ours ours-k secagg+ secagg+-k] [--out FILE]
+        [--models cnn mlp1m] [--methods plain ours ours-2w ...] [--out FILE]
 """
 
 from __future__ import annotations
@@ -46,7 +48,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "fl_demos" / "flower_quickstart"))
 torch.set_num_threads(1)
 
-METHODS = ("plain", "ours", "ours-k", "ours-k-1w", "secagg+", "secagg+-k")
+METHODS = (
+    "plain",
+    "ours",
+    "ours-2w",
+    "ours-complete",
+    "ours-complete-2w",
+    "secagg+",
+    "secagg+-k",
+)
 BATCH = 32
 
 
@@ -197,11 +207,10 @@ def run_message_api(model_name: str, n: int, rounds: int, method: str, fail: dic
     strategy: Any = FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=2)
     if method != "plain":
         threshold = max(2, math.ceil(0.6 * n))
-        k = None if method == "ours" else neighbours(n)
-        words = 1 if method == "ours-k-1w" else 2
-        strategy = SecureAggregation(
-            strategy, threshold=threshold, neighbours=k, words=words, rng=0
-        )
+        options: dict[str, Any] = {"words": 2} if method.endswith("-2w") else {}
+        if method.startswith("ours-complete"):
+            options["neighbours"] = None
+        strategy = SecureAggregation(strategy, threshold=threshold, rng=0, **options)
     grid = Grid(message_api_app(model_name, method != "plain"), list(range(1, n + 1)), fail)
     marks: list[list[float]] = []
     configure, aggregate = strategy.configure_train, strategy.aggregate_train
@@ -318,7 +327,10 @@ def _timed_rounds(work: Any, grid: Grid, marks: list[list[float]]) -> dict:
 
 
 def neighbours(n: int) -> int:
-    return min(n - 1, 2 * math.ceil(math.log2(n)))
+    """Our default ring's neighbours for ``n`` members (every other one when it is complete)."""
+    from immersion_secagg.message_graph import ring_neighbours
+
+    return ring_neighbours(n) or n - 1
 
 
 def one_run(model_name: str, n: int, dropout: float, rounds: int, method: str) -> dict:
@@ -326,8 +338,12 @@ def one_run(model_name: str, n: int, dropout: float, rounds: int, method: str) -
     failing = set(
         np.random.default_rng(n).choice(nodes, int(round(dropout * n)), replace=False).tolist()
     )
-    stage = {"plain": "train", "ours": "upload", "ours-k": "upload", "ours-k-1w": "upload"}.get(
-        method, "collect_masked_vectors"
+    stage = (
+        "train"
+        if method == "plain"
+        else "upload"
+        if method.startswith("ours")
+        else "collect_masked_vectors"
     )
     fail = {stage: failing} if failing else {}
     runner = run_secaggplus if method.startswith("secagg+") else run_message_api

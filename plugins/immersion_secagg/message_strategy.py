@@ -59,6 +59,7 @@ from .message_wire import (
     STAGE,
     Packing,
     SecureAggregationAborted,
+    as_numpy,
 )
 
 if TYPE_CHECKING:
@@ -380,7 +381,7 @@ class SecureAggregation(Strategy):
             reply = by_node.get(node)
             why = _upload_problem(reply)
             if why is None:
-                words = reply.content[MASKED]["words"].numpy()  # type: ignore[union-attr]
+                words = as_numpy(reply.content[MASKED]["words"])  # type: ignore[union-attr]
                 meta = dict(reply.content[META])  # type: ignore[union-attr]
                 packed[node] = (words, meta)
             else:
