@@ -382,8 +382,9 @@ def main() -> None:
     parser.add_argument(
         "--rerun",
         action="store_true",
-        help="replace in --out only the rows this run measures (a row disturbed by other work), "
-        "keeping the others; the row and the file record this command",
+        help="replace in --out only the methods of the rows this run measures (disturbed by "
+        "other work), keeping the others; ratios recomputed, each method rerun and the file "
+        "record this command",
     )
     parser.add_argument(
         "--skip",
@@ -426,12 +427,6 @@ def main() -> None:
                         row[method] = {**best, "runs": runs}
                         print(f"[bench-flower-secagg] {model_name} n={n} drop={dropout} {method}: "
                               f"{got}", file=sys.stderr)  # fmt: skip
-                if "serial_s" in row.get("plain", {}):
-                    for method in args.methods:
-                        for key in ("serial_s", "parallel_s", "bytes_per_node"):
-                            if key in row[method]:
-                                ratio = row[method][key] / row["plain"][key]
-                                row[method][key.replace("_s", "") + "_ratio"] = ratio
                 row["load_average_1min"] = os.getloadavg()[0]  # other work on the machine
                 rows.append(row)
                 _write(args, rows)
@@ -443,12 +438,14 @@ def _write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
     with ``--rerun``, the rows measured replace those of ``--out`` for the same cells."""
     command = "python benchmarks/bench_flower_secagg.py " + " ".join(sys.argv[1:])
     if args.base is not None:
-        new = {_cell(r): {**r, "rerun": command} for r in rows}
-        merged = [new.pop(_cell(r), r) for r in args.base["rows"]] + list(new.values())
+        new = {_cell(r): r for r in rows}
+        merged = [_merge(r, new.pop(_cell(r), None), command) for r in args.base["rows"]]
+        merged += [_ratios(r) for r in new.values()]
         reruns = [*args.base.get("reruns", []), command]
         text = json.dumps({**args.base, "reruns": reruns, "rows": merged}, indent=1)
         args.out.write_text(text + "\n")
         return text
+    rows = [_ratios(r) for r in rows]
     result = {
         "command": command,
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical "
@@ -467,6 +464,28 @@ def _write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
 
 def _cell(row: dict[str, Any]) -> tuple[str, int, float]:
     return row["model"], row["nodes"], row["dropout"]
+
+
+def _merge(old: dict[str, Any], new: dict[str, Any] | None, command: str) -> dict[str, Any]:
+    """``old`` with the methods measured again in ``new`` replaced (each marked with the
+    command), and the ratios recomputed."""
+    if new is None:
+        return old
+    rerun = {m: {**v, "rerun": command} for m, v in new.items() if m in METHODS}
+    rest = {k: v for k, v in new.items() if k not in METHODS}
+    return _ratios({**old, **rest, **rerun})
+
+
+def _ratios(row: dict[str, Any]) -> dict[str, Any]:
+    """Each method's serial, parallel and bytes ratios over plain's in the row."""
+    plain = row.get("plain", {})
+    if "serial_s" not in plain:
+        return row
+    for method in METHODS:
+        for key in ("serial_s", "parallel_s", "bytes_per_node"):
+            if key in row.get(method, {}):
+                row[method][key.replace("_s", "") + "_ratio"] = row[method][key] / plain[key]
+    return row
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ of arrays and metrics and the total weight, nothing per node.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from dataclasses import dataclass
@@ -218,7 +219,8 @@ class Packing:
 
 def as_numpy(value: Any) -> np.ndarray:
     """A Flower ``Array``'s values, read-only and without a copy when it holds NumPy's ``.npy``
-    bytes in C order (``Array.numpy()`` copies them: megabytes per node and round); any other
+    bytes in C order (``Array.numpy()`` copies them, megabytes per node and round, and parses
+    the header again for every array: the headers are parsed once here, they repeat); any other
     array-like through ``numpy()`` or ``np.asarray``.
 
     Parameters
@@ -235,7 +237,21 @@ def as_numpy(value: Any) -> np.ndarray:
     data = getattr(value, "data", None)
     if getattr(value, "stype", None) != "numpy.ndarray" or not isinstance(data, bytes):
         return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-    stream = io.BytesIO(data)
+    # .npy: magic (6 bytes), version (2), header length (2 bytes in 1.0, 4 after), header
+    size = 2 if data[6:8] == b"\x01\x00" else 4
+    start = 8 + size + int.from_bytes(data[8 : 8 + size], "little")
+    header = _npy_header(data[:start])
+    if header is None:
+        return value.numpy()  # type: ignore[no-any-return]
+    shape, dtype = header
+    count = int(np.prod(shape))
+    return np.frombuffer(data, dtype=dtype, count=count, offset=start).reshape(shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _npy_header(head: bytes) -> tuple[tuple[int, ...], np.dtype] | None:
+    """Shape and dtype of a ``.npy`` header; None for Fortran order or objects."""
+    stream = io.BytesIO(head)
     version = np.lib.format.read_magic(stream)
     read = (
         np.lib.format.read_array_header_1_0
@@ -243,10 +259,7 @@ def as_numpy(value: Any) -> np.ndarray:
         else np.lib.format.read_array_header_2_0
     )
     shape, fortran, dtype = read(stream)
-    if fortran or dtype.hasobject:
-        return value.numpy()  # type: ignore[no-any-return]
-    count = int(np.prod(shape))
-    return np.frombuffer(data, dtype=dtype, count=count, offset=stream.tell()).reshape(shape)
+    return None if fortran or dtype.hasobject else (tuple(shape), dtype)
 
 
 def _length(n: int) -> int:
