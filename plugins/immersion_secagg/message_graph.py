@@ -19,10 +19,10 @@ contributors are split only if at least two runs of ``h`` consecutive bad member
   ``h`` is at most :func:`split_bound` (the union bound over pairs of gaps).
 
 :func:`ring_neighbours` takes the smallest ``k = 2 h`` for which ``ceil(K / 3)`` bad members
-(Bell et al.'s setting, ``gamma + delta = 1 / 3``) split the honest contributors with
-probability at most ``2^-40`` (their statistical security), or every other member when no
-smaller ring qualifies: complete up to 6 members, then 4 for 7 to 9, 6 for 10, 18 for 50, 26 for
-100, 36 for 1,000. The server still aborts a round whose contributors' graph is disconnected
+(a third of the members colluding or dropping out: our choice) split the honest contributors
+with probability at most ``2^-40`` (40 bits of statistical security, as in Bell et al.), or every
+other member when no smaller ring qualifies: complete up to 6 members, then 4 for 7 to 9, 6 for
+10, 18 for 50, 26 for 100, 36 for 1,000. The server still aborts a round whose contributors' graph is disconnected
 (dropouts alone never expose a part's sum), so more dropouts cost availability, not privacy;
 more colluders than the fraction weaken the guarantee as :func:`split_bound` says.
 """
@@ -35,7 +35,7 @@ from math import comb
 
 import numpy as np
 
-#: Fraction of the members that may collude with the server or drop out (Bell et al., CCS 2020).
+#: Fraction of the members that may collude with the server or drop out.
 BAD_FRACTION = 1 / 3
 #: The honest contributors are split with probability at most ``2^-SECURITY_BITS``.
 SECURITY_BITS = 40
