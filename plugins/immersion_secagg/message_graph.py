@@ -22,9 +22,10 @@ contributors are split only if at least two runs of ``h`` consecutive bad member
 (a third of the members colluding or dropping out: our choice) split the honest contributors
 with probability at most ``2^-40`` (40 bits of statistical security, as in Bell et al.), or every
 other member when no smaller ring qualifies: complete up to 6 members, then 4 for 7 to 9, 6 for
-10, 18 for 50, 26 for 100, 36 for 1,000. The server still aborts a round whose contributors' graph is disconnected
-(dropouts alone never expose a part's sum), so more dropouts cost availability, not privacy;
-more colluders than the fraction weaken the guarantee as :func:`split_bound` says.
+10, 18 for 50, 26 for 100, 36 for 1,000. The server still aborts a round whose contributors'
+graph is disconnected (dropouts alone never expose a part's sum), so more dropouts cost
+availability, not privacy; more colluders than the fraction weaken the guarantee as
+:func:`split_bound` says.
 """
 
 from __future__ import annotations
