@@ -45,11 +45,12 @@ from immersion_secagg.message_wire import MASKED, STAGE  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("flower_task_identity")
 
-NODES = (11, 12, 13, 14, 15)
+MANY = tuple(range(11, 31))  # 20 nodes: enough for the default sparse ring
+NODES = MANY[:5]
 RNG = np.random.default_rng(0)
 DATA = {
     node: (RNG.normal(size=(20 + 7 * i, 3)), RNG.normal(size=20 + 7 * i))
-    for i, node in enumerate(NODES)
+    for i, node in enumerate(MANY)
 }
 
 
@@ -100,16 +101,16 @@ class LocalGrid:
     """A grid whose nodes run a ClientApp in-process; ``fail[(round, stage)]`` lists the nodes
     that do not answer at that stage (``"plain"`` is an unwrapped app's train message)."""
 
-    def __init__(self, app: ClientApp, fail: dict | None = None, tamper=None) -> None:
-        self.app, self.fail, self.tamper = app, fail or {}, tamper
+    def __init__(self, app: ClientApp, fail: dict | None = None, tamper=None, nodes=NODES) -> None:
+        self.app, self.fail, self.tamper, self.nodes = app, fail or {}, tamper, nodes
         self.contexts = {
             n: Context(run_id=1, node_id=n, node_config={}, state=RecordDict(), run_config={})
-            for n in NODES
+            for n in nodes
         }
         self.round = 0
 
     def get_node_ids(self):
-        return list(NODES)
+        return list(self.nodes)
 
     def send_and_receive(self, messages, *, timeout=None):
         replies = []
@@ -149,7 +150,7 @@ def _flat(arrays: ArrayRecord) -> np.ndarray:
 
 
 def fedavg(**kw):
-    return FedAvg(fraction_evaluate=0.0, min_available_nodes=len(NODES), **kw)
+    return FedAvg(**{"fraction_evaluate": 0.0, "min_available_nodes": len(NODES), **kw})
 
 
 def _max_diffs(a, b):
@@ -175,14 +176,26 @@ def test_the_wrapped_strategy_gives_the_unwrapped_result_every_round(make):
         assert metrics[r]["hist"] == pytest.approx(plain_metrics[r]["hist"], abs=1e-9)
 
 
-def test_one_word_per_value_and_float32_models_agree_to_the_fixed_point_step():
+@pytest.mark.parametrize("words", [1, 2])
+def test_float32_models_agree_to_the_fixed_point_step(words):
     plain, _ = run(fedavg(), LocalGrid(make_app([], np.float32)), dtype=np.float32)
     secure, _ = run(
-        SecureAggregation(fedavg(), words=1),
+        SecureAggregation(fedavg(), words=words),
         LocalGrid(make_app([secure_aggregation_mod], np.float32)),
         dtype=np.float32,
     )
     assert max(_max_diffs(plain, secure)) < 1e-6
+
+
+def test_two_words_per_value_on_the_complete_graph_agree_as_one_word_on_the_ring():
+    """The defaults (one word, the ring) and the former ones (two words, every other member)
+    give the unwrapped result round by round, within each encoding's step."""
+    plain, _ = run(fedavg(), LocalGrid(make_app([])))
+    secure, _ = run(
+        SecureAggregation(fedavg(), words=2, neighbours=None),
+        LocalGrid(make_app([secure_aggregation_mod])),
+    )
+    assert max(_max_diffs(plain, secure)) < 1e-12
 
 
 def test_a_users_subclass_aggregates_the_unmasked_mean():
@@ -326,6 +339,7 @@ def test_the_wrapper_refuses_bad_arguments_and_per_reply_strategies():
         {"words": 3},
         {"timeout": 0},
         {"neighbours": 1},
+        {"neighbours": "some"},
         {"attempts": 0},
     )
     for kwargs in bad:
@@ -441,6 +455,66 @@ def test_a_ring_of_neighbours_gives_the_same_result_and_recovers_dropouts():
     assert not strategy.aborted and strategy.rounds[1]["contributors"] == sorted(
         set(NODES) - set(gone)
     )
+
+
+def test_the_default_ring_is_the_stated_one_exact_and_recovers_dropouts():
+    """20 nodes: the default masks with ring_neighbours(20) = 8 peers each (not every other
+    member), equals the unwrapped app round by round with 6 nodes (ceil(20 / 3) - 1) dropping
+    after the key set-up in round 2, and the masked words are the only upload."""
+    from immersion_secagg.message_graph import ring_neighbours
+
+    assert ring_neighbours(len(MANY)) == 8
+    gone = MANY[3:9]
+    plain, _ = run(
+        fedavg(min_available_nodes=len(MANY)),
+        LocalGrid(make_app([]), {(2, "plain"): gone}, nodes=MANY),
+    )
+    strategy = SecureAggregation(fedavg(min_available_nodes=len(MANY)), rng=3)
+    grid = LocalGrid(make_app([secure_aggregation_mod]), {(2, "upload"): gone}, nodes=MANY)
+    secure, _ = run(strategy, grid)
+    assert max(_max_diffs(plain, secure)) < 1e-9
+    assert [strategy.rounds[r]["neighbours"] for r in (1, 2, 3)] == [8, 8, 8]
+    assert strategy.rounds[2]["contributors"] == sorted(set(MANY) - set(gone))
+    assert not strategy.aborted
+
+
+def test_ring_neighbours_keeps_the_honest_contributors_whole_as_stated():
+    """The statement behind the default, checked by enumeration on the real mask graph: on a
+    ring of ``h`` a side, every set of fewer than ``2 h`` bad members leaves the others
+    connected, and the share of bad sets of a given size that split them is at most
+    ``split_bound`` (equal to it where only one pair of gaps can reach ``h``); the chosen ``k``
+    meets 2^-40 for ceil(K / 3) bad members and ``k - 2`` does not."""
+    from itertools import combinations
+    from math import ceil
+
+    from immersion_secagg.message_graph import (
+        connected,
+        mask_graph,
+        ring_neighbours,
+        split_bound,
+    )
+
+    members = list(range(13))
+    for half in (1, 2, 3):
+        graph = mask_graph(members, 2 * half, np.random.default_rng(half))
+        for bad in range(1, 9):
+            split = sum(
+                not connected([m for m in members if m not in chosen], graph)
+                for chosen in combinations(members, bad)
+            )
+            share = split / len(list(combinations(members, bad)))
+            if bad < 2 * half:
+                assert split == 0
+            assert share <= split_bound(13, bad, half) + 1e-15, (half, bad)
+    cycle = mask_graph(members, 2, np.random.default_rng(0))
+    split = [
+        not connected([m for m in members if m not in c], cycle) for c in combinations(members, 2)
+    ]
+    assert split_bound(13, 2, 1) == pytest.approx(sum(split) / len(split))
+    for n in (7, 10, 20, 50, 100, 1000):
+        k, bad = ring_neighbours(n), ceil(n / 3)
+        assert split_bound(n, bad, k // 2) <= 2.0**-40 < split_bound(n, bad, k // 2 - 1)
+    assert [ring_neighbours(n) for n in (3, 6, 50)] == [None, None, 18]
 
 
 def test_a_disconnected_mask_graph_aborts_the_round():

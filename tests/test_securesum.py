@@ -181,6 +181,23 @@ def test_chunked_mask_equals_the_keystream_across_chunk_edges(monkeypatch):
         assert np.array_equal(securesum.mask(np.zeros(1001, dtype=np.uint64), 2, seeds), want)
 
 
+def test_streams_sharing_one_buffer_read_in_turn_are_each_their_own_keystream():
+    """Several peers' keystreams written chunk by chunk into one shared buffer (how the masks
+    avoid one allocation per peer) are, chunk by chunk, each peer's own stream; a buffer too
+    small for a chunk is refused by name."""
+    seeds = [bytes([s]) * 32 for s in (1, 2, 3)]
+    shared = securesum.stream_buffer(4)
+    streams = [securesum.keystream_chunks(s, 10, chunk_words=4, buffer=shared) for s in seeds]
+    got: list[list[np.ndarray]] = [[], [], []]
+    for _ in range(3):  # chunks of 4, 4 and 2 words
+        for i, stream in enumerate(streams):
+            got[i].append(next(stream)[1].copy())
+    for seed, parts in zip(seeds, got, strict=True):
+        assert np.array_equal(np.concatenate(parts), keystream(seed, 10))
+    with pytest.raises(InvalidArgumentError, match="buffer"):
+        next(securesum.keystream_chunks(seeds[0], 10, chunk_words=4, buffer=bytearray(32)))
+
+
 @pytest.mark.parametrize("words", [1, 2])
 def test_fused_fixed_point_and_masks_equal_to_fixed_then_mask(monkeypatch, words):
     """mask_fixed gives the words of mask(to_fixed(...)) bit for bit, whatever the chunk size,

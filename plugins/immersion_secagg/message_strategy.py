@@ -48,7 +48,7 @@ from immersion.securesum.protocol import (
     sum_words,
 )
 
-from .message_graph import connected, mask_graph
+from .message_graph import connected, mask_graph, ring_neighbours
 from .message_wire import (
     DROPPED,
     KEY,
@@ -59,6 +59,7 @@ from .message_wire import (
     STAGE,
     Packing,
     SecureAggregationAborted,
+    as_numpy,
 )
 
 if TYPE_CHECKING:
@@ -98,19 +99,25 @@ class SecureAggregation(Strategy):
         is aborted. Nodes refuse to mask for fewer members or to reveal seeds that would leave
         fewer survivors.
     words : {1, 2}
-        Fixed-point words per value (:func:`immersion.securesum.to_fixed`): 2 (default) moves
-        each value by at most 2^-61 with range ``2^42 / K``; 1 halves the masks' cost and the
-        upload, moves each value by at most 2^-39, range ``2^24 / K`` (``K`` members; the values
-        masked are ``w x``, weight times update).
+        Fixed-point words (uint64) per value (:func:`immersion.securesum.protocol.to_fixed`). 1
+        (default): each value is moved by at most 2^-39 (about 1.8e-12), range ``|w x| < 2^24 /
+        K`` (``K`` members; the values masked are ``w x``, weight times update: 3.4e5 for 50
+        members); a node beyond it refuses by name (``FixedPointRangeError``) and is left out.
+        2: at most 2^-61, range ``2^42 / K``, twice the masks' cost and the upload.
     timeout : float
         Seconds to wait for the ``advertise`` and ``reveal`` answers.
-    neighbours : int, optional
+    neighbours : int, "auto" or None
         Each member masks with this many others: a ring in a fresh random order per round, each
         member paired with the ``neighbours / 2`` next on either side (rounded up; the k-regular
         graphs of Bell et al., CCS 2020, SecAgg+'s ``num_shares``). The masks then cost
-        ``neighbours`` keystreams per node instead of ``K - 1``; the server refuses a sum whose
-        contributors' graph is disconnected (it would learn each part's sum). None (default):
-        every other member (the complete graph).
+        ``neighbours`` keystreams and key agreements per node instead of ``K - 1``; the server
+        refuses a sum whose contributors' graph is disconnected (it would learn each part's sum).
+        ``"auto"`` (default): :func:`~.message_graph.ring_neighbours` of the round's ``K``
+        members, the fewest for which ``ceil(K / 3)`` members colluding with the server or
+        dropping out split the honest contributors with probability at most 2^-40, and fewer
+        than ``k`` never do (4 for 7 to 9 members, 6 for 10, 18 for 50, 26 for 100, 36 for
+        1,000; the complete graph up to 6). None: every other member (the complete graph: the
+        honest contributors stay whole whatever the number of colluders).
     rng : int or numpy Generator, optional
         Seeds the ring's order (None: OS entropy).
     attempts : int
@@ -135,9 +142,9 @@ class SecureAggregation(Strategy):
         strategy: Strategy,
         *,
         threshold: int = 2,
-        words: int = 2,
+        words: int = 1,
         timeout: float = 600.0,
-        neighbours: int | None = None,
+        neighbours: int | str | None = "auto",
         rng: int | np.random.Generator | None = None,
         attempts: int = 2,
         budget: Any = None,
@@ -158,11 +165,11 @@ class SecureAggregation(Strategy):
             raise InvalidArgumentError("threshold", f"expected an integer >= 2, got {threshold!r}")
         if words not in (1, 2) or isinstance(words, bool):
             raise InvalidArgumentError("words", f"expected 1 or 2, got {words!r}")
-        if neighbours is not None and (
+        if neighbours not in (None, "auto") and (
             isinstance(neighbours, bool) or not isinstance(neighbours, int) or neighbours < 2
         ):
             raise InvalidArgumentError(
-                "neighbours", f"expected an integer >= 2 or None, got {neighbours!r}"
+                "neighbours", f"expected an integer >= 2, 'auto' or None, got {neighbours!r}"
             )
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise InvalidArgumentError("attempts", f"expected an integer >= 1, got {attempts!r}")
@@ -196,7 +203,10 @@ class SecureAggregation(Strategy):
     def summary(self) -> None:
         """Log the wrapper's settings, then the wrapped strategy's."""
         LOG.info(
-            "secure aggregation: threshold %d, %d word(s) per value", self.threshold, self.words
+            "secure aggregation: threshold %d, %d word(s) per value, neighbours %s",
+            self.threshold,
+            self.words,
+            "every other member" if self.neighbours is None else self.neighbours,
         )
         self.strategy.summary()
 
@@ -256,7 +266,9 @@ class SecureAggregation(Strategy):
                 + ("" if self._publics else NO_MOD),
             )
             return False
-        self._graph = mask_graph(sorted(self._publics), self.neighbours, self._rng)
+        k = ring_neighbours(len(self._publics)) if self.neighbours == "auto" else self.neighbours
+        self._graph = mask_graph(sorted(self._publics), k, self._rng)
+        info["neighbours"] = max(len(peers) for peers in self._graph.values())
         return True
 
     def _uploads(self, server_round: int) -> list[Message]:
@@ -369,7 +381,7 @@ class SecureAggregation(Strategy):
             reply = by_node.get(node)
             why = _upload_problem(reply)
             if why is None:
-                words = reply.content[MASKED]["words"].numpy()  # type: ignore[union-attr]
+                words = as_numpy(reply.content[MASKED]["words"])  # type: ignore[union-attr]
                 meta = dict(reply.content[META])  # type: ignore[union-attr]
                 packed[node] = (words, meta)
             else:

@@ -17,6 +17,8 @@ of arrays and metrics and the total weight, nothing per node.
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -168,22 +170,26 @@ class Packing:
             raise InvalidArgumentError(
                 "arrays", f"expected the arrays {names}, got {list(arrays.keys())}"
             )
-        parts = []
+        vector, start = np.empty(self.size), 0
         for name, shape, dtype in self.arrays:
-            value = arrays[name]
-            value = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+            value = as_numpy(arrays[name])
             if tuple(value.shape) != shape or value.dtype.str != dtype:
                 raise InvalidArgumentError(
                     "arrays",
                     f"{name!r} is {value.dtype.str} {tuple(value.shape)}; the global model's is "
                     f"{dtype} {shape}",
                 )
-            parts.append(np.asarray(value, dtype=np.float64).reshape(-1))
+            end = start + value.size
+            # w x in float64 in one pass (the cast first: a float32 array times a Python float
+            # would be computed in float32)
+            np.multiply(value.reshape(-1), weight, out=vector[start:end], dtype=np.float64)
+            start = end
         for name, n in self.metrics:
-            parts.append(np.asarray(metrics[name], dtype=np.float64).reshape(_length(n)))
-        parts.append(np.array([weight], dtype=np.float64))
-        vector = np.concatenate(parts)
-        vector[:-1] *= weight
+            end = start + _length(n)
+            values = np.asarray(metrics[name], dtype=np.float64).reshape(_length(n))
+            np.multiply(values, weight, out=vector[start:end])
+            start = end
+        vector[-1] = weight
         return vector
 
     def unpack(self, total: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, Any], float]:
@@ -209,6 +215,51 @@ class Packing:
             metrics[name] = [float(x) for x in part] if n >= 0 else float(part[0])
             start += _length(n)
         return arrays, metrics, weight
+
+
+def as_numpy(value: Any) -> np.ndarray:
+    """A Flower ``Array``'s values, read-only and without a copy when it holds NumPy's ``.npy``
+    bytes in C order (``Array.numpy()`` copies them, megabytes per node and round, and parses
+    the header again for every array: the headers are parsed once here, they repeat); any other
+    array-like through ``numpy()`` or ``np.asarray``.
+
+    Parameters
+    ----------
+    value : Array or array-like
+        What to read.
+
+    Examples
+    --------
+    >>> from flwr.app import Array
+    >>> as_numpy(Array(np.arange(6.0).reshape(2, 3))).tolist()
+    [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    """
+    data = getattr(value, "data", None)
+    if getattr(value, "stype", None) != "numpy.ndarray" or not isinstance(data, bytes):
+        return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+    # .npy: magic (6 bytes), version (2), header length (2 bytes in 1.0, 4 after), header
+    size = 2 if data[6:8] == b"\x01\x00" else 4
+    start = 8 + size + int.from_bytes(data[8 : 8 + size], "little")
+    header = _npy_header(data[:start])
+    if header is None:
+        return value.numpy()  # type: ignore[no-any-return]
+    shape, dtype = header
+    count = int(np.prod(shape))
+    return np.frombuffer(data, dtype=dtype, count=count, offset=start).reshape(shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _npy_header(head: bytes) -> tuple[tuple[int, ...], np.dtype] | None:
+    """Shape and dtype of a ``.npy`` header; None for Fortran order or objects."""
+    stream = io.BytesIO(head)
+    version = np.lib.format.read_magic(stream)
+    read = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
+    shape, fortran, dtype = read(stream)
+    return None if fortran or dtype.hasobject else (tuple(shape), dtype)
 
 
 def _length(n: int) -> int:

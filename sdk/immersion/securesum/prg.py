@@ -12,7 +12,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import OptionalDependencyError
+from ..errors import InvalidArgumentError, OptionalDependencyError
 
 __all__ = ["aes_ctr", "aes_ctr_chunks"]
 
@@ -56,7 +56,13 @@ def _zeros(size: int) -> bytes:
 
 
 def aes_ctr_chunks(
-    key: bytes, n_words: int, *, chunk_words: int, extra: str, purpose: str
+    key: bytes,
+    n_words: int,
+    *,
+    chunk_words: int,
+    extra: str,
+    purpose: str,
+    buffer: bytearray | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """The first ``n_words`` 64-bit words of :func:`aes_ctr`'s stream, chunk by chunk, each
     written into one reused buffer: use a chunk before asking for the next.
@@ -71,6 +77,10 @@ def aes_ctr_chunks(
         Words per chunk.
     extra, purpose:
         As in :func:`aes_ctr`.
+    buffer:
+        Where to write the chunks (at least ``8 * chunk_words + 15`` bytes), e.g. one buffer
+        shared by the streams of several keys read in turn, chunk by chunk: no allocation per
+        stream. A fresh one by default.
 
     Yields
     ------
@@ -90,7 +100,10 @@ def aes_ctr_chunks(
         raise OptionalDependencyError("cryptography", extra, purpose) from None
     encryptor = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
     chunk = max(1, min(int(chunk_words), int(n_words)))
-    out = bytearray(8 * chunk + 15)  # update_into may need block_size - 1 bytes beyond the data
+    # update_into may need block_size - 1 bytes beyond the data
+    out = bytearray(8 * chunk + 15) if buffer is None else buffer
+    if len(out) < 8 * chunk + 15:
+        raise InvalidArgumentError("buffer", f"expected at least {8 * chunk + 15} bytes")
     view = np.frombuffer(out, dtype=np.uint64, count=chunk)
     for start in range(0, n_words, chunk):
         size = min(chunk, n_words - start)

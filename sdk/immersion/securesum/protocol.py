@@ -355,7 +355,11 @@ def keystream(seed: bytes, n_words: int) -> np.ndarray:
 
 
 def keystream_chunks(
-    seed: bytes, n_words: int, *, chunk_words: int = CHUNK_BYTES // 8
+    seed: bytes,
+    n_words: int,
+    *,
+    chunk_words: int = CHUNK_BYTES // 8,
+    buffer: bytearray | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """:func:`keystream`'s words chunk by chunk in one reused buffer (use a chunk before asking
     for the next): the same words, without a vector-sized stream in memory.
@@ -368,6 +372,9 @@ def keystream_chunks(
         Length of the stream in words.
     chunk_words : int
         Words per chunk.
+    buffer : bytearray, optional
+        The buffer to write chunks into (:func:`immersion.prg.aes_ctr_chunks`): one buffer
+        for the streams of all the peers of a mask, read in turn.
 
     Yields
     ------
@@ -388,7 +395,26 @@ def keystream_chunks(
         chunk_words=chunk_words,
         extra="fl",
         purpose="secure summation",
+        buffer=buffer,
     )
+
+
+def stream_buffer(chunk_words: int) -> bytearray:
+    """One buffer for :func:`keystream_chunks` of ``chunk_words`` words, shared by the streams
+    of every peer when they are read chunk by chunk in turn (one allocation per mask, not one
+    per peer: the allocations, not AES, dominated the masks of small vectors).
+
+    Parameters
+    ----------
+    chunk_words : int
+        Words per chunk.
+
+    Returns
+    -------
+    bytearray
+        ``8 * chunk_words + 15`` bytes (AES-CTR may write up to a block less one beyond).
+    """
+    return bytearray(8 * max(1, int(chunk_words)) + 15)
 
 
 def keystream_uniform(seed: bytes, n: int, low: float, high: float) -> np.ndarray:
@@ -602,9 +628,13 @@ def mask(words: np.ndarray, me: int, seeds: Mapping[int, bytes]) -> np.ndarray:
         if peer == me:
             raise InvalidArgumentError("peer", f"a client has no pair with itself ({me})")
         _stream_key(seed)  # refused by name before anything is written
+    chunk = min(CHUNK_BYTES // 8, max(1, words.size))
+    shared = stream_buffer(chunk)
     for peer in sorted(seeds):
         op = np.add if me < peer else np.subtract
-        for start, stream in keystream_chunks(seeds[peer], words.size):
+        for start, stream in keystream_chunks(
+            seeds[peer], words.size, chunk_words=chunk, buffer=shared
+        ):
             part = words[start : start + stream.size]
             op(part, stream, out=part)
     return words
@@ -678,10 +708,11 @@ def mask_fixed(
     chunk = max(1, CHUNK_BYTES // (8 * w))
     scratch = np.empty(min(chunk, n))
     high = np.empty(min(chunk, n)) if w == 2 else scratch
+    shared = stream_buffer(min(w * chunk, max(1, w * n)))  # every peer's chunk, in turn
     streams = [
         (
             np.add if me < peer else np.subtract,
-            keystream_chunks(seeds[peer], w * n, chunk_words=w * chunk),
+            keystream_chunks(seeds[peer], w * n, chunk_words=w * chunk, buffer=shared),
         )
         for peer in sorted(seeds)
     ]
