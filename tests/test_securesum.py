@@ -13,6 +13,7 @@ pytest.importorskip("cryptography")
 
 from immersion import InvalidArgumentError
 from immersion.securesum import protocol as securesum  # noqa: E402
+from immersion.securesum.prg import chunk_buffer  # noqa: E402
 from immersion.securesum.protocol import (  # noqa: E402
     KeyAgreement,
     SecureSumClient,
@@ -186,7 +187,7 @@ def test_streams_sharing_one_buffer_read_in_turn_are_each_their_own_keystream():
     avoid one allocation per peer) are, chunk by chunk, each peer's own stream; a buffer too
     small for a chunk is refused by name."""
     seeds = [bytes([s]) * 32 for s in (1, 2, 3)]
-    shared = securesum.stream_buffer(4)
+    shared = chunk_buffer(4)
     streams = [securesum.keystream_chunks(s, 10, chunk_words=4, buffer=shared) for s in seeds]
     got: list[list[np.ndarray]] = [[], [], []]
     for _ in range(3):  # chunks of 4, 4 and 2 words

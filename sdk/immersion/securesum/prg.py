@@ -1,8 +1,8 @@
 """AES in counter mode as the SDK's one cryptographic keystream.
 
-Two users, two purposes: :func:`immersion.securesum.keystream` (pairwise masks of a secure sum,
-AES-128 keyed by a pair seed) and :func:`immersion.lwe.keys.public_vectors` (the public LWE
-vectors expanded from a seed, AES-128 as FrodoKEM does). Both need ``cryptography``.
+Two users, two purposes: :func:`immersion.securesum.protocol.keystream` (pairwise masks of a
+secure sum, AES-128 keyed by a pair seed) and :func:`immersion.lwe.keys.public_vectors` (the
+public LWE vectors expanded from a seed, AES-128 as FrodoKEM does). Both need ``cryptography``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError, OptionalDependencyError
 
-__all__ = ["aes_ctr", "aes_ctr_chunks"]
+__all__ = ["aes_ctr", "aes_ctr_chunks", "chunk_buffer"]
 
 
 def aes_ctr(key: bytes, n_bytes: int, *, first_block: int = 0, extra: str, purpose: str) -> bytes:
@@ -100,12 +100,34 @@ def aes_ctr_chunks(
         raise OptionalDependencyError("cryptography", extra, purpose) from None
     encryptor = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
     chunk = max(1, min(int(chunk_words), int(n_words)))
-    # update_into may need block_size - 1 bytes beyond the data
-    out = bytearray(8 * chunk + 15) if buffer is None else buffer
-    if len(out) < 8 * chunk + 15:
-        raise InvalidArgumentError("buffer", f"expected at least {8 * chunk + 15} bytes")
+    out = chunk_buffer(chunk) if buffer is None else buffer
+    if len(out) < _chunk_bytes(chunk):
+        raise InvalidArgumentError("buffer", f"expected at least {_chunk_bytes(chunk)} bytes")
     view = np.frombuffer(out, dtype=np.uint64, count=chunk)
     for start in range(0, n_words, chunk):
         size = min(chunk, n_words - start)
         encryptor.update_into(_zeros(8 * size), out)
         yield start, view[:size]
+
+
+def chunk_buffer(chunk_words: int) -> bytearray:
+    """A buffer for :func:`aes_ctr_chunks` of ``chunk_words`` words, which the streams of several
+    keys can share when they are read chunk by chunk in turn (one allocation, not one per key:
+    the allocations, not AES, dominated the masks of small vectors).
+
+    Parameters
+    ----------
+    chunk_words:
+        Words per chunk.
+
+    Examples
+    --------
+    >>> len(chunk_buffer(4))  # 8 bytes a word, and AES-CTR may write a block less one beyond
+    47
+    """
+    return bytearray(_chunk_bytes(max(1, int(chunk_words))))
+
+
+def _chunk_bytes(chunk_words: int) -> int:
+    """Bytes a chunk needs: ``update_into`` may write up to ``block_size - 1`` beyond the data."""
+    return 8 * chunk_words + 15

@@ -373,8 +373,8 @@ def keystream_chunks(
     chunk_words : int
         Words per chunk.
     buffer : bytearray, optional
-        The buffer to write chunks into (:func:`immersion.prg.aes_ctr_chunks`): one buffer
-        for the streams of all the peers of a mask, read in turn.
+        The buffer to write chunks into (:func:`~immersion.securesum.prg.chunk_buffer`): one
+        buffer for the streams of all the peers of a mask, read in turn.
 
     Yields
     ------
@@ -397,24 +397,6 @@ def keystream_chunks(
         purpose="secure summation",
         buffer=buffer,
     )
-
-
-def stream_buffer(chunk_words: int) -> bytearray:
-    """One buffer for :func:`keystream_chunks` of ``chunk_words`` words, shared by the streams
-    of every peer when they are read chunk by chunk in turn (one allocation per mask, not one
-    per peer: the allocations, not AES, dominated the masks of small vectors).
-
-    Parameters
-    ----------
-    chunk_words : int
-        Words per chunk.
-
-    Returns
-    -------
-    bytearray
-        ``8 * chunk_words + 15`` bytes (AES-CTR may write up to a block less one beyond).
-    """
-    return bytearray(8 * max(1, int(chunk_words)) + 15)
 
 
 def keystream_uniform(seed: bytes, n: int, low: float, high: float) -> np.ndarray:
@@ -628,8 +610,10 @@ def mask(words: np.ndarray, me: int, seeds: Mapping[int, bytes]) -> np.ndarray:
         if peer == me:
             raise InvalidArgumentError("peer", f"a client has no pair with itself ({me})")
         _stream_key(seed)  # refused by name before anything is written
+    from .prg import chunk_buffer
+
     chunk = min(CHUNK_BYTES // 8, max(1, words.size))
-    shared = stream_buffer(chunk)
+    shared = chunk_buffer(chunk)
     for peer in sorted(seeds):
         op = np.add if me < peer else np.subtract
         for start, stream in keystream_chunks(
@@ -708,7 +692,9 @@ def mask_fixed(
     chunk = max(1, CHUNK_BYTES // (8 * w))
     scratch = np.empty(min(chunk, n))
     high = np.empty(min(chunk, n)) if w == 2 else scratch
-    shared = stream_buffer(min(w * chunk, max(1, w * n)))  # every peer's chunk, in turn
+    from .prg import chunk_buffer
+
+    shared = chunk_buffer(min(w * chunk, max(1, w * n)))  # every peer's chunk, in turn
     streams = [
         (
             np.add if me < peer else np.subtract,
