@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any, Collection
 
 import numpy as np
-from immersion import Design, ImmersionError, InvalidArgumentError
+from immersion import Design, Immersion, ImmersionError, InvalidArgumentError
 from immersion import validation as v
 from immersion.backends import make_backend
-from immersion.coding.factory import Immersion
 from immersion.coding.keygen import split_rng
 from immersion.coding.modular import DEFAULT_FRACTION_BITS, ModularImmersion
 from immersion.files import as_path, read_signed, writable_path, write_signed
@@ -307,7 +306,7 @@ def coding_design(n_sample: int, n_state: int, n_params: int, design: PrivacyDes
     design:
         SIML's privacy design (the float options are left out under ``"modular"``).
     """
-    noise_design = {
+    noise_design: dict[str, Any] = {
         "epsilon_input": design.epsilon_data,
         "epsilon_output": design.epsilon_model,
         "sensitivity_input": design.sensitivity_data,

@@ -296,8 +296,10 @@ class Design:
         Keys or ModularKeys
             Validated keys.
         """
+        block_size = self.block_size
+        assert block_size is not None  # resolved on construction
         keys = draw_geometry(
-            self.keys, self.dims, self.block_size, key_stream, arithmetic=self.arithmetic
+            self.keys, self.dims, block_size, key_stream, arithmetic=self.arithmetic
         )
         targets = self.targets
         return keys if targets is None else targets.apply(keys)

@@ -394,6 +394,7 @@ def _immerse_modular(
             "keys", "are float keys: draw integer keys with draw_keys(..., arithmetic='modular')"
         )
     drawn = design.draw(key_rng) if keys is None else _checked_user_keys(keys, design.dims)
+    assert isinstance(drawn, ModularKeys)  # Design.draw under arithmetic="modular"
     bits = design.fraction_bits
     assert bits is not None  # resolved by Design under arithmetic="modular"
     target = ModularTarget(f=f_checked, g=g_checked, keys=drawn, fraction_bits=bits)
