@@ -120,7 +120,8 @@ def test_batched_and_bad_inputs_take_the_general_path():
 
 def test_a_period_over_the_tolerance_is_refused_when_it_is_due():
     imm, _ = _pool()
-    strict = dataclasses.replace(imm._design, tolerance=1e-30)
+    strict_design = dataclasses.replace(imm._design.design, tolerance=1e-30)
+    strict = dataclasses.replace(imm._design, design=strict_design)
     pool = DenseKeyPool(strict, np.random.default_rng(3))
     with pytest.raises(PrecisionError, match="tolerance"):
         pool.take()

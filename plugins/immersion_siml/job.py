@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any, Collection
 
 import numpy as np
-from immersion import ImmersionError, InvalidArgumentError
+from immersion import Design, Immersion, ImmersionError, InvalidArgumentError
 from immersion import validation as v
 from immersion.backends import make_backend
-from immersion.coding.factory import Immersion
-from immersion.coding.keygen import draw_geometry, split_rng, validated_design
+from immersion.coding.keygen import split_rng
 from immersion.coding.modular import DEFAULT_FRACTION_BITS, ModularImmersion
 from immersion.files import as_path, read_signed, writable_path, write_signed
 from immersion.integer import check_fraction_bits, encode_fixed
@@ -279,25 +278,9 @@ def draw_siml_keys(
     (naming ``keys``) and designs float64 cannot decode to ``design.tolerance``. With
     ``design.arithmetic == "modular"``: integer keys (:class:`~immersion.keys.ModularKeys`, noise
     uniform modulo ``2^64``, exact decoding: no precision check)."""
-    dims, targets = validated_design(
-        n_state=n_state,
-        n_input=n_sample,
-        n_output=n_params,
-        extra_state=design.extra_state,
-        extra_input=design.extra_data,
-        extra_output=design.extra_model,
-        noise="laplace",
-        epsilon_input=design.epsilon_data,
-        epsilon_output=design.epsilon_model,
-        delta_input=None,
-        delta_output=None,
-        sensitivity_input=design.sensitivity_data,
-        sensitivity_output=design.sensitivity_model,
-        noise_mean=0.0,
-    )
-    if design.keys == "dense":
-        sizes = [dims[f"n_{k}"] + dims[f"extra_{k}"] for k in ("state", "input", "output")]
-        need = 7 * 8 * sum(s * s for s in sizes)
+    coding = coding_design(n_sample, n_state, n_params, design)
+    if coding.keys == "dense":
+        need = 7 * 8 * sum(s * s for s in coding.immersed_sizes)
         if need > DENSE_KEY_BUDGET:
             raise InvalidArgumentError(
                 "keys",
@@ -306,15 +289,42 @@ def draw_siml_keys(
                 f"{DENSE_KEY_BUDGET / 2**30:.0f} GiB): use keys='block' (memory O(n b)) or 'auto'",
             )
     key_rng, noise_rng = split_rng(rng, secure)
-    if design.arithmetic == "modular":
-        geometry = draw_geometry(
-            design.keys, dims, design.block_size, key_rng, arithmetic="modular"
-        )
-        return geometry, noise_rng
-    keys = targets.apply(draw_geometry(design.keys, dims, design.block_size, key_rng))
-    if design.tolerance is not None:
-        refuse_infeasible_precision(keys, backend, design.tolerance, targets, 1.0)
+    keys = coding.draw(key_rng)
+    if coding.targets is not None and design.tolerance is not None:
+        refuse_infeasible_precision(keys, backend, design.tolerance, coding.targets, 1.0)
     return keys, noise_rng
+
+
+def coding_design(n_sample: int, n_state: int, n_params: int, design: PrivacyDesign) -> Design:
+    """The :class:`immersion.Design` of SIML's immersion (seed 002 eqs. 42-45): the samples are
+    the input ``y``, the optimizer state the state ``x``, the model the output ``u``.
+
+    Parameters
+    ----------
+    n_sample, n_state, n_params:
+        Entries of one sample row, of the optimizer state and of the model.
+    design:
+        SIML's privacy design (the float options are left out under ``"modular"``).
+    """
+    noise_design: dict[str, Any] = {
+        "epsilon_input": design.epsilon_data,
+        "epsilon_output": design.epsilon_model,
+        "sensitivity_input": design.sensitivity_data,
+        "sensitivity_output": design.sensitivity_model,
+    }
+    return Design(
+        n_state,
+        n_sample,
+        n_params,
+        extra_state=design.extra_state,
+        extra_input=design.extra_data,
+        extra_output=design.extra_model,
+        keys=design.keys,  # type: ignore[arg-type]  # checked by PrivacyDesign
+        block_size=design.block_size,
+        arithmetic=design.arithmetic,  # type: ignore[arg-type]
+        tolerance=None,  # checked here with SIML's input gain 1
+        **(noise_design if design.arithmetic == "float" else {}),
+    )
 
 
 def encode_training(

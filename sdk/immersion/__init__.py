@@ -10,8 +10,8 @@ Examples
 True
 """
 
-from .coding.factory import Immersion, TargetAlgorithm, immerse
-from .coding.keygen import draw_keys
+from .coding.design import Design
+from .coding.factory import Immersion, TargetAlgorithm, draw_keys, immerse
 from .errors import (
     ImmersionError,
     InvalidArgumentError,
@@ -31,6 +31,7 @@ __all__ = [
     "immerse",
     "immerse_system",
     "draw_keys",
+    "Design",
     "Immersion",
     "TargetAlgorithm",
     "Keys",

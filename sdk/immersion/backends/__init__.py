@@ -10,7 +10,14 @@ import numpy as np
 from .base import ArrayBackend, NoiseStream
 from .numpy_backend import NumpyBackend
 
-__all__ = ["ArrayBackend", "NoiseStream", "NumpyBackend", "backend_of", "make_backend"]
+__all__ = [
+    "ArrayBackend",
+    "NoiseStream",
+    "NumpyBackend",
+    "backend_of",
+    "check_backend_names",
+    "make_backend",
+]
 
 
 def make_backend(name: str, *, dtype: str | None = None, device: str | None = None) -> ArrayBackend:
@@ -21,8 +28,22 @@ def make_backend(name: str, *, dtype: str | None = None, device: str | None = No
     >>> make_backend("numpy").dtype_name
     'float64'
     """
-    from ..errors import InvalidArgumentError
     from ..plugins.manager import registry
+
+    check_backend_names(name, dtype, device)
+    return registry().make_backend(name, dtype=dtype, device=device)
+
+
+def check_backend_names(name: Any, dtype: Any, device: Any) -> None:
+    """Check the types of :func:`make_backend`'s arguments (the names are checked by the
+    backend), naming the bad one.
+
+    Parameters
+    ----------
+    name, dtype, device
+        As for :func:`make_backend`.
+    """
+    from ..errors import InvalidArgumentError
 
     if not isinstance(name, str):
         raise InvalidArgumentError(
@@ -42,7 +63,6 @@ def make_backend(name: str, *, dtype: str | None = None, device: str | None = No
             "device",
             f"expected None, a name such as 'cpu' or 'cuda', or a torch.device, got {device!r}",
         )
-    return registry().make_backend(name, dtype=dtype, device=device)
 
 
 def backend_of(array: Any) -> ArrayBackend:

@@ -67,7 +67,7 @@ def _key_options(fn: Any) -> Any:
 
 
 def _draw(params: dict[str, Any], rng: Any, secure: bool = False) -> Any:
-    from ..coding.keygen import draw_keys
+    from ..coding.factory import draw_keys
 
     names = ("n_state", "n_input", "n_output")
     options = {

@@ -12,32 +12,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from .. import validation as v
 from ..backends import ArrayBackend, make_backend
 from ..errors import InvalidArgumentError
 from ..keys import Keys, ModularKeys
 from ..privacy.precision import refuse_infeasible_precision
+from .design import Design, NoiseTargets, design_from
 from .handle import Immersion
-from .keygen import (
-    NoiseTargets,
-    draw_geometry,
-    split_rng,
-    validated_arithmetic_design,
-)
+from .keygen import split_rng
 from .modular import ModularImmersion, ModularTarget
 from .probing import estimate_input_gain, probe_both, uses_public
 from .target import CheckedFunction, TargetAlgorithm
 
-__all__ = ["Immersion", "FloatDesign", "TargetAlgorithm", "immerse"]
+__all__ = ["Design", "Immersion", "FloatDesign", "TargetAlgorithm", "draw_keys", "immerse"]
 
 
 def immerse(
     f: Callable[..., Any],
     g: Callable[..., Any],
-    n_state: int,
-    n_input: int,
-    n_output: int,
+    n_state: int | None = None,
+    n_input: int | None = None,
+    n_output: int | None = None,
     *,
+    design: Design | None = None,
     extra_state: int = 1,
     extra_input: int = 2,
     extra_output: int = 2,
@@ -70,7 +66,12 @@ def immerse(
         State update and output, ``f(x, y)`` or ``f(x, y, w)`` with ``w`` public and unencoded.
         Any (nonlinear) numpy code; with ``backend="torch"`` they receive and return tensors.
     n_state, n_input, n_output:
-        Dimensions of x, y and u.
+        Dimensions of x, y and u (required unless ``design`` is given).
+    design:
+        A :class:`Design`: the dimensions and every option from ``extra_state`` to ``n_public``
+        in one validated value (the keyword options then stay unset; ``keys`` may still be a
+        :class:`Keys` object). ``immerse(f, g, design=Design(n, m, p, **options))`` equals
+        ``immerse(f, g, n, m, p, **options)`` bit for bit.
     extra_state, extra_input, extra_output:
         Added dimensions (>= 1): the immersed sizes are ``n + extra``.
     epsilon_input, epsilon_output:
@@ -132,65 +133,161 @@ def immerse(
     >>> xt, yt = imm.encode_state(np.array([1.0, -1.0])), imm.encode_input(np.array([0.5]))
     >>> yt.dtype.name, imm.decode_output(imm.target.output(xt, yt), yt).tolist()
     ('uint64', [1.5])
+
+    The options as one value, checked once, reusable for keys and handles alike:
+
+    >>> from immersion import Design
+    >>> design = Design(2, 1, 1, epsilon_input=1e-2)
+    >>> imm = immerse(lambda x, y: A @ x + np.array([0.0, 1.0]) * y[0], lambda x, y: x[:1] + y,
+    ...               design=design, rng=0)
+    >>> imm.keys.fingerprint == draw_keys(design=design, rng=0).fingerprint
+    True
     """
-    dims, targets, fraction_bits, block_size = validated_arithmetic_design(
-        arithmetic=arithmetic,
-        fraction_bits=fraction_bits,
-        block_size=block_size,
+    material = keys if isinstance(keys, (Keys, ModularKeys)) else None
+    design = design_from(
+        design,
         n_state=n_state,
         n_input=n_input,
         n_output=n_output,
         extra_state=extra_state,
         extra_input=extra_input,
         extra_output=extra_output,
-        noise=noise,
         epsilon_input=epsilon_input,
         epsilon_output=epsilon_output,
-        delta_input=delta_input,
-        delta_output=delta_output,
         sensitivity_input=sensitivity_input,
         sensitivity_output=sensitivity_output,
+        noise=noise,
+        delta_input=delta_input,
+        delta_output=delta_output,
         noise_mean=noise_mean,
+        keys="auto" if material is not None else keys,
+        block_size=block_size,
+        arithmetic=arithmetic,
+        fraction_bits=fraction_bits,
+        tolerance=tolerance,
+        backend=backend,
+        device=device,
+        dtype=dtype,
+        n_public=n_public,
     )
-    if targets is None:
-        assert fraction_bits is not None
-        return _immerse_modular(
-            f,
-            g,
-            dims,
-            keys=keys,
-            block_size=block_size,
-            fraction_bits=fraction_bits,
-            backend=(backend, device, dtype),
-            n_public=n_public,
-            probe=probe,
-            rng=rng,
-            secure=secure,
-        )
-    if isinstance(keys, ModularKeys):
+    if design.arithmetic == "modular":
+        return _immerse_modular(f, g, design, material, probe=probe, rng=rng, secure=secure)
+    if isinstance(material, ModularKeys):
         raise InvalidArgumentError(
             "keys", "are integer keys (modular arithmetic): pass arithmetic='modular'"
         )
-    if tolerance is not None:
-        tolerance = v.positive_float("tolerance", tolerance)
-    if n_public is not None:
-        n_public = v.positive_int("n_public", n_public)
-    be = make_backend(backend, dtype=dtype, device=device)
+    be = make_backend(design.backend, dtype=design.dtype, device=design.device)
     key_rng, noise_rng = split_rng(rng, secure)
-
-    f_checked = CheckedFunction(f, "f", dims["n_state"], uses_public(f, "f"), be)
-    g_checked = CheckedFunction(g, "g", dims["n_output"], uses_public(g, "g"), be)
-    point = probe_both(f_checked, g_checked, dims["n_state"], dims["n_input"], n_public, probe, be)
+    f_checked, g_checked, point = _checked_functions(f, g, design, probe, be)
     input_gain = estimate_input_gain(f_checked, g_checked, point, be)
+    measured = FloatDesign(f_checked, g_checked, be, design, input_gain)
+    return measured.immerse(material, key_rng, noise_rng)
 
-    design = FloatDesign(f_checked, g_checked, be, dims, targets, tolerance, input_gain, block_size)
-    return design.immerse(keys, key_rng, noise_rng)
+
+def draw_keys(
+    n_state: int | None = None,
+    n_input: int | None = None,
+    n_output: int | None = None,
+    *,
+    design: Design | None = None,
+    extra_state: int = 1,
+    extra_input: int = 2,
+    extra_output: int = 2,
+    epsilon_input: float = 1e-3,
+    epsilon_output: float = 1e-3,
+    sensitivity_input: float = 1.0,
+    sensitivity_output: float = 1.0,
+    noise: Literal["laplace", "gaussian"] = "laplace",
+    delta_input: float | None = None,
+    delta_output: float | None = None,
+    noise_mean: float = 0.0,
+    keys: Literal["auto", "dense", "block"] = "auto",
+    block_size: int | None = None,
+    arithmetic: Literal["float", "modular"] = "float",
+    rng: Any = None,
+    secure: bool = False,
+) -> "Keys | ModularKeys":
+    """Draw keys with their noise law designed for the targets, without an algorithm.
+
+    Same options and defaults as :func:`immerse`; ``draw_keys(..., rng=s)`` gives the keys
+    that ``immerse(..., rng=s)`` would draw, and ``draw_keys(design=d, rng=s)`` those of
+    ``immerse(f, g, design=d, rng=s)``. Save them with :func:`save_keys` and pass them to
+    ``immerse(..., keys=...)`` later (their noise law is then used as is).
+    ``arithmetic="modular"`` draws integer keys invertible modulo 2^64
+    (:class:`~immersion.keys.ModularKeys`; the noise options do not apply). Modular keys take
+    no ``fraction_bits``: the fixed-point scale is not part of the keys, it is set when they are
+    used, ``immerse(..., keys=keys, arithmetic="modular", fraction_bits=f)`` (default 32).
+
+    Parameters
+    ----------
+    n_state, n_input, n_output:
+        Dimensions of x, y and u (required unless ``design`` is given).
+    design:
+        A :class:`Design` holding the dimensions and every option below (its ``fraction_bits``,
+        ``tolerance`` and backend do not concern the keys); the options then stay unset.
+    extra_state, extra_input, extra_output:
+        Added dimensions (>= 1): the immersed sizes are ``n + extra``.
+    epsilon_input, epsilon_output:
+        Per-element DP targets for y~ and u~ (seed 002 Theorem 1; seed 000 Theorem 2 if Gaussian).
+    sensitivity_input, sensitivity_output:
+        Sensitivities of y and u (L1 for Laplace, L2 for Gaussian).
+    noise, delta_input, delta_output, noise_mean:
+        Law of ``s_k``: Laplace (default, scale designed from epsilon) or Gaussian (needs deltas,
+        default 1e-5); ``noise_mean`` is the mean ``mu`` of ``s_k``.
+    keys:
+        ``"dense"``, ``"block"`` (structured, for large dimensions) or ``"auto"`` (dense up to
+        512 immersed entries).
+    block_size:
+        Block size of structured keys; default 32 for float keys, 16 for integer keys.
+    arithmetic:
+        ``"float"`` (float64 keys, designed noise) or ``"modular"`` (integer keys modulo 2^64).
+    rng, secure:
+        Seed or Generator for the keys and the noise law; ``secure=True`` draws from 256 bits of
+        OS entropy.
+
+    Returns
+    -------
+    Keys or ModularKeys
+        The keys with their noise law.
+
+    Examples
+    --------
+    >>> keys = draw_keys(3, 1, 1, epsilon_input=1e-2, rng=0)
+    >>> keys.Pi1.shape, keys.noise_kind, keys.noise_scale > 0
+    ((3, 1), 'laplace', True)
+    >>> draw_keys(3, 1, 1, arithmetic="modular", rng=0).Pi1.dtype.name
+    'uint64'
+    >>> draw_keys(design=Design(3, 1, 1, epsilon_input=1e-2), rng=0).fingerprint == keys.fingerprint
+    True
+    """
+    design = design_from(
+        design,
+        n_state=n_state,
+        n_input=n_input,
+        n_output=n_output,
+        extra_state=extra_state,
+        extra_input=extra_input,
+        extra_output=extra_output,
+        epsilon_input=epsilon_input,
+        epsilon_output=epsilon_output,
+        sensitivity_input=sensitivity_input,
+        sensitivity_output=sensitivity_output,
+        noise=noise,
+        delta_input=delta_input,
+        delta_output=delta_output,
+        noise_mean=noise_mean,
+        keys=keys,
+        block_size=block_size,
+        arithmetic=arithmetic,
+    )
+    key_rng, _ = split_rng(rng, secure)
+    return design.draw(key_rng)
 
 
 @dataclass(frozen=True, eq=False)
 class FloatDesign:
-    """What :func:`immerse` checked and measured once for float keys: enough to draw keys of the
-    same design again without probing ``f`` and ``g`` (key rotation,
+    """A float :class:`Design` checked and measured once against ``f`` and ``g``: enough to draw
+    keys of the same design again without probing ``f`` and ``g`` (key rotation,
     :class:`~immersion.coding.rotation.RotatingImmersion`).
 
     Parameters
@@ -198,46 +295,54 @@ class FloatDesign:
     f, g : CheckedFunction
         The user's functions with their checks.
     backend : ArrayBackend
-        The array backend.
-    dims : dict
-        The six dimensions.
-    targets : NoiseTargets
-        The noise design's targets (epsilons, deltas, sensitivities, law).
-    tolerance : float or None
-        The precision check's tolerance (None: no check).
+        The array backend (built from ``design``).
+    design : Design
+        The dimensions and options (``arithmetic="float"``).
     input_gain : float
         The amplification of input errors by ``f`` and ``g`` measured at the probe point.
-    block_size : int
-        Block size of block keys.
     """
 
     f: CheckedFunction
     g: CheckedFunction
     backend: ArrayBackend
-    dims: dict[str, int]
-    targets: NoiseTargets
-    tolerance: float | None
+    design: Design
     input_gain: float
-    block_size: int
 
-    def immerse(self, keys: Any, key_rng: Any, noise_rng: Any) -> Immersion:
-        """The handle of keys of this design: ``keys`` is ``"auto"``, ``"dense"``, ``"block"``
-        (drawn from ``key_rng``) or a :class:`Keys` object; the noise comes from ``noise_rng``.
+    @property
+    def dims(self) -> dict[str, int]:
+        """The six dimensions."""
+        return self.design.dims
+
+    @property
+    def targets(self) -> NoiseTargets:
+        """The noise design's targets (epsilons, deltas, sensitivities, law)."""
+        targets = self.design.targets
+        assert targets is not None  # a float design
+        return targets
+
+    @property
+    def tolerance(self) -> float | None:
+        """The precision check's tolerance (None: no check)."""
+        return self.design.tolerance
+
+    def immerse(self, keys: Keys | None, key_rng: Any, noise_rng: Any) -> Immersion:
+        """The handle of ``keys``, or of keys of this design drawn from ``key_rng`` (None); the
+        noise comes from ``noise_rng``.
 
         Parameters
         ----------
-        keys : str or Keys
-            As for :func:`immerse`.
+        keys : Keys or None
+            Keys given by the user (their noise law, if any, is kept), or None.
         key_rng, noise_rng : numpy.random.Generator
             The streams of the keys and of the encoding noise.
         """
         designed_here = not (isinstance(keys, Keys) and keys.noise is not None)
         if isinstance(keys, Keys):
             drawn = _checked_user_keys(keys, self.dims)
+            if designed_here:
+                drawn = self.targets.apply(drawn)
         else:
-            drawn = draw_geometry(keys, self.dims, self.block_size, key_rng)
-        if designed_here:
-            drawn = self.targets.apply(drawn)
+            drawn = self.design.draw(key_rng)
         if self.tolerance is not None:
             refuse_infeasible_precision(
                 drawn,
@@ -258,51 +363,42 @@ class FloatDesign:
         return imm
 
 
+def _checked_functions(
+    f: Callable[..., Any], g: Callable[..., Any], design: Design, probe: Any, be: ArrayBackend
+) -> tuple[CheckedFunction, CheckedFunction, Any]:
+    """``f`` and ``g`` wrapped with their checks and called once at the probe point."""
+    f_checked = CheckedFunction(f, "f", design.n_state, uses_public(f, "f"), be)
+    g_checked = CheckedFunction(g, "g", design.n_output, uses_public(g, "g"), be)
+    point = probe_both(
+        f_checked, g_checked, design.n_state, design.n_input, design.n_public, probe, be
+    )
+    return f_checked, g_checked, point
+
+
 def _immerse_modular(
     f: Callable[..., Any],
     g: Callable[..., Any],
-    dims: dict[str, int],
-    *,
+    design: Design,
     keys: Any,
-    block_size: int,
-    fraction_bits: int,
-    backend: tuple[Any, Any, Any],
-    n_public: Any,
+    *,
     probe: Any,
     rng: Any,
     secure: bool,
 ) -> Immersion:
     """:func:`immerse` with ``arithmetic="modular"`` (numpy: f and g run in float64)."""
-    name, device, dtype = backend
-    for option, value, allowed in (
-        ("backend", name, ("numpy",)),
-        ("device", device, (None, "cpu")),
-        ("dtype", dtype, (None, "float64")),
-    ):
-        if value not in allowed:
-            raise InvalidArgumentError(
-                option,
-                f"modular arithmetic runs on numpy uint64 with f and g in float64; got {value!r}",
-            )
-    if n_public is not None:
-        n_public = v.positive_int("n_public", n_public)
     be = make_backend("numpy")
     key_rng, noise_rng = split_rng(rng, secure)
-    f_checked = CheckedFunction(f, "f", dims["n_state"], uses_public(f, "f"), be)
-    g_checked = CheckedFunction(g, "g", dims["n_output"], uses_public(g, "g"), be)
-    probe_both(f_checked, g_checked, dims["n_state"], dims["n_input"], n_public, probe, be)
+    f_checked, g_checked, _ = _checked_functions(f, g, design, probe, be)
     if isinstance(keys, Keys):
         raise InvalidArgumentError(
             "keys", "are float keys: draw integer keys with draw_keys(..., arithmetic='modular')"
         )
-    if isinstance(keys, ModularKeys):
-        drawn = _checked_user_keys(keys, dims)
-    else:
-        drawn = draw_geometry(keys, dims, block_size, key_rng, arithmetic="modular")
-    target = ModularTarget(f=f_checked, g=g_checked, keys=drawn, fraction_bits=fraction_bits)
-    return ModularImmersion(
-        keys=drawn, target=target, noise_rng=noise_rng, fraction_bits=fraction_bits
-    )
+    drawn = design.draw(key_rng) if keys is None else _checked_user_keys(keys, design.dims)
+    assert isinstance(drawn, ModularKeys)  # Design.draw under arithmetic="modular"
+    bits = design.fraction_bits
+    assert bits is not None  # resolved by Design under arithmetic="modular"
+    target = ModularTarget(f=f_checked, g=g_checked, keys=drawn, fraction_bits=bits)
+    return ModularImmersion(keys=drawn, target=target, noise_rng=noise_rng, fraction_bits=bits)
 
 
 def _checked_user_keys(keys: Any, dims: dict[str, int]) -> Any:

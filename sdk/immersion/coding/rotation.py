@@ -240,7 +240,7 @@ class RotatingImmersion:
         if self._design is None:
             return immerse(*self._args, rng=child, **self._options)
         key_rng, noise_rng = split_rng(child, False)
-        return self._design.immerse(self._options.get("keys", "auto"), key_rng, noise_rng)
+        return self._design.immerse(None, key_rng, noise_rng)
 
     # ------------------------------------------------------------------ the current key period
     @property

@@ -28,7 +28,7 @@ from ..errors import PrecisionError
 from ..keys import Keys
 
 if TYPE_CHECKING:
-    from ..coding.keygen import NoiseTargets
+    from ..coding.design import NoiseTargets
 
 #: Tail factor: a Laplace/Gaussian element exceeds this many standard deviations with
 #: probability below about 1e-6 per draw.
@@ -120,7 +120,7 @@ def refuse_infeasible_precision(
     The check runs when the keys are drawn, before any data: it uses the probe-point estimate
     (:func:`predict_decode_error`), not the per-decode bound, and the message says so.
 
-    ``targets`` (a :class:`immersion.coding.keygen.NoiseTargets`, or None for keys that came with
+    ``targets`` (a :class:`immersion.coding.design.NoiseTargets`, or None for keys that came with
     their own noise law) lets the message name the smallest feasible epsilons, with a margin of
     ``SUGGESTION_MARGIN`` so that they also work for a fresh key draw.
     """
