@@ -443,7 +443,7 @@ def secure_flower_sum(
         sorted(node_of),
         RoundRecords(t, dropped, aborted),
         max_attempts=secure.MAX_ATTEMPTS,
-        every_failed=EveryClientFailedError,
+        too_few=EveryClientFailedError,
         given_up=lambda: secure.given_up(t),
     )
     sec = secure.SecureRound(t, outcome.members, sizes, outcome.publics)

@@ -270,7 +270,7 @@ def local_round(
         members,
         RoundRecords(t, dropped, aborted),
         max_attempts=MAX_ATTEMPTS,
-        every_failed=EveryClientFailedError,
+        too_few=EveryClientFailedError,
         given_up=lambda: given_up(t),
     )
     if observe is not None:

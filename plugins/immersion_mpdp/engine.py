@@ -327,7 +327,7 @@ def mpdp_round(
         members,
         RoundRecords(t, dropped, aborted),
         max_attempts=MAX_ATTEMPTS,
-        every_failed=EveryClientFailedError,
+        too_few=EveryClientFailedError,
         given_up=lambda: given_up(t),
         split=graph_split,
         name_dropped=True,

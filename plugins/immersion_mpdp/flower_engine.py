@@ -236,7 +236,7 @@ def flower_round(
         members,
         RoundRecords(t, nodes.dropped, aborted),
         max_attempts=engine.MAX_ATTEMPTS,
-        every_failed=EveryClientFailedError,
+        too_few=EveryClientFailedError,
         given_up=lambda: engine.given_up(t),
         split=engine.graph_split,
         name_dropped=True,

@@ -20,8 +20,9 @@ messages) is a :class:`RoundTransport` the caller supplies. One attempt:
 6. **unmask**: :meth:`RoundOutcome.unmask` (or the caller's own recovery with
    :meth:`RoundOutcome.revealed`).
 
-At most ``max_attempts`` attempts; then the caller's ``given_up`` error. No contributor at all
-raises the caller's ``every_failed`` error. Every left-out client and aborted attempt is logged
+At most ``max_attempts`` attempts; then the caller's ``given_up`` error. Fewer keys or
+contributors than ``threshold`` (by default: none at all) raise the caller's ``too_few``
+error, with no seed asked for. Every left-out client and aborted attempt is logged
 (logger ``immersion.fl``) and recorded as ``{"round", "client", "reason"}`` and ``{"round",
 "attempt", "reason", "silent"}`` dictionaries.
 """
@@ -34,6 +35,7 @@ from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from .protocol import from_fixed, recovery_mask, reveal_requests, revealed_pairs, sum_words
 
 LOG = logging.getLogger("immersion.fl")
@@ -341,11 +343,12 @@ def run_round(
     records: RoundRecords,
     *,
     max_attempts: int,
-    every_failed: Callable[[str], Exception],
+    too_few: Callable[[str], Exception],
     given_up: Callable[[], Exception],
     split: Callable[[Graph, Mapping[int, Any]], str | None] | None = None,
     name_dropped: bool = False,
     party: str = "client",
+    threshold: int = 1,
 ) -> RoundOutcome[U, S]:
     """Drive one secure round through ``transport`` until an attempt can be unmasked.
 
@@ -359,8 +362,9 @@ def run_round(
         Where left-out clients and aborted attempts go.
     max_attempts : int
         Attempts before ``given_up``.
-    every_failed : callable
-        ``every_failed(message)``: the error raised when nobody advertised or contributed.
+    too_few : callable
+        ``too_few(message)``: the error raised when fewer than ``threshold`` advertised or
+        contributed.
     given_up : callable
         The error raised after ``max_attempts`` aborted attempts.
     split : callable, optional
@@ -369,13 +373,22 @@ def run_round(
     name_dropped : bool
         Name the dropped clients in a silent survivor's abort reason (:func:`silent_reason`).
     party : str
-        What a client is called in ``every_failed``'s message (``"client"``, ``"node"``).
+        What a client is called in ``too_few``'s message (``"client"``, ``"node"``).
+    threshold : int
+        The fewest keys and contributors an attempt may have (``too_few`` below): a sum of
+        fewer contributors tells more about each (one alone: its vector).
 
     Returns
     -------
     RoundOutcome
         The attempt that succeeded.
     """
+    if not isinstance(max_attempts, int) or max_attempts < 1:
+        raise InvalidArgumentError(
+            "max_attempts", f"expected an integer >= 1, got {max_attempts!r}"
+        )
+    if not isinstance(threshold, int) or threshold < 1:
+        raise InvalidArgumentError("threshold", f"expected an integer >= 1, got {threshold!r}")
     t = records.round_t
     for attempt in range(max_attempts):
         answers = transport.advertise(attempt, members)
@@ -387,8 +400,16 @@ def run_round(
             else:
                 publics[k] = answer
         members = sorted(publics)
-        if not members:
-            raise every_failed(f"round {t}: no {party} answered the key advertisement")
+        if len(members) < threshold:
+            raise too_few(
+                f"round {t}: "
+                + (
+                    f"{len(members)} {party}(s) advertised a key, fewer than the threshold "
+                    f"{threshold}"
+                    if members
+                    else f"no {party} answered the key advertisement"
+                )
+            )
         graph = transport.graph(members, publics)
         sent = transport.upload(attempt, members, publics, graph)
         uploads: dict[int, Any] = {}
@@ -404,8 +425,16 @@ def run_round(
         if redo:
             records.redo(attempt, redo)
             continue
-        if not uploads:
-            raise every_failed(f"round {t}: every client failed; nothing to aggregate")
+        if len(uploads) < threshold:
+            raise too_few(
+                f"round {t}: "
+                + (
+                    f"{len(uploads)} of {len(members)} members uploaded, fewer than the "
+                    f"threshold {threshold}"
+                    if uploads
+                    else "every client failed; nothing to aggregate"
+                )
+            )
         gone = [k for k in members if k not in uploads]
         apart = split(graph, uploads) if split is not None and gone else None
         if apart:
