@@ -229,6 +229,35 @@ class RoundOutcome(Generic[U, S]):
         return from_fixed(total, words=words)
 
 
+def sort_replies(
+    asked: Mapping[int, Iterable[int]], replies: Mapping[int, Mapping[int, S] | str]
+) -> tuple[dict[int, Mapping[int, S]], dict[int, str]]:
+    """The seeds each asked survivor revealed, and the survivors that did not (with why).
+
+    Parameters
+    ----------
+    asked : mapping of int to iterable of int
+        ``{survivor: [dropped peers]}``, in the order the answers are read.
+    replies : mapping
+        By survivor: its seeds, or why there are none; a survivor absent did not answer.
+
+    Returns
+    -------
+    tuple of dict
+        ``({survivor: seeds}, {silent survivor: why})``: the attempt can be unmasked only if
+        the second is empty.
+    """
+    seeds: dict[int, Mapping[int, S]] = {}
+    silent: dict[int, str] = {}
+    for v in asked:
+        reply = replies.get(v, "no answer")
+        if isinstance(reply, str):
+            silent[v] = reply
+        else:
+            seeds[v] = reply
+    return seeds, silent
+
+
 def silent_reason(silent: Mapping[int, str], asked: Mapping[int, list[int]] | None = None) -> str:
     """Why an attempt was aborted: the survivors that did not reveal their seeds.
 
@@ -442,15 +471,9 @@ def run_round(
             members = sorted(uploads)
             continue
         asked = reveal_requests(gone, graph, uploads)
-        replies = transport.reveal(attempt, asked, publics) if asked else {}
-        seeds: dict[int, Mapping[int, Any]] = {}
-        silent: dict[int, str] = {}
-        for v in asked:
-            reply = replies.get(v, "no answer")
-            if isinstance(reply, str):
-                silent[v] = reply
-            else:
-                seeds[v] = reply
+        seeds, silent = sort_replies(
+            asked, transport.reveal(attempt, asked, publics) if asked else {}
+        )
         if silent:
             reason = silent_reason(silent, asked if name_dropped else None)
             records.abort(attempt, reason, silent)
