@@ -320,7 +320,6 @@ def mpdp_round(
 
     Returns the clients whose gradients were aggregated and their uploads.
     """
-    one_word = server.noise
     transport = LocalMpdp(server, clients, t, plan, phase_s)
     outcome = run_round(
         transport,
@@ -335,7 +334,7 @@ def mpdp_round(
     finish(server, outcome, phase_s)
     for k in outcome.members:
         clients[k].forget(t)
-    server.noise = one_word
+    server.noise = transport.one_word  # two words were for this round only
     return outcome.contributors, [outcome.uploads[k] for k in outcome.contributors]
 
 
@@ -353,18 +352,36 @@ def finish(server: MpdpServer, outcome: RoundOutcome, phase_s: dict[str, float])
     phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
 
 
-def one_word_fallback(t: int, clients: list[int], server: MpdpServer, one_word: Any) -> str:
-    """Switch ``server`` to two words per correction for a retry of round ``t``; the reason:
-    ``clients`` found theirs outside the one-word fixed-point range
-    (:func:`immersion.securesum.protocol.fixed_point_limit`)."""
-    server.noise = dataclasses.replace(one_word, words=2)
-    return (
-        f"corrections of client {', '.join(map(str, clients))} exceed the one-word fixed-point "
-        "range; retrying the round with two words per correction"
-    )
+class MpdpPhases(RoundTransport[Upload, dict[str, bytes]]):
+    """What both engines' transports share: the server's round graph (timed with the advertise
+    as ``server_mp``) and the fall back to two words per correction when a client's do not fit
+    one (:func:`immersion.securesum.protocol.fixed_point_limit`)."""
+
+    def __init__(self, server: MpdpServer, t: int, phase_s: dict[str, float]) -> None:
+        self.server, self.t, self.phase_s = server, t, phase_s
+        self.one_word = server.noise
+        self.too_large: list[int] = []  # clients whose corrections need two words
+        self.model: Any = None  # the perturbed model of the attempt
+        self.tick = 0.0  # set by each advertise
+
+    def graph(self, members: list[int], publics: Any) -> Any:
+        self.model, graph = self.server.begin_round(members)
+        self.phase_s["server_mp"] = (
+            self.phase_s.get("server_mp", 0.0) + time.perf_counter() - self.tick
+        )
+        return graph
+
+    def redo(self) -> str | None:
+        if not self.too_large:
+            return None
+        self.server.noise = dataclasses.replace(self.one_word, words=2)
+        return (
+            f"corrections of client {', '.join(map(str, self.too_large))} exceed the one-word "
+            "fixed-point range; retrying the round with two words per correction"
+        )
 
 
-class LocalMpdp(RoundTransport[Upload, dict[str, bytes]]):
+class LocalMpdp(MpdpPhases):
     """The phases of :func:`mpdp_round` as calls in this process."""
 
     def __init__(
@@ -375,28 +392,12 @@ class LocalMpdp(RoundTransport[Upload, dict[str, bytes]]):
         plan: FaultPlan,
         phase_s: dict[str, float],
     ) -> None:
-        self.server, self.clients, self.t, self.plan, self.phase_s = (
-            server,
-            clients,
-            t,
-            plan,
-            phase_s,
-        )
-        self.one_word = server.noise
-        self.too_large: list[int] = []
-        self.model: Any = None
-        self.tick = 0.0
+        super().__init__(server, t, phase_s)
+        self.clients, self.plan = clients, plan
 
     def advertise(self, attempt: int, members: list[int]) -> dict[int, bytes | str]:
         self.tick = time.perf_counter()
         return {k: self.clients[k].advertise(self.t, attempt) for k in members}
-
-    def graph(self, members: list[int], publics: Any) -> Any:
-        self.model, graph = self.server.begin_round(members)
-        self.phase_s["server_mp"] = (
-            self.phase_s.get("server_mp", 0.0) + time.perf_counter() - self.tick
-        )
-        return graph
 
     def upload(
         self, attempt: int, members: list[int], publics: Any, graph: Any
@@ -429,11 +430,6 @@ class LocalMpdp(RoundTransport[Upload, dict[str, bytes]]):
             for phase, seconds in self.clients[k].timings.items():
                 self.phase_s[phase] = self.phase_s.get(phase, 0.0) + seconds
         return out
-
-    def redo(self) -> str | None:
-        if not self.too_large:  # else one word per correction is too small: retry with two
-            return None
-        return one_word_fallback(self.t, self.too_large, self.server, self.one_word)
 
     def reveal(self, attempt: int, asked: Any, publics: Any) -> dict[int, Any]:
         return {

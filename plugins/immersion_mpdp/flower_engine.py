@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from immersion.securesum.protocol import FixedPointRangeError
-from immersion.securesum.round import RoundRecords, RoundTransport, run_round
+from immersion.securesum.round import RoundRecords, run_round
 from immersion_fl import flower_engine as fl_flower
 from immersion_fl.engine import EveryClientFailedError, RunConfig
 from immersion_fl.faults import FaultPlan
@@ -229,7 +229,6 @@ def flower_round(
     Every random draw and every sum comes in the same order, so the same seed gives the same
     weights.
     """
-    one_word = server.noise
     transport = FlowerMpdp(nodes, server, t, run, phase_s)
     outcome = run_round(
         transport,
@@ -243,11 +242,11 @@ def flower_round(
         party="node",
     )
     engine.finish(server, outcome, phase_s)
-    server.noise = one_word
+    server.noise = transport.one_word  # two words were for this round only
     return outcome.contributors, [outcome.uploads[k] for k in outcome.contributors]
 
 
-class FlowerMpdp(RoundTransport[Upload, dict[str, bytes]]):
+class FlowerMpdp(engine.MpdpPhases):
     """The phases of :func:`flower_round` as Flower messages (``mpdp/<phase>``)."""
 
     def __init__(
@@ -258,11 +257,8 @@ class FlowerMpdp(RoundTransport[Upload, dict[str, bytes]]):
         run: dict[str, str],
         phase_s: dict[str, float],
     ) -> None:
-        self.nodes, self.server, self.t, self.run, self.phase_s = nodes, server, t, run, phase_s
-        self.one_word = server.noise
-        self.too_large: list[int] = []
-        self.model: Any = None
-        self.tick = 0.0
+        super().__init__(server, t, phase_s)
+        self.nodes, self.run = nodes, run
         self.public_arrays: dict[str, np.ndarray] = {}
 
     def advertise(self, attempt: int, members: list[int]) -> dict[int, bytes | str]:
@@ -277,13 +273,6 @@ class FlowerMpdp(RoundTransport[Upload, dict[str, bytes]]):
             k: reply if isinstance(reply, str) else _as_bytes(reply.content["keys"]["public"])
             for k, reply in answers.items()
         }
-
-    def graph(self, members: list[int], publics: Any) -> Any:
-        self.model, graph = self.server.begin_round(members)
-        self.phase_s["server_mp"] = (
-            self.phase_s.get("server_mp", 0.0) + time.perf_counter() - self.tick
-        )
-        return graph
 
     def upload(
         self, attempt: int, members: list[int], publics: Any, graph: Any
@@ -323,11 +312,6 @@ class FlowerMpdp(RoundTransport[Upload, dict[str, bytes]]):
                 )
                 out[k] = problem or upload
         return out
-
-    def redo(self) -> str | None:
-        if not self.too_large:  # else one word per correction is too small: retry with two
-            return None
-        return engine.one_word_fallback(self.t, self.too_large, self.server, self.one_word)
 
     def reveal(self, attempt: int, asked: Any, publics: Any) -> dict[int, Any]:
         requests = {
