@@ -12,7 +12,8 @@ sum (:mod:`immersion.securesum.protocol`, HKDF label ``"immersion-sifl"``):
 3. the aggregator sums the masked words; if clients dropped out after step 1, every survivor
    reveals its mask seeds with them and the aggregator removes their masks; if a survivor does not
    answer, the round is retried with fresh keys among the others (as MP-DP does), at most
-   :data:`MAX_ATTEMPTS` times;
+   :data:`MAX_ATTEMPTS` times (the core's one round driver,
+   :func:`immersion.securesum.round.run_round`, runs these phases for both engines);
 4. the weighted sum (renormalised over the contributors) goes through the scheme's
    ``aggregator_code`` (M2's right-side code, seed 000 eq. 31) and ``server_update`` unchanged.
 
