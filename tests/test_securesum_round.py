@@ -67,7 +67,7 @@ class Local(RoundTransport):
 
     def upload(self, attempt, members, publics, graph):
         self.calls.append(("upload", attempt, tuple(members)))
-        out = {}
+        out: dict[int, np.ndarray | str] = {}
         for k in members:
             if (k, attempt) in self.fail:
                 out[k] = "crashed"

@@ -182,7 +182,9 @@ class SecureRound:
         np.ndarray
             ``sum_i a'_i w~_i`` with ``a'_i = |D_i| / sum over the contributors`` (float64).
         """
-        outcome = RoundOutcome(0, self.members, self.publics, self.graph, dict(masked), seeds)
+        outcome: RoundOutcome[np.ndarray, bytes] = RoundOutcome(
+            0, self.members, self.publics, self.graph, dict(masked), dict(seeds)
+        )
         total = outcome.unmask()
         everyone = sum(self.sizes[k] for k in self.members)
         contributing = sum(self.sizes[k] for k in masked)

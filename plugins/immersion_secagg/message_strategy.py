@@ -404,7 +404,9 @@ class SecureAggregation(Strategy):
         self, server_round: int, members: list[int], masked: dict[int, np.ndarray]
     ) -> np.ndarray:
         """The float sum of the contributors' vectors (survivors reveal seeds for the others)."""
-        outcome = RoundOutcome(0, members, self._publics, self._graph, masked)
+        outcome: RoundOutcome[np.ndarray, bytes] = RoundOutcome(
+            0, members, self._publics, self._graph, masked
+        )
         asked = dict(sorted(reveal_requests(outcome.gone, self._graph, masked).items()))
         if asked:
             stage = ConfigRecord(

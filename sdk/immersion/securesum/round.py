@@ -366,6 +366,17 @@ class RoundRecords:
         )
 
 
+def _kept(answers: Mapping[int, Any], records: RoundRecords) -> dict[int, Any]:
+    """The answers that are not a reason, by client in order; each reason leaves its client out."""
+    kept = {}
+    for k in sorted(answers):
+        if isinstance(answers[k], str):
+            records.leave_out(k, answers[k])
+        else:
+            kept[k] = answers[k]
+    return kept
+
+
 def run_round(
     transport: RoundTransport[U, S],
     members: list[int],
@@ -374,7 +385,7 @@ def run_round(
     max_attempts: int,
     too_few: Callable[[str], Exception],
     given_up: Callable[[], Exception],
-    split: Callable[[Graph, Mapping[int, Any]], str | None] | None = None,
+    split: Callable[[Any, Mapping[int, Any]], str | None] | None = None,
     name_dropped: bool = False,
     party: str = "client",
     threshold: int = 1,
@@ -420,14 +431,7 @@ def run_round(
         raise InvalidArgumentError("threshold", f"expected an integer >= 1, got {threshold!r}")
     t = records.round_t
     for attempt in range(max_attempts):
-        answers = transport.advertise(attempt, members)
-        publics: dict[int, bytes] = {}
-        for k in sorted(answers):
-            answer = answers[k]
-            if isinstance(answer, str):
-                records.leave_out(k, answer)
-            else:
-                publics[k] = answer
+        publics = _kept(transport.advertise(attempt, members), records)
         members = sorted(publics)
         if len(members) < threshold:
             raise too_few(
@@ -440,16 +444,7 @@ def run_round(
                 )
             )
         graph = transport.graph(members, publics)
-        sent = transport.upload(attempt, members, publics, graph)
-        uploads: dict[int, Any] = {}
-        for k in members:
-            if k not in sent:
-                continue
-            upload = sent[k]
-            if isinstance(upload, str):
-                records.leave_out(k, upload)
-            else:
-                uploads[k] = upload
+        uploads = _kept(transport.upload(attempt, members, publics, graph), records)
         redo = transport.redo()
         if redo:
             records.redo(attempt, redo)
