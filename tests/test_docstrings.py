@@ -37,6 +37,7 @@ PACKAGES = [
 #: classes, the hook specifications), checked whole although their packages export less.
 MODULES = [
     "immersion.plugins.hookspecs",
+    "immersion.securesum.round",
     "immersion_fl.hookspecs",
     "immersion_fl.registry",
     "immersion_fl.scheme",

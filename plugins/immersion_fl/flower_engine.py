@@ -21,11 +21,12 @@ import json
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 from immersion import OptionalDependencyError
 from immersion.securesum.protocol import SecureSumClient
+from immersion.securesum.round import RoundRecords, RoundTransport, run_round
 
 from .client import Client
 from .faults import FaultPlan, upload_problem
@@ -434,107 +435,148 @@ def secure_flower_sum(
     tuple
         The weighted sum renormalised over the contributors (float64), and the contributors.
     """
-    from .secure import MAX_ATTEMPTS, SecureRound, given_up, record_abort
+    from . import secure
 
-    flwr_app = _flwr()[0]
-    ConfigRecord, RecordDict = flwr_app.ConfigRecord, flwr_app.RecordDict
-    members = sorted(node_of)
+    transport = FlowerSecureSum(grid, node_of, sizes, t, content, config, n_values, timeout)
+    outcome = run_round(
+        transport,
+        sorted(node_of),
+        RoundRecords(t, dropped, aborted),
+        max_attempts=secure.MAX_ATTEMPTS,
+        too_few=EveryClientFailedError,
+        given_up=lambda: secure.given_up(t),
+    )
+    sec = secure.SecureRound(t, outcome.members, sizes, outcome.publics)
+    return sec.total(outcome.uploads, outcome.seeds), outcome.contributors
 
-    def leave_out(k: int, reason: str) -> None:
-        LOG.warning("round %d: client %d left out: %s", t, k, reason)
-        dropped.append({"round": t, "client": k, "reason": reason})
 
-    for attempt in range(MAX_ATTEMPTS):
-        head = {"round": t, "attempt": attempt}
-        advertise = ConfigRecord({"kind": "secagg/advertise", **head})
+class FlowerSecureSum(RoundTransport[np.ndarray, bytes]):
+    """The phases of :func:`secure_flower_sum` as Flower messages (type ``train``, the phase in
+    ``config["kind"]``).
+
+    Parameters
+    ----------
+    grid:
+        The Flower grid.
+    node_of:
+        Client -> node id.
+    sizes:
+        Client -> ``|D_i|``.
+    t:
+        The round.
+    content, config:
+        Record parts and config entries every ``train`` message carries.
+    n_values:
+        The length of a client's (unmasked) vector.
+    timeout:
+        Seconds to wait for each phase's answers.
+    """
+
+    def __init__(
+        self,
+        grid: "Grid",
+        node_of: dict[int, int],
+        sizes: dict[int, int],
+        t: int,
+        content: dict[str, Any],
+        config: dict[str, Any],
+        n_values: int,
+        timeout: float | None,
+    ) -> None:
+        self.grid, self.node_of, self.sizes, self.t = grid, node_of, sizes, t
+        self.content, self.config, self.n_values, self.timeout = content, config, n_values, timeout
+        self.public_record: Any = None
+
+    def _head(self, attempt: int) -> dict[str, int]:
+        return {"round": self.t, "attempt": attempt}
+
+    def advertise(self, attempt: int, members: list[int]) -> dict[int, bytes | str]:
+        """``secagg/advertise``: each node's fresh public key, or why there is none."""
+        ConfigRecord, RecordDict = _flwr()[0].ConfigRecord, _flwr()[0].RecordDict
+        advertise = ConfigRecord({"kind": "secagg/advertise", **self._head(attempt)})
         answers = send_each(
-            grid, {k: RecordDict({"config": advertise}) for k in members}, node_of, timeout
+            self.grid,
+            {k: RecordDict({"config": advertise}) for k in members},
+            self.node_of,
+            self.timeout,
         )
-        publics = {}
-        for k, reply in answers.items():
-            if isinstance(reply, str):
-                leave_out(k, reply)
-            else:
-                publics[k] = _bytes(reply.content["keys"]["public"])
-        members = sorted(publics)
-        if not members:
-            raise EveryClientFailedError(f"round {t}: no client answered the key advertisement")
-        sec = SecureRound(t, members, sizes, publics)
-        public_record = arrays_record({str(k): _uint8(v) for k, v in publics.items()})
+        return {
+            k: reply if isinstance(reply, str) else _bytes(reply.content["keys"]["public"])
+            for k, reply in answers.items()
+        }
+
+    def upload(
+        self, attempt: int, members: list[int], publics: Mapping[int, bytes], graph: Any
+    ) -> dict[int, np.ndarray | str]:
+        """``train`` with every public key and the node's weight: its masked vector, checked."""
+        from .secure import SecureRound
+
+        ConfigRecord, RecordDict = _flwr()[0].ConfigRecord, _flwr()[0].RecordDict
+        sec = SecureRound(self.t, members, self.sizes, dict(publics))
+        self.public_record = arrays_record({str(k): _uint8(v) for k, v in publics.items()})
         answers = send_each(
-            grid,
+            self.grid,
             {
                 k: RecordDict(
                     {
-                        **content,
-                        "publics": public_record,
+                        **self.content,
+                        "publics": self.public_record,
                         "config": ConfigRecord(
                             {
                                 "kind": "train",
                                 "secure": True,
                                 "weight": sec.weight(k),
                                 "n_summands": len(members),
-                                **config,
-                                **head,
+                                **self.config,
+                                **self._head(attempt),
                             }
                         ),
                     }
                 )
                 for k in members
             },
-            node_of,
-            timeout,
+            self.node_of,
+            self.timeout,
         )
-        masked: dict[int, np.ndarray] = {}
+        out: dict[int, np.ndarray | str] = {}
         for k in members:
             reply = answers[k]
             words = None if isinstance(reply, str) else reply.content["w"]["masked"].numpy()
-            problem = reply if isinstance(reply, str) else sec.problem(words, n_values)
-            if problem:
-                leave_out(k, problem)
-            else:
-                masked[k] = words
-        if not masked:
-            raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
-        asked = sec.requests(masked)  # dropped after the key agreement: survivors reveal
-        answers = (
-            send_each(
-                grid,
-                {
-                    v: RecordDict(
-                        {
-                            "dropped": arrays_record({"d": np.asarray(ds, dtype=np.int64)}),
-                            "publics": public_record,
-                            "config": ConfigRecord({"kind": "secagg/reveal", **head}),
-                        }
-                    )
-                    for v, ds in asked.items()
-                },
-                node_of,
-                timeout,
-            )
-            if asked
-            else {}
+            problem = reply if isinstance(reply, str) else sec.problem(words, self.n_values)
+            out[k] = problem or words
+        return out
+
+    def reveal(
+        self, attempt: int, asked: Mapping[int, list[int]], publics: Mapping[int, bytes]
+    ) -> dict[int, dict[int, bytes] | str]:
+        """``secagg/reveal``: each survivor's seeds with the dropped nodes named, or why not."""
+        ConfigRecord, RecordDict = _flwr()[0].ConfigRecord, _flwr()[0].RecordDict
+        answers = send_each(
+            self.grid,
+            {
+                v: RecordDict(
+                    {
+                        "dropped": arrays_record({"d": np.asarray(ds, dtype=np.int64)}),
+                        "publics": self.public_record,
+                        "config": ConfigRecord({"kind": "secagg/reveal", **self._head(attempt)}),
+                    }
+                )
+                for v, ds in asked.items()
+            },
+            self.node_of,
+            self.timeout,
         )
-        seeds: dict[int, dict[int, bytes]] = {}
-        silent: dict[int, str] = {}
+        out: dict[int, dict[int, bytes] | str] = {}
         for v, reply in answers.items():
             try:
                 record = reply.content["seeds"]  # type: ignore[union-attr]
                 got = {d: _bytes(record[str(d)]) for d in asked[v]}
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                silent[v] = reply if isinstance(reply, str) else f"unreadable answer: {exc}"
+                out[v] = reply if isinstance(reply, str) else f"unreadable answer: {exc}"
                 continue
-            if any(len(seed) != 32 for seed in got.values()):
-                silent[v] = "seeds that are not 32 bytes long"
-            else:
-                seeds[v] = got
-        if silent:
-            record_abort(t, attempt, silent, aborted)
-            members = [k for k in members if k in masked and k not in silent]
-            continue
-        return sec.total(masked, seeds), sorted(masked)
-    raise given_up(t)
+            lengths_ok = all(len(seed) == 32 for seed in got.values())
+            out[v] = got if lengths_ok else "seeds that are not 32 bytes long"
+        return out
 
 
 def make_client_train(

@@ -12,7 +12,8 @@ sum (:mod:`immersion.securesum.protocol`, HKDF label ``"immersion-sifl"``):
 3. the aggregator sums the masked words; if clients dropped out after step 1, every survivor
    reveals its mask seeds with them and the aggregator removes their masks; if a survivor does not
    answer, the round is retried with fresh keys among the others (as MP-DP does), at most
-   :data:`MAX_ATTEMPTS` times;
+   :data:`MAX_ATTEMPTS` times (the core's one round driver,
+   :func:`immersion.securesum.round.run_round`, runs these phases for both engines);
 4. the weighted sum (renormalised over the contributors) goes through the scheme's
    ``aggregator_code`` (M2's right-side code, seed 000 eq. 31) and ``server_update`` unchanged.
 
@@ -36,12 +37,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 from immersion import ImmersionError, InvalidArgumentError
-from immersion.securesum.protocol import (
-    SecureSumClient,
-    reveal_requests,
-    revealed_pairs,
-    sum_words,
-    unmask,
+from immersion.securesum.protocol import SecureSumClient
+from immersion.securesum.round import (
+    RoundOutcome,
+    RoundRecords,
+    RoundTransport,
+    complete_graph,
+    run_round,
 )
 
 from .faults import FaultPlan, run_client
@@ -62,22 +64,6 @@ MAX_ATTEMPTS = 3
 
 class SecureAggregationError(ImmersionError):
     """A round could not be unmasked: survivors kept failing to reveal their seeds."""
-
-
-def complete_graph(members: list[int]) -> dict[int, list[int]]:
-    """Every member is every other member's peer.
-
-    Parameters
-    ----------
-    members:
-        The round's clients.
-
-    Examples
-    --------
-    >>> complete_graph([0, 2, 5])
-    {0: [2, 5], 2: [0, 5], 5: [0, 2]}
-    """
-    return {k: [v for v in members if v != k] for k in members}
 
 
 def new_party(index: int, round_t: int, private: bytes | None = None) -> SecureSumClient:
@@ -179,17 +165,6 @@ class SecureRound:
             return f"masked upload of shape {words.shape}, expected ({2 * n_encoded},)"
         return None
 
-    def requests(self, contributors: Mapping[int, Any]) -> dict[int, list[int]]:
-        """Which contributor must reveal its seeds with which dropped members.
-
-        Parameters
-        ----------
-        contributors:
-            The masked uploads received, by client.
-        """
-        gone = [k for k in self.members if k not in contributors]
-        return reveal_requests(gone, self.graph, contributors)
-
     def total(
         self, masked: Mapping[int, np.ndarray], seeds: Mapping[int, Mapping[int, bytes]]
     ) -> np.ndarray:
@@ -207,35 +182,13 @@ class SecureRound:
         np.ndarray
             ``sum_i a'_i w~_i`` with ``a'_i = |D_i| / sum over the contributors`` (float64).
         """
-        gone = [k for k in self.members if k not in masked]
-        revealed = revealed_pairs(gone, self.graph, masked, seeds)
-        total = unmask(sum_words([masked[k] for k in sorted(masked)]), revealed)
+        outcome: RoundOutcome[np.ndarray, bytes] = RoundOutcome(
+            0, self.members, self.publics, self.graph, dict(masked), dict(seeds)
+        )
+        total = outcome.unmask()
         everyone = sum(self.sizes[k] for k in self.members)
         contributing = sum(self.sizes[k] for k in masked)
         return total if contributing == everyone else total * (everyone / contributing)
-
-
-def record_abort(
-    round_t: int, attempt: int, silent: Mapping[int, str], aborted: list[dict[str, Any]]
-) -> None:
-    """Log and record an attempt given up because survivors did not reveal their seeds.
-
-    Parameters
-    ----------
-    round_t, attempt:
-        The round and the attempt (from 0).
-    silent:
-        The survivors that did not answer, with why.
-    aborted:
-        Where the record goes (``RunResult.aborted``).
-    """
-    reason = "; ".join(f"client {v} did not reveal its seeds ({why})" for v, why in silent.items())
-    LOG.warning(
-        "round %d aborted (attempt %d): %s; retrying with fresh keys", round_t, attempt + 1, reason
-    )
-    aborted.append(
-        {"round": round_t, "attempt": attempt + 1, "reason": reason, "silent": sorted(silent)}
-    )
 
 
 def given_up(round_t: int) -> SecureAggregationError:
@@ -314,38 +267,77 @@ def local_round(
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-    for attempt in range(MAX_ATTEMPTS):
-        parties = {k: new_party(k, t) for k in members}  # step 1 (fresh keys each attempt)
-        sec = SecureRound(
-            t, members, dict(enumerate(sizes)), {k: p.public_bytes for k, p in parties.items()}
-        )
-        masked: dict[int, np.ndarray] = {}
+    transport = LocalSecureSum(t, uploads, dict(enumerate(sizes)), plan)
+    outcome = run_round(
+        transport,
+        members,
+        RoundRecords(t, dropped, aborted),
+        max_attempts=MAX_ATTEMPTS,
+        too_few=EveryClientFailedError,
+        given_up=lambda: given_up(t),
+    )
+    if observe is not None:
+        observe(outcome.uploads)
+    sec = SecureRound(t, outcome.members, transport.sizes, outcome.publics)
+    total = torch.as_tensor(sec.total(outcome.uploads, outcome.seeds), device=received.device)
+    scheme.server_update(scheme.aggregator_code(total))
+    return time.perf_counter() - start, outcome.contributors
+
+
+class LocalSecureSum(RoundTransport[np.ndarray, bytes]):
+    """The phases of :func:`local_round` as calls in this process.
+
+    Parameters
+    ----------
+    round_t:
+        The round.
+    uploads:
+        Every client's upload, None for one that failed (changed: None once it is refused).
+    sizes:
+        ``|D_i|`` of every client.
+    plan:
+        Faults to inject (``no-recovery``: a survivor does not reveal).
+    """
+
+    def __init__(
+        self, round_t: int, uploads: dict[int, Any], sizes: dict[int, int], plan: FaultPlan
+    ) -> None:
+        self.round_t, self.uploads, self.sizes, self.plan = round_t, uploads, sizes, plan
+        self.parties: dict[int, SecureSumClient] = {}
+
+    def advertise(self, attempt: int, members: list[int]) -> dict[int, bytes | str]:
+        """Fresh key pairs (each attempt), their public keys."""
+        self.parties = {k: new_party(k, self.round_t) for k in members}
+        return {k: p.public_bytes for k, p in self.parties.items()}
+
+    def upload(
+        self, attempt: int, members: list[int], publics: Mapping[int, bytes], graph: Any
+    ) -> dict[int, np.ndarray | str]:
+        """Every upload weighted and masked (a failed client is absent: recorded already)."""
+        sec = SecureRound(self.round_t, members, self.sizes, dict(publics))
+        out: dict[int, np.ndarray | str] = {}
         for k in members:
-            if uploads.get(k) is None:
-                continue  # failed after the key agreement: its masks are recovered below
+            if self.uploads.get(k) is None:
+                continue  # failed after the key agreement: its masks are recovered
             try:
-                masked[k] = masked_upload(
-                    parties[k], uploads[k], sec.weight(k), sec.publics, len(members)
+                out[k] = masked_upload(
+                    self.parties[k], self.uploads[k], sec.weight(k), sec.publics, len(members)
                 )
             except InvalidArgumentError as exc:  # out of the fixed-point range
-                LOG.warning("round %d: client %d left out: %s", t, k, exc)
-                dropped.append({"round": t, "client": k, "reason": str(exc)})
-                uploads[k] = None
-        if not masked:
-            raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
-        asked = sec.requests(masked)
-        silent = {v: "injected fault" for v in asked if plan.faults.get((v, t)) == "no-recovery"}
-        if silent:
-            record_abort(t, attempt, silent, aborted)
-            members = [k for k in members if k in masked and k not in silent]
-            continue
-        seeds = {v: parties[v].reveal(ds, sec.publics) for v, ds in asked.items()}
-        if observe is not None:
-            observe(masked)
-        total = torch.as_tensor(sec.total(masked, seeds), device=received.device)
-        scheme.server_update(scheme.aggregator_code(total))
-        return time.perf_counter() - start, sorted(masked)
-    raise given_up(t)
+                out[k] = str(exc)
+                self.uploads[k] = None
+        return out
+
+    def reveal(
+        self, attempt: int, asked: Mapping[int, list[int]], publics: Mapping[int, bytes]
+    ) -> dict[int, dict[int, bytes] | str]:
+        """The survivors' seeds with their dropped peers (``no-recovery``: refused)."""
+        return {
+            v: "injected fault"
+            if self.plan.faults.get((v, self.round_t)) == "no-recovery"
+            else self.parties[v].reveal(ds, publics)
+            for v, ds in asked.items()
+        }
 
 
 def _torch() -> Any:

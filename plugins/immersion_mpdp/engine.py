@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 from immersion import InvalidArgumentError
-from immersion.securesum.protocol import FixedPointRangeError, reveal_requests, revealed_pairs
+from immersion.securesum.protocol import FixedPointRangeError
+from immersion.securesum.round import RoundOutcome, RoundRecords, RoundTransport, run_round
 from immersion_fl.data import load_dataset, split_clients
 from immersion_fl.engine import EveryClientFailedError, FederatedTask, RunConfig, RunResult
 from immersion_fl.faults import FaultPlan
@@ -288,25 +289,6 @@ def apply_fault(kind: str | None, work: Callable[[], Upload]) -> Upload:
     return upload
 
 
-def abort(
-    t: int,
-    attempt: int,
-    silent: dict[int, str],
-    asked: dict[int, list[int]],
-    aborted: list[dict[str, Any]],
-) -> None:
-    """Log and record a round aborted because survivors did not reveal their seeds."""
-    reason = "; ".join(
-        f"client {v} did not reveal its seeds for dropped client {', '.join(map(str, asked[v]))} "
-        f"({why})"
-        for v, why in sorted(silent.items())
-    )
-    LOG.warning(
-        "round %d aborted (attempt %d): %s; retrying with fresh keys", t, attempt + 1, reason
-    )
-    aborted.append({"round": t, "attempt": attempt + 1, "reason": reason, "silent": sorted(silent)})
-
-
 def graph_split(graph: RoundGraph, survivors: Iterable[int]) -> str | None:
     """Why the survivors' graph cannot be unmasked, or None: after a dropout, the edges of one
     purpose among the survivors must still connect them all, or the revealed seeds would give
@@ -321,26 +303,6 @@ def graph_split(graph: RoundGraph, survivors: Iterable[int]) -> str | None:
             shown = "; ".join(", ".join(map(str, p)) for p in parts)
             return f"without the dropped clients the graph of the {name} falls apart ({shown})"
     return None
-
-
-def split_abort(t: int, attempt: int, reason: str, aborted: list[dict[str, Any]]) -> None:
-    """Log and record a round aborted because unmasking it would reveal partial sums."""
-    LOG.warning(
-        "round %d aborted (attempt %d): %s; retrying with fresh seeds", t, attempt + 1, reason
-    )
-    aborted.append({"round": t, "attempt": attempt + 1, "reason": reason, "silent": []})
-
-
-def fallback(t: int, attempt: int, clients: list[int], aborted: list[dict[str, Any]]) -> None:
-    """Log and record a round retried with two words per correction: ``clients`` found theirs
-    outside the one-word fixed-point range
-    (:func:`immersion.securesum.protocol.fixed_point_limit`)."""
-    reason = (
-        f"corrections of client {', '.join(map(str, clients))} exceed the one-word fixed-point "
-        "range; retrying the round with two words per correction"
-    )
-    LOG.warning("round %d (attempt %d): %s", t, attempt + 1, reason)
-    aborted.append({"round": t, "attempt": attempt + 1, "reason": reason, "silent": []})
 
 
 def mpdp_round(
@@ -358,19 +320,101 @@ def mpdp_round(
 
     Returns the clients whose gradients were aggregated and their uploads.
     """
-    one_word = server.noise
-    for attempt in range(MAX_ATTEMPTS):
-        tick = time.perf_counter()
-        publics = {k: clients[k].advertise(t, attempt) for k in members}
-        model, graph = server.begin_round(members)
-        phase_s["server_mp"] = phase_s.get("server_mp", 0.0) + time.perf_counter() - tick
-        uploads: dict[int, Upload] = {}
-        too_large = []
+    transport = LocalMpdp(server, clients, t, plan, phase_s)
+    outcome = run_round(
+        transport,
+        members,
+        RoundRecords(t, dropped, aborted),
+        max_attempts=MAX_ATTEMPTS,
+        too_few=EveryClientFailedError,
+        given_up=lambda: given_up(t),
+        split=graph_split,
+        name_dropped=True,
+    )
+    finish(server, outcome, phase_s)
+    for k in outcome.members:
+        clients[k].forget(t)
+    server.noise = transport.one_word  # two words were for this round only
+    return outcome.contributors, [outcome.uploads[k] for k in outcome.contributors]
+
+
+def given_up(t: int) -> SecureAggregationError:
+    """The error of a round aborted :data:`MAX_ATTEMPTS` times (read when raised)."""
+    return SecureAggregationError(
+        f"round {t}: aborted {MAX_ATTEMPTS} times; see the log for the clients that did not answer"
+    )
+
+
+def finish(server: MpdpServer, outcome: RoundOutcome, phase_s: dict[str, float]) -> None:
+    """Phase 5 on the server: aggregate and recover (timed as ``server_recover``)."""
+    tick = time.perf_counter()
+    server.finish_round(outcome.uploads, outcome.revealed())
+    phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
+
+
+class MpdpPhases(RoundTransport[Upload, dict[str, bytes]]):
+    """What both engines' transports share: the server's round graph (timed with the advertise
+    as ``server_mp``) and the fall back to two words per correction when a client's do not fit
+    one (:func:`immersion.securesum.protocol.fixed_point_limit`)."""
+
+    def __init__(self, server: MpdpServer, t: int, phase_s: dict[str, float]) -> None:
+        self.server, self.t, self.phase_s = server, t, phase_s
+        self.one_word = server.noise
+        self.too_large: list[int] = []  # clients whose corrections need two words
+        self.model: Any = None  # the perturbed model of the attempt
+        self.tick = 0.0  # set by each advertise
+
+    def graph(self, members: list[int], publics: Any) -> Any:
+        self.model, graph = self.server.begin_round(members)
+        self.phase_s["server_mp"] = (
+            self.phase_s.get("server_mp", 0.0) + time.perf_counter() - self.tick
+        )
+        return graph
+
+    def redo(self) -> str | None:
+        if not self.too_large:
+            return None
+        self.server.noise = dataclasses.replace(self.one_word, words=2)
+        return (
+            f"corrections of client {', '.join(map(str, self.too_large))} exceed the one-word "
+            "fixed-point range; retrying the round with two words per correction"
+        )
+
+
+class LocalMpdp(MpdpPhases):
+    """The phases of :func:`mpdp_round` as calls in this process."""
+
+    def __init__(
+        self,
+        server: MpdpServer,
+        clients: dict[int, MpdpClient],
+        t: int,
+        plan: FaultPlan,
+        phase_s: dict[str, float],
+    ) -> None:
+        super().__init__(server, t, phase_s)
+        self.clients, self.plan = clients, plan
+
+    def advertise(self, attempt: int, members: list[int]) -> dict[int, bytes | str]:
+        self.tick = time.perf_counter()
+        return {k: self.clients[k].advertise(self.t, attempt) for k in members}
+
+    def upload(
+        self, attempt: int, members: list[int], publics: Any, graph: Any
+    ) -> dict[int, Upload | str]:
+        server, t, out = self.server, self.t, {}
+        self.too_large = []
         for k in members:
-            kind = plan.faults.get((k, t))
+            kind = self.plan.faults.get((k, t))
             try:
                 work = partial(
-                    clients[k].upload, t, model, publics, graph[k], len(members), server.noise
+                    self.clients[k].upload,
+                    t,
+                    self.model,
+                    publics,
+                    graph[k],
+                    len(members),
+                    server.noise,
                 )
                 upload = apply_fault(kind if kind != "no-recovery" else None, work)
                 problem = upload_problem(
@@ -378,46 +422,22 @@ def mpdp_round(
                 )
             except FixedPointRangeError as exc:
                 if server.noise.words == 1:
-                    too_large.append(k)
+                    self.too_large.append(k)
                 problem = f"raised {type(exc).__name__}: {exc}"
             except Exception as exc:  # noqa: BLE001 - left out, its noise recovered
                 problem = f"raised {type(exc).__name__}: {exc}"
-            if problem:
-                LOG.warning("round %d: client %d left out: %s", t, k, problem)
-                dropped.append({"round": t, "client": k, "reason": problem})
-            else:
-                uploads[k] = upload
-            for phase, seconds in clients[k].timings.items():
-                phase_s[phase] = phase_s.get(phase, 0.0) + seconds
-        if too_large:  # one word per correction is too small this round: retry with two
-            fallback(t, attempt, too_large, aborted)
-            server.noise = dataclasses.replace(one_word, words=2)
-            continue
-        if not uploads:
-            raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
-        gone = [k for k in members if k not in uploads]
-        split = graph_split(graph, uploads) if gone else None
-        if split:
-            split_abort(t, attempt, split, aborted)
-            members = sorted(uploads)
-            continue
-        asked = reveal_requests(gone, graph, uploads)
-        silent = {v: "injected fault" for v in asked if plan.faults.get((v, t)) == "no-recovery"}
-        if silent:
-            abort(t, attempt, silent, asked, aborted)
-            members = [k for k in uploads if k not in silent]
-            continue
-        seeds = {v: clients[v].reveal(t, ds, publics) for v, ds in asked.items()}
-        tick = time.perf_counter()
-        server.finish_round(uploads, revealed_pairs(gone, graph, uploads, seeds))
-        phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
-        for k in members:
-            clients[k].forget(t)
-        server.noise = one_word
-        return sorted(uploads), [uploads[k] for k in sorted(uploads)]
-    raise SecureAggregationError(
-        f"round {t}: aborted {MAX_ATTEMPTS} times; see the log for the clients that did not answer"
-    )
+            out[k] = problem or upload
+            for phase, seconds in self.clients[k].timings.items():
+                self.phase_s[phase] = self.phase_s.get(phase, 0.0) + seconds
+        return out
+
+    def reveal(self, attempt: int, asked: Any, publics: Any) -> dict[int, Any]:
+        return {
+            v: "injected fault"
+            if self.plan.faults.get((v, self.t)) == "no-recovery"
+            else self.clients[v].reveal(self.t, ds, publics)
+            for v, ds in asked.items()
+        }
 
 
 def fedsgd_step(weights: list[Any], clients: list[MpdpClient], t: int, lr: float) -> list[Any]:

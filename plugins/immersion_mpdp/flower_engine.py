@@ -36,7 +36,6 @@ Message kinds are namespaced (``mpdp/...``) so one deployed ClientApp can serve 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -44,13 +43,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-from immersion.securesum.protocol import FixedPointRangeError, reveal_requests, revealed_pairs
+from immersion.securesum.protocol import FixedPointRangeError
+from immersion.securesum.round import RoundRecords, run_round
 from immersion_fl import flower_engine as fl_flower
 from immersion_fl.engine import EveryClientFailedError, RunConfig
 from immersion_fl.faults import FaultPlan
 from immersion_fl.flower_engine import arrays_record as _arrays
 from immersion_fl.flower_engine import flwr_types as _flwr_types
-from immersion_fl.secure import SecureAggregationError
 
 from . import engine
 from .ddp import PURPOSES, NoiseSettings, Upload
@@ -145,10 +144,6 @@ class _Nodes:
             )
         return out
 
-    def leave_out(self, t: int, k: int, reason: str) -> None:
-        LOG.warning("round %d: client %d left out: %s", t, k, reason)
-        self.dropped.append({"round": t, "client": k, "reason": reason})
-
 
 def _records(**parts: Any) -> RecordDict:
     _, ArrayRecord, ConfigRecord, _, RecordDict = _flwr_types()
@@ -234,27 +229,57 @@ def flower_round(
     Every random draw and every sum comes in the same order, so the same seed gives the same
     weights.
     """
-    one_word = server.noise
-    for attempt in range(engine.MAX_ATTEMPTS):
-        noise = server.noise
-        tick = time.perf_counter()
-        head = {"round": t, "attempt": attempt}
-        answers = nodes.advertise(
-            t, members, partial(_records, config={"kind": "mpdp/advertise", **head, **run})
+    transport = FlowerMpdp(nodes, server, t, run, phase_s)
+    outcome = run_round(
+        transport,
+        members,
+        RoundRecords(t, nodes.dropped, aborted),
+        max_attempts=engine.MAX_ATTEMPTS,
+        too_few=EveryClientFailedError,
+        given_up=lambda: engine.given_up(t),
+        split=engine.graph_split,
+        name_dropped=True,
+        party="node",
+    )
+    engine.finish(server, outcome, phase_s)
+    server.noise = transport.one_word  # two words were for this round only
+    return outcome.contributors, [outcome.uploads[k] for k in outcome.contributors]
+
+
+class FlowerMpdp(engine.MpdpPhases):
+    """The phases of :func:`flower_round` as Flower messages (``mpdp/<phase>``)."""
+
+    def __init__(
+        self,
+        nodes: _Nodes,
+        server: MpdpServer,
+        t: int,
+        run: dict[str, str],
+        phase_s: dict[str, float],
+    ) -> None:
+        super().__init__(server, t, phase_s)
+        self.nodes, self.run = nodes, run
+        self.public_arrays: dict[str, np.ndarray] = {}
+
+    def advertise(self, attempt: int, members: list[int]) -> dict[int, bytes | str]:
+        self.tick = time.perf_counter()
+        head = {"round": self.t, "attempt": attempt}
+        answers = self.nodes.advertise(
+            self.t,
+            members,
+            partial(_records, config={"kind": "mpdp/advertise", **head, **self.run}),
         )
-        publics: dict[int, bytes] = {}
-        for k in sorted(answers):
-            if isinstance(answers[k], str):
-                nodes.leave_out(t, k, answers[k])
-            else:
-                publics[k] = _as_bytes(answers[k].content["keys"]["public"])
-        members = sorted(publics)
-        if not members:
-            raise EveryClientFailedError(f"round {t}: no node answered the key advertisement")
-        model, graph = server.begin_round(members)
-        phase_s["server_mp"] = phase_s.get("server_mp", 0.0) + time.perf_counter() - tick
-        model_arrays = model.arrays()
-        public_arrays = {str(k): _as_uint8(v) for k, v in publics.items()}
+        return {
+            k: reply if isinstance(reply, str) else _as_bytes(reply.content["keys"]["public"])
+            for k, reply in answers.items()
+        }
+
+    def upload(
+        self, attempt: int, members: list[int], publics: Any, graph: Any
+    ) -> dict[int, Upload | str]:
+        noise = self.server.noise
+        model_arrays = self.model.arrays()
+        self.public_arrays = {str(k): _as_uint8(v) for k, v in publics.items()}
         settings = {
             "n_clients": len(members),
             "sigma_eta": noise.sigma_eta,
@@ -262,73 +287,43 @@ def flower_round(
             "mask_corrections": noise.mask_corrections,
             "words": noise.words,
         }
-        answers = nodes.send(
+        answers = self.nodes.send(
             {
                 k: _records(
                     model=model_arrays,
-                    publics=public_arrays,
+                    publics=self.public_arrays,
                     neighbours=_neighbour_arrays(graph[k]),
-                    config={"kind": "mpdp/upload", **head, **settings},
+                    config={"kind": "mpdp/upload", "round": self.t, "attempt": attempt, **settings},
                 )
                 for k in members
             }
         )
-        uploads: dict[int, Upload] = {}
-        too_large = []
+        out: dict[int, Upload | str] = {}
+        self.too_large = []
         for k in members:
-            upload = _upload_of(answers[k], phase_s)
-            problem = (
-                upload
-                if isinstance(upload, str)
-                else engine.upload_problem(
-                    upload, server.layout, noise.mask_corrections, noise.words
-                )
-            )
-            if isinstance(upload, Upload) and problem is None:
-                uploads[k] = upload
-            elif isinstance(upload, _OutOfRange) and noise.words == 1:
-                too_large.append(k)
+            upload = _upload_of(answers[k], self.phase_s)
+            if isinstance(upload, _OutOfRange) and noise.words == 1:
+                self.too_large.append(k)  # not left out: the attempt is run again
+            elif isinstance(upload, str):
+                out[k] = str(upload)
             else:
-                nodes.leave_out(t, k, str(problem))
-        if too_large:  # one word per correction is too small this round: retry with two
-            engine.fallback(t, attempt, too_large, aborted)
-            server.noise = dataclasses.replace(one_word, words=2)
-            continue
-        if not uploads:
-            raise EveryClientFailedError(f"round {t}: every client failed; nothing to aggregate")
-        gone = [k for k in members if k not in uploads]
-        split = engine.graph_split(graph, uploads) if gone else None
-        if split:
-            engine.split_abort(t, attempt, split, aborted)
-            members = sorted(uploads)
-            continue
-        asked = reveal_requests(gone, graph, uploads)
+                problem = engine.upload_problem(
+                    upload, self.server.layout, noise.mask_corrections, noise.words
+                )
+                out[k] = problem or upload
+        return out
+
+    def reveal(self, attempt: int, asked: Any, publics: Any) -> dict[int, Any]:
         requests = {
             v: _records(
                 dropped={"d": np.asarray(ds, dtype=np.int64)},
-                publics={str(d): public_arrays[str(d)] for d in ds},
-                config={"kind": "mpdp/reveal", **head},
+                publics={str(d): self.public_arrays[str(d)] for d in ds},
+                config={"kind": "mpdp/reveal", "round": self.t, "attempt": attempt},
             )
             for v, ds in asked.items()
         }
-        answers = nodes.send(requests) if asked else {}
-        replies = {v: _seeds_of(answers[v], asked[v]) for v in sorted(answers)}
-        silent = {v: why for v, why in replies.items() if isinstance(why, str)}
-        if silent:
-            engine.abort(t, attempt, silent, asked, aborted)
-            members = [k for k in uploads if k not in silent]
-            continue
-        seeds = {v: got for v, got in replies.items() if not isinstance(got, str)}
-        revealed = revealed_pairs(gone, graph, uploads, seeds)
-        tick = time.perf_counter()
-        server.finish_round(uploads, revealed)
-        phase_s["server_recover"] = phase_s.get("server_recover", 0.0) + time.perf_counter() - tick
-        server.noise = one_word
-        return sorted(uploads), [uploads[k] for k in sorted(uploads)]
-    raise SecureAggregationError(
-        f"round {t}: aborted {engine.MAX_ATTEMPTS} times; see the log for the clients that did "
-        "not answer"
-    )
+        answers = self.nodes.send(requests)
+        return {v: _seeds_of(answers[v], asked[v]) for v in sorted(answers)}
 
 
 def serve(

@@ -40,13 +40,8 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 from immersion import InvalidArgumentError
-from immersion.securesum.protocol import (
-    from_fixed,
-    recovery_mask,
-    reveal_requests,
-    revealed_pairs,
-    sum_words,
-)
+from immersion.securesum.protocol import reveal_requests
+from immersion.securesum.round import RoundOutcome, sort_replies
 
 from .message_graph import connected, mask_graph, ring_neighbours
 from .message_wire import (
@@ -409,9 +404,10 @@ class SecureAggregation(Strategy):
         self, server_round: int, members: list[int], masked: dict[int, np.ndarray]
     ) -> np.ndarray:
         """The float sum of the contributors' vectors (survivors reveal seeds for the others)."""
-        total = sum_words([masked[k] for k in sorted(masked)])
-        gone = [k for k in members if k not in masked]
-        asked = reveal_requests(gone, self._graph, masked)
+        outcome: RoundOutcome[np.ndarray, bytes] = RoundOutcome(
+            0, members, self._publics, self._graph, masked
+        )
+        asked = dict(sorted(reveal_requests(outcome.gone, self._graph, masked).items()))
         if asked:
             stage = ConfigRecord(
                 {
@@ -430,21 +426,15 @@ class SecureAggregation(Strategy):
                             PUBLICS: ConfigRecord({str(k): self._publics[k] for k in ds}),
                         }
                     )
-                    for v, ds in sorted(asked.items())
+                    for v, ds in asked.items()
                 }
             )
-            seeds, silent = {}, {}
-            for v, reply in answers.items():
-                got = _seeds(reply, asked[v])
-                if isinstance(got, str):
-                    silent[v] = got
-                else:
-                    seeds[v] = got
+            outcome.seeds, silent = sort_replies(
+                asked, {v: _seeds(reply, asked[v]) for v, reply in answers.items()}
+            )
             if silent:
                 raise SilentSurvivors(silent)
-            pairs = revealed_pairs(gone, self._graph, masked, seeds)
-            total -= recovery_mask(pairs, total.size)
-        return from_fixed(total, words=self.words)
+        return outcome.unmask(words=self.words)
 
     def _packing(self, meta: dict[str, Any]) -> Packing:
         metrics = [(str(n), int(k)) for n, k in json.loads(str(meta["metrics"]))]
