@@ -22,9 +22,10 @@ pytest.importorskip("sklearn")
 
 from immersion import InvalidArgumentError, PluginError  # noqa: E402
 from immersion_fl.config import LegacyConfigWarning, NoOptions, RunConfig  # noqa: E402
-from immersion_fl.engine import run_federated  # noqa: E402
 from immersion_fl.hookspecs import SchemeSpec  # noqa: E402
-from immersion_fl.optimizers import (  # noqa: E402
+from immersion_fl.registry import fl_registry  # noqa: E402
+from immersion_fl.runtime.engine import run_federated  # noqa: E402
+from immersion_fl.runtime.optimizers import (  # noqa: E402
     AdamState,
     EmptyState,
     TraceState,
@@ -35,7 +36,6 @@ from immersion_fl.optimizers import (  # noqa: E402
     momentum,
     sgd,
 )
-from immersion_fl.registry import fl_registry  # noqa: E402
 from immersion_fl.scheme import Scheme  # noqa: E402
 from immersion_fl.schemes import SiflOptions  # noqa: E402
 from immersion_mpdp.options import MpdpOptions  # noqa: E402

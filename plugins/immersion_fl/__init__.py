@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from flwr.clientapp.typing import ClientAppCallable
     from flwr.serverapp.strategy import Strategy
 
-    from .flower_native import SiflStrategy
+    from .flower.native import SiflStrategy
 
 __all__ = [
     "run",
@@ -44,15 +44,15 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name in ("SiflStrategy", "sifl_mod"):
-        from . import flower_native
+        from .flower import native as flower_native
 
         return getattr(flower_native, name)
     if name == "EveryClientFailedError":
-        from . import federation
+        from .runtime import federation
 
         return federation.EveryClientFailedError
     if name == "SecureAggregationError":
-        from . import secure
+        from .runtime import secure
 
         return secure.SecureAggregationError
     raise AttributeError(f"module 'immersion_fl' has no attribute {name!r}")
@@ -108,20 +108,20 @@ def immersion_register_fl_schemes() -> list[SchemeSpec]:
 
 
 def _sifl_strategy(strategy: Strategy, *, scheme: str, **options: Any) -> SiflStrategy:
-    from .flower_native import SiflStrategy
+    from .flower.native import SiflStrategy
 
     return SiflStrategy(strategy, scheme, **options)
 
 
 def _sifl_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    from .flower_native import sifl_mod
+    from .flower.native import sifl_mod
 
     return sifl_mod(msg, context, call_next)
 
 
 @hookimpl
 def immersion_register_optimizers() -> list[OptimizerSpec]:
-    from . import optimizers
+    from .runtime import optimizers
 
     return [
         OptimizerSpec("sgd", optimizers.sgd, "w <- w - lr g"),
@@ -132,7 +132,7 @@ def immersion_register_optimizers() -> list[OptimizerSpec]:
 
 @hookimpl
 def immersion_register_commands() -> list[CommandSpec]:
-    from .cli import bench_sifl, fl_group, keys_flower
+    from .cli.run import bench_sifl, fl_group, keys_flower
 
     return [
         CommandSpec("fl", fl_group, parent=""),

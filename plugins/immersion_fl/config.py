@@ -185,7 +185,8 @@ class NoOptions(SchemeOptions):
     """A scheme without options (plain FedAvg)."""
 
 
-#: The ways of splitting the data among the clients (:func:`immersion_fl.data.split_clients`).
+#: The ways of splitting the data among the clients
+#: (:func:`immersion_fl.runtime.data.split_clients`).
 SPLITS = ("iid", "dirichlet")
 #: Client timeouts must stay below this (the largest wait ``threading`` accepts, included).
 TIMEOUT_LIMIT = math.nextafter(threading.TIMEOUT_MAX, math.inf)

@@ -11,7 +11,7 @@ import click
 import numpy as np
 from immersion.cli.params import SEED, FiniteFloatRange, json_safe
 
-from .registry import fl_registry
+from ..registry import fl_registry
 
 SCHEMES = tuple(sorted(fl_registry().fl_schemes))
 OPTIMIZERS = tuple(sorted(fl_registry().optimizers))
@@ -290,8 +290,8 @@ def fl_run(
       round_s_median     steady state: median over rounds 2..R (round 1 if R = 1)
       round_time_ratio   steady state: scheme / plain twin, medians over rounds 2..R
     """
-    from .engine import EveryClientFailedError, RunConfig, progress_bar, run_federated
-    from .faults import FaultPlan
+    from ..runtime.engine import EveryClientFailedError, RunConfig, progress_bar, run_federated
+    from ..runtime.faults import FaultPlan
 
     cfg = RunConfig.from_flat({"hidden": _hidden(hidden), **options})
     if engine == "flower" and (checkpoint or resume):
@@ -391,7 +391,7 @@ def bench_sifl(
     rounds: int, scheme: str, dataset: str, local_epochs: int, arithmetic: str, as_json: bool
 ) -> None:
     """The paper's 199,210-parameter MLP with 10 clients, scheme beside plain FedAvg in one run."""
-    from .engine import RunConfig, progress_bar, run_federated
+    from ..runtime.engine import RunConfig, progress_bar, run_federated
 
     cfg = RunConfig.from_flat(
         {
@@ -421,7 +421,7 @@ def bench_sifl(
         "round_s_median",
     )
     out = {k: out[k] for k in keep}
-    from .engine import codec_seconds_per_round
+    from ..runtime.engine import codec_seconds_per_round
 
     codec = codec_seconds_per_round(cfg)
     plain = float(np.median(result.round_s_plain))
@@ -460,7 +460,7 @@ def keys_flower(
     folder: Path, hosts: tuple[str, ...], nodes: tuple[str, ...], overwrite: bool, as_json: bool
 ) -> None:
     """TLS certificates and SuperNode keys for a Flower deployment (extra: fl), files mode 0600."""
-    from .tls import write_node_key, write_tls_certificates
+    from ..flower.tls import write_node_key, write_tls_certificates
 
     if not hosts and not nodes:
         raise click.UsageError("give --host (TLS certificates) and/or --node (SuperNode keys)")

@@ -27,9 +27,9 @@ import numpy as np
 from immersion import OptionalDependencyError
 from immersion.securesum.protocol import SecureSumClient
 
-from .client import Client
-from .faults import FaultPlan, upload_problem
-from .federation import (
+from ..runtime.client import Client
+from ..runtime.faults import FaultPlan, upload_problem
+from ..runtime.federation import (
     EveryClientFailedError,
     FederatedTask,
     RunConfig,
@@ -38,10 +38,10 @@ from .federation import (
     optimizer_by_name,
     task_from_config,
 )
-from .modular import FixedPointFedAvg, IntegerBroadcast, ModularClientKit
-from .scheme import AnyScheme
-from .schemes import ClientKit, client_upload
-from .secure import masked_upload, new_party
+from ..runtime.secure import masked_upload, new_party
+from ..scheme import AnyScheme
+from ..schemes import ClientKit, client_upload
+from ..schemes.modular import FixedPointFedAvg, IntegerBroadcast, ModularClientKit
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -434,7 +434,7 @@ def secure_flower_sum(
     tuple
         The weighted sum renormalised over the contributors (float64), and the contributors.
     """
-    from .secure import MAX_ATTEMPTS, SecureRound, given_up, record_abort
+    from ..runtime.secure import MAX_ATTEMPTS, SecureRound, given_up, record_abort
 
     flwr_app = _flwr()[0]
     ConfigRecord, RecordDict = flwr_app.ConfigRecord, flwr_app.RecordDict
