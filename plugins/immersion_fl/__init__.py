@@ -132,7 +132,9 @@ def immersion_register_optimizers() -> list[OptimizerSpec]:
 
 @hookimpl
 def immersion_register_commands() -> list[CommandSpec]:
-    from .cli.run import bench_sifl, fl_group, keys_flower
+    from .cli.bench import bench_sifl
+    from .cli.keys import keys_flower
+    from .cli.run import fl_group
 
     return [
         CommandSpec("fl", fl_group, parent=""),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 from immersion import InvalidArgumentError
 
-from ..config import SchemeOptions, check_int, check_real
+from ..config import SchemeOptions, check_int, check_real, option
 
 if TYPE_CHECKING:
     pass
@@ -63,18 +63,54 @@ class SiflOptions(SchemeOptions):
     'laplace'
     """
 
-    extra: int | None = None
-    p: int = 2
-    epsilon_local: float = 1.0
-    noise: str = "laplace"
-    delta: float = 1e-5
-    clip: float = 100.0
-    keys: str = "auto"
-    block_size: int = 8
+    extra: int | None = option(
+        None,
+        "added dimensions n~ - n (default: 201 for M1/M2 as in the paper's MLP, 1 for sifl-rm).",
+        low=1,
+    )
+    p: int = option(2, "aggregator columns of sifl-m2.", low=2)
+    epsilon_local: float = option(
+        1.0, "per-element epsilon of each upload (seed 000 Theorem 1 or 2).", low=0, open_low=True
+    )
+    noise: str = option(
+        "laplace",
+        "laplace or gaussian (auto: laplace).",
+        choices=("auto", *NOISE_LAWS),
+        cli_default="auto",
+    )
+    delta: float = option(1e-5, "delta for --noise gaussian.", low=0, high=0.5, open_low=True)
+    clip: float = option(
+        100.0,
+        "client model norm bound C (sensitivity 2C/|D_i|, seed 000 Remark 3; the paper uses 1000).",
+        low=0,
+        open_low=True,
+    )
+    keys: str = option(
+        "auto",
+        "key structure: dense, block (structured, see --block-size) or auto (dense up to 512 "
+        "immersed entries, block above).",
+        choices=KEY_KINDS,
+    )
+    block_size: int = option(
+        8,
+        "block size of structured keys (transforms are memory-bound: smaller is faster).",
+        low=1,
+    )
     client_noise: bool = False
-    arithmetic: str = "float"
-    fraction_bits: int = 32
-    secure_aggregation: bool = False
+    arithmetic: str = option(
+        "float",
+        "float64 coding (seed 000) or exact integers mod 2^64 (epsilon 0; decodes bit for bit to "
+        "FedAvg on the same fixed-point values).",
+        choices=("float", "modular"),
+    )
+    fraction_bits: int = option(
+        32, "modular arithmetic: fixed-point values round(w 2^f).", low=0, high=62
+    )
+    secure_aggregation: bool = option(
+        False,
+        "the aggregator gets pairwise-masked uploads and learns only their weighted sum (dropouts "
+        "recovered).",
+    )
 
     noise_auto: ClassVar[str | None] = "laplace"
 
