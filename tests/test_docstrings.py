@@ -44,6 +44,10 @@ MODULES = [
     "immersion_fl.runtime.optimizers",
     "immersion_fl.runtime.engine",
     "immersion_fl.schemes",
+    "immersion_fl.schemes.options",
+    "immersion_fl.schemes.kit",
+    "immersion_fl.cli.options",
+    "immersion_fl.cli.run",
     "immersion_mpdp.options",
     "immersion_secagg.options",
 ]

@@ -6,7 +6,9 @@ classes declare with :func:`~immersion_fl.config.option` (:func:`scheme_options`
 A flag that several option classes declare (``--noise``, ``--delta``, ``--epsilon``) becomes one
 click option: its choices are the union, its bounds the widest, its help each class's meaning
 prefixed with the schemes that take it; where the classes' defaults differ, the flag defaults to
-None and each scheme keeps its own default (``fl run`` leaves unset flags out).
+None and each scheme keeps its own default (``fl run`` leaves unset flags out). A flag declared
+with two types, or a switch with two defaults, is refused (:class:`~immersion.errors.PluginError`,
+naming it).
 """
 
 from __future__ import annotations
@@ -250,6 +252,13 @@ class _SchemeFlag:
                 f"scheme {scheme!r}: flag --{self.name} is a {kind.__name__} here and a "
                 f"{self.kind.__name__} for {sorted(s for v in self.helps.values() for s in v)}"
             )
+        if not self.helps:  # the first declaration sets the bounds
+            self.low, self.high, self.open_low = flag.low, flag.high, flag.open_low
+        if default != self.default and kind is bool:
+            raise PluginError(
+                f"scheme {scheme!r}: switch --{self.name} defaults to {default} here and to "
+                f"{self.default} for {sorted(s for v in self.helps.values() for s in v)}"
+            )
         if default != self.default:
             self.default = None  # each scheme keeps its own default
         self.choices += [c for c in flag.choices or () if c not in self.choices]
@@ -319,8 +328,7 @@ def scheme_options(specs: Iterable[SchemeSpec]) -> list[click.Option]:
             default = f.default if flag.cli_default is None else flag.cli_default
             if f.name in SHARED:
                 raise PluginError(f"{owner.__name__}.{f.name}: --{f.name} is a shared option")
-            merged = flags.setdefault(f.name, _SchemeFlag(f.name, kind, default))
-            if not merged.helps:  # the first declaration sets the bounds
-                merged.low, merged.high, merged.open_low = flag.low, flag.high, flag.open_low
-            merged.add(spec.name, flag, kind, default)
+            flags.setdefault(f.name, _SchemeFlag(f.name, kind, default)).add(
+                spec.name, flag, kind, default
+            )
     return [merged.click_option() for merged in flags.values()]
