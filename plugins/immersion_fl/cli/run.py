@@ -80,6 +80,23 @@ def fl_run(
       first_round_s      round 1 alone (it also pays first-use costs)
       round_s_median     steady state: median over rounds 2..R (round 1 if R = 1)
       round_time_ratio   steady state: scheme / plain twin, medians over rounds 2..R
+    \f
+
+    Parameters
+    ----------
+    plot_dir, as_json:
+        ``--plot`` and ``--json``: where to write the figures, and one JSON object for the text.
+    engine:
+        ``local`` or ``flower``.
+    inject:
+        ``--inject-fault`` values (:meth:`~immersion_fl.runtime.faults.FaultPlan.parse`).
+    checkpoint, resume:
+        Where to save each round, and whether to continue the run saved there.
+    reference_drift:
+        Also run FedAvg summing its uploads in reverse order (with ``compare_plain``).
+    **flags:
+        The run's configuration: the shared fields and the schemes' flags
+        (:meth:`~immersion_fl.config.RunConfig.from_flat`).
     """
     from ..runtime.engine import EveryClientFailedError, RunConfig, progress_bar, run_federated
     from ..runtime.faults import FaultPlan

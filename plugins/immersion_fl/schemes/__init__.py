@@ -31,7 +31,7 @@ Seed 000 (SIFL), Algorithms 1-2, eqs. 19-21, 25-33, Theorems 1-2, Remark 3 and s
 from __future__ import annotations
 
 from .fedavg import FedAvg, fedavg_scheme
-from .kit import NOISE_ARRAYS, ClientKit, TensorMap, client_upload, kernel_noise, lift_change
+from .kit import NOISE_ARRAYS, ClientKit, client_upload, kernel_noise, lift_change
 from .options import DENSE_KEY_BYTES, KEY_KINDS, NOISE_LAWS, SiflOptions
 from .sifl_m1 import SiflM1, sifl_m1_scheme
 from .sifl_m2 import SiflM2, sifl_m2_scheme
@@ -47,7 +47,6 @@ __all__ = [
     "SiflM1",
     "SiflM2",
     "SiflOptions",
-    "TensorMap",
     "client_upload",
     "fedavg_scheme",
     "kernel_noise",
