@@ -19,7 +19,12 @@ from immersion_fl.attacks import (  # noqa: E402
     single_thread,
 )
 from immersion_fl.registry import fl_registry  # noqa: E402
-from immersion_fl.runtime.engine import RunConfig, Server, run_federated, task_from_config  # noqa: E402
+from immersion_fl.runtime.engine import (  # noqa: E402
+    RunConfig,
+    Server,
+    run_federated,
+    task_from_config,
+)
 from immersion_fl.schemes import kernel_noise  # noqa: E402
 
 SIFL = ("sifl-m1", "sifl-m2", "sifl-rm")
