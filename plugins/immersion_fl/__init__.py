@@ -1,13 +1,17 @@
 """Federated learning by immersion: SIFL M1/M2 (seed 000) and random-matrix SIFL (seed 003).
 
 Public API: :func:`run` (a user's torch module and data, :mod:`.api`), and for a Flower app
-of the user's own, :class:`SiflStrategy` and :func:`sifl_mod` (:mod:`.flower_native`).
+of the user's own, :class:`SiflStrategy` and :func:`sifl_mod` (:mod:`.flower.native`).
+
+Layout: the contract a scheme builds on at the top (:mod:`.hookspecs`, :mod:`.registry`,
+:mod:`.config`, :mod:`.scheme`); the SDK's runner in :mod:`.runtime`; one module per scheme in
+:mod:`.schemes`; the Flower adapters in :mod:`.flower`; the commands in :mod:`.cli`.
 
 Registers the schemes ``fedavg``, ``sifl-m1``, ``sifl-m2``, ``sifl-rm``, the optimizers ``sgd``,
 ``momentum``, ``adam``, the commands ``immersion fl run``, ``immersion bench sifl`` and
-``immersion keys flower`` (TLS certificates and SuperNode keys, :mod:`.tls`), and the audit's
-attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak`` (:mod:`.attacks`).
-Registering imports neither torch nor Flower.
+``immersion keys flower`` (TLS certificates and SuperNode keys, :mod:`.flower.tls`), and the
+audit's attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak``
+(:mod:`.attacks`). Registering imports neither torch nor Flower.
 """
 
 from __future__ import annotations
