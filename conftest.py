@@ -20,5 +20,5 @@ else:
 collect_ignore = (
     []
     if importlib.util.find_spec("flwr")
-    else ["plugins/immersion_fl/flower_app.py", "plugins/immersion_fl/flower_native.py"]
+    else ["plugins/immersion_fl/flower/app.py", "plugins/immersion_fl/flower/native.py"]
 )

@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from immersion_fl.engine import RunConfig, run_federated
+from immersion_fl.runtime.engine import RunConfig, run_federated
 from immersion_mpdp.engine import TrainingDivergedError
 
 

@@ -41,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import immersion_fl
-    from immersion_fl.data import load_dataset, split_clients
+    from immersion_fl.runtime.data import load_dataset, split_clients
 
     torch.manual_seed(0)
     model = WideTanh().double()

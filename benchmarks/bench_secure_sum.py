@@ -21,7 +21,7 @@ import json
 import sys
 
 import numpy as np
-from immersion_fl.engine import RunConfig, run_federated
+from immersion_fl.runtime.engine import RunConfig, run_federated
 
 
 def _median_after_first(seconds: list[float]) -> float:

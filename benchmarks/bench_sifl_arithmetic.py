@@ -18,7 +18,7 @@ import json
 import time
 
 import numpy as np
-from immersion_fl.engine import RunConfig, Server, codec_seconds_per_round, task_from_config
+from immersion_fl.runtime.engine import RunConfig, Server, codec_seconds_per_round, task_from_config
 
 
 def config(scheme: str, arithmetic: str, local_epochs: int) -> RunConfig:

@@ -47,7 +47,7 @@ def build_model() -> torch.nn.Module:
 
 def main() -> None:
     from immersion.cli.params import json_safe
-    from immersion_fl.data import load_digits_dataset
+    from immersion_fl.runtime.data import load_digits_dataset
     from immersion_siml.bench import bench_siml
     from immersion_siml.dynamics import TrainingPlan
 

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from immersion_fl.data import load_dataset
+from immersion_fl.runtime.data import load_dataset
 from immersion_mpdp.attacks import (
     DELTA,
     N_CLASSES,

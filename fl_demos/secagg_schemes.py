@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from immersion_fl.engine import RunConfig, run_federated
+from immersion_fl.runtime.engine import RunConfig, run_federated
 
 SCHEMES = ("sgd-dp", "gsgd-dp", "gd-dp")
 

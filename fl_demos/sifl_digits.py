@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from immersion_fl.engine import RunConfig, run_federated, stderr_progress
+from immersion_fl.runtime.engine import RunConfig, run_federated, stderr_progress
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 from immersion import load_keys, save_keys
-from immersion_fl.data import load_digits_dataset
+from immersion_fl.runtime.data import load_digits_dataset
 from immersion_siml.dynamics import TrainingPlan, run_plan
 from immersion_siml.job import (
     PrivacyDesign,

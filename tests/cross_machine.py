@@ -49,7 +49,7 @@ def write(folder: Path) -> None:
     from immersion import draw_keys, save_keys
     from immersion.backends import NumpyBackend
     from immersion.lwe import encrypt_controller
-    from immersion_fl.engine import run_federated
+    from immersion_fl.runtime.engine import run_federated
 
     be, rng = NumpyBackend(), np.random.default_rng(1)
     for kind, options in FLOAT_KEYS.items():  # float keys: encodings made here, decoded there
@@ -121,7 +121,7 @@ def load(folder: Path) -> None:
     from immersion import load_keys
     from immersion.backends import NumpyBackend
     from immersion.lwe import LweTarget
-    from immersion_fl.engine import run_federated
+    from immersion_fl.runtime.engine import run_federated
 
     be = NumpyBackend()
     for kind in FLOAT_KEYS:

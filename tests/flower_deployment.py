@@ -3,7 +3,7 @@
 ``secure=True`` is the documented way (README, "Flower"): TLS on every API of the SuperLink
 (``--ssl-*``), SuperNode authentication (``--enable-supernode-auth``, keys registered with
 ``flwr supernode register``), SuperNodes and ``flwr`` trusting the test CA. The certificates and
-node keys come from :mod:`immersion_fl.tls` (``cryptography``). ``secure=False`` is the
+node keys come from :mod:`immersion_fl.flower.tls` (``cryptography``). ``secure=False`` is the
 ``--insecure`` set-up the older tests use. Every process started here is stopped with its
 descendants when the deployment closes.
 """
@@ -82,7 +82,7 @@ class LoopbackDeployment:
         self.procs: list[subprocess.Popen] = []
         link = [str(BIN / "flower-superlink"), "--port", str(self.port)]
         if secure:
-            from immersion_fl.tls import write_tls_certificates
+            from immersion_fl.flower.tls import write_tls_certificates
 
             self.tls = write_tls_certificates(folder / "tls", ["localhost", "127.0.0.1"])
             link += [
@@ -138,7 +138,7 @@ class LoopbackDeployment:
 
     def node_key(self, name: str) -> tuple[Path, Path]:
         """A SuperNode key pair (private, public) in OpenSSH format."""
-        from immersion_fl.tls import write_node_key
+        from immersion_fl.flower.tls import write_node_key
 
         return write_node_key(self.folder / "nodes", name)
 

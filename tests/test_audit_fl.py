@@ -18,8 +18,13 @@ from immersion_fl.attacks import (  # noqa: E402
     run_shared_noise_difference,
     single_thread,
 )
-from immersion_fl.engine import RunConfig, Server, run_federated, task_from_config  # noqa: E402
 from immersion_fl.registry import fl_registry  # noqa: E402
+from immersion_fl.runtime.engine import (  # noqa: E402
+    RunConfig,
+    Server,
+    run_federated,
+    task_from_config,
+)
 from immersion_fl.schemes import kernel_noise  # noqa: E402
 
 SIFL = ("sifl-m1", "sifl-m2", "sifl-rm")

@@ -14,10 +14,10 @@ pytest.importorskip("sklearn")
 
 from click.testing import CliRunner  # noqa: E402
 from immersion.cli.main import main  # noqa: E402
-from immersion_fl.data import load_dataset, load_idx_dataset, split_clients  # noqa: E402
-from immersion_fl.engine import RunConfig, run_federated  # noqa: E402
-from immersion_fl.optimizers import adam, momentum  # noqa: E402
 from immersion_fl.registry import fl_registry  # noqa: E402
+from immersion_fl.runtime.data import load_dataset, load_idx_dataset, split_clients  # noqa: E402
+from immersion_fl.runtime.engine import RunConfig, run_federated  # noqa: E402
+from immersion_fl.runtime.optimizers import adam, momentum  # noqa: E402
 from immersion_fl.schemes import lift_change  # noqa: E402
 
 REGISTERED_SCHEMES = sorted(
@@ -189,7 +189,7 @@ def test_fl_run_cli_prints_one_json_object(tmp_path):
 
 
 def test_failing_clients_are_left_out_and_the_round_completes(caplog):
-    from immersion_fl.faults import FaultPlan
+    from immersion_fl.runtime.faults import FaultPlan
 
     plan = FaultPlan(
         {(0, 0): "raise", (1, 1): "malformed", (2, 1): "wrong-shape", (3, 2): "timeout"}
@@ -215,7 +215,7 @@ def test_every_client_failing_raises_the_named_error(secure_aggregation):
     stops with ``immersion_fl.EveryClientFailedError`` (an ImmersionError), naming the round."""
     import immersion_fl
     from immersion import ImmersionError
-    from immersion_fl.faults import FaultPlan
+    from immersion_fl.runtime.faults import FaultPlan
 
     plan = FaultPlan({(0, 1): "raise", (1, 1): "malformed", (2, 1): "wrong-shape"})
     cfg = RunConfig.from_flat(
@@ -283,7 +283,7 @@ def test_flower_engine_matches_fedavg_for_every_scheme_and_optimizer(flwr_availa
 
 @pytest.mark.slow
 def test_flower_engine_leaves_failing_clients_out(flwr_available):
-    from immersion_fl.faults import FaultPlan
+    from immersion_fl.runtime.faults import FaultPlan
 
     cfg = RunConfig(scheme="sifl-m1", hidden=(8,), clients=3, rounds=2, seed=2)
     result = run_federated(
@@ -319,7 +319,7 @@ def test_reported_epsilon_matches_seed000_theorems_on_the_drawn_keys(noise):
             clip=10.0,
         )
     )
-    from immersion_fl.engine import Server, task_from_config
+    from immersion_fl.runtime.engine import Server, task_from_config
 
     sizes = [150, 160, 170]
     server = Server.create(cfg, task_from_config(cfg), sizes)
@@ -370,7 +370,7 @@ def test_flower_deployment_runtime_with_tls_and_node_auth_on_loopback(
 def test_threat_model_facts_hold_as_measured():
     """THREAT_MODEL.md, federated rows: shared round noise cancels in differences; M2 with p = 2
     leaks w up to a scalar to the server (seed000 notes section 12)."""
-    from immersion_fl.engine import Server, task_from_config
+    from immersion_fl.runtime.engine import Server, task_from_config
 
     cfg = RunConfig(scheme="sifl-m2", rounds=1, clients=4, hidden=(32,))
     task = task_from_config(cfg)

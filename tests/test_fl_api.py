@@ -423,7 +423,7 @@ def test_seed_001_schemes_run_on_a_users_module_and_equal_their_noise_free_refer
         scheme == "gd-dp"
     ):  # full clipped gradients (the clip never binds): plain FedSGD on the mean CE
         w = _vector(model).clone()
-        from immersion_fl.models import FlatModel
+        from immersion_fl.runtime.models import FlatModel
 
         fm = FlatModel(copy.deepcopy(model))
         for _ in range(2):

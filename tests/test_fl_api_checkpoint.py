@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from immersion import InvalidArgumentError  # noqa: E402
 from immersion_fl import run  # noqa: E402
-from immersion_fl.checkpoint import saved_seed  # noqa: E402
+from immersion_fl.runtime.checkpoint import saved_seed  # noqa: E402
 
 
 class Interrupted(Exception):

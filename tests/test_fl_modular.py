@@ -15,9 +15,9 @@ pytest.importorskip("sklearn")
 import immersion_fl  # noqa: E402
 from immersion import InvalidArgumentError  # noqa: E402
 from immersion_fl.config import RunConfig  # noqa: E402
-from immersion_fl.engine import Server, run_federated, task_from_config  # noqa: E402
-from immersion_fl.modular import FixedPointFedAvg, round_div  # noqa: E402
+from immersion_fl.runtime.engine import Server, run_federated, task_from_config  # noqa: E402
 from immersion_fl.schemes import SiflOptions  # noqa: E402
+from immersion_fl.schemes.modular import FixedPointFedAvg, round_div  # noqa: E402
 
 SIFL = ["sifl-m1", "sifl-m2", "sifl-rm"]
 

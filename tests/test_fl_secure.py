@@ -13,9 +13,9 @@ pytest.importorskip("cryptography")
 from click.testing import CliRunner  # noqa: E402
 from immersion import InvalidArgumentError  # noqa: E402
 from immersion.cli.main import main  # noqa: E402
-from immersion_fl import secure  # noqa: E402
-from immersion_fl.engine import RunConfig, run_federated  # noqa: E402
-from immersion_fl.faults import FaultPlan  # noqa: E402
+from immersion_fl.runtime import secure  # noqa: E402
+from immersion_fl.runtime.engine import RunConfig, run_federated  # noqa: E402
+from immersion_fl.runtime.faults import FaultPlan  # noqa: E402
 
 SIFL = ("sifl-m1", "sifl-m2", "sifl-rm")
 FAULTS = FaultPlan({(1, 1): "raise", (0, 2): "malformed", (2, 2): "no-recovery"})
@@ -94,7 +94,7 @@ def test_the_option_is_validated_and_refused_where_it_cannot_run():
     with pytest.raises(InvalidArgumentError, match="secure_aggregation"):
         RunConfig.from_flat(dict(scheme="fedavg", secure_aggregation=True))
     from flwr.serverapp.strategy import FedAvg
-    from immersion_fl.flower_native import SiflStrategy
+    from immersion_fl.flower.native import SiflStrategy
 
     with pytest.raises(InvalidArgumentError, match="secure_aggregation"):
         SiflStrategy(FedAvg(), "sifl-m1", secure_aggregation=True)

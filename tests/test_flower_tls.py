@@ -20,7 +20,7 @@ x509 = pytest.importorskip("cryptography.x509")
 from flower_deployment import CONNECTION, LoopbackDeployment  # noqa: E402
 from immersion import InvalidArgumentError, KeyFileError  # noqa: E402
 from immersion.cli.main import main  # noqa: E402
-from immersion_fl.tls import write_node_key, write_tls_certificates  # noqa: E402
+from immersion_fl.flower.tls import write_node_key, write_tls_certificates  # noqa: E402
 
 
 def test_keys_flower_writes_a_ca_a_superlink_certificate_and_node_keys(tmp_path):

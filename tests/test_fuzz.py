@@ -961,7 +961,7 @@ def test_save_keys_that_cannot_create_its_file_leaves_nothing(
 def fl_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, bytes]:
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")
-    from immersion_fl.engine import RunConfig, run_federated
+    from immersion_fl.runtime.engine import RunConfig, run_federated
 
     folder = tmp_path_factory.mktemp("ckpt")
     cfg = RunConfig(
@@ -977,7 +977,7 @@ def test_damaged_fl_checkpoints_are_refused(
     fl_checkpoint: tuple[Any, Path, bytes], data: st.DataObject
 ) -> None:
     """Before: a truncated or flipped state.npz raised zipfile.BadZipFile."""
-    from immersion_fl.engine import run_federated
+    from immersion_fl.runtime.engine import run_federated
 
     cfg, folder, blob = fl_checkpoint
     bad = damaged(data, blob)
@@ -1014,7 +1014,7 @@ def test_damaged_idx_datasets_are_refused(
     and gzip.BadGzipFile escaped from truncated or corrupt files."""
     import gzip
 
-    from immersion_fl.data import load_idx_dataset
+    from immersion_fl.runtime.data import load_idx_dataset
 
     folder = Path(tempfile.mkdtemp(dir=tmp_path))
     shapes = {
@@ -1043,7 +1043,7 @@ def test_damaged_idx_datasets_are_refused(
 def siml_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, bytes, bytes]:
     torch = pytest.importorskip("torch")
     pytest.importorskip("sklearn")
-    from immersion_fl.data import load_digits_dataset
+    from immersion_fl.runtime.data import load_digits_dataset
     from immersion_siml.dynamics import TrainingPlan
     from immersion_siml.job import PrivacyDesign, prepare_job, save_encoded_model, save_job
 

@@ -14,8 +14,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("cryptography")
 
 from immersion import InvalidArgumentError  # noqa: E402
-from immersion_fl.engine import RunConfig, run_federated  # noqa: E402
-from immersion_fl.faults import FaultPlan  # noqa: E402
+from immersion_fl.runtime.engine import RunConfig, run_federated  # noqa: E402
+from immersion_fl.runtime.faults import FaultPlan  # noqa: E402
 from immersion_mpdp import laws  # noqa: E402
 from immersion_mpdp.agreement import KeyAgreement, build_graph  # noqa: E402
 from immersion_mpdp.calibration import calibrate, meets_eq23, nout_preconditions  # noqa: E402

@@ -15,8 +15,8 @@ pytest.importorskip("sklearn")
 pytest.importorskip("cryptography")
 pytest.importorskip("flwr")
 
-from immersion_fl.engine import RunConfig  # noqa: E402
-from immersion_fl.faults import FaultPlan  # noqa: E402
+from immersion_fl.runtime.engine import RunConfig  # noqa: E402
+from immersion_fl.runtime.faults import FaultPlan  # noqa: E402
 from immersion_mpdp import engine, runner  # noqa: E402
 
 NOISE_OFF = RunConfig.from_flat(

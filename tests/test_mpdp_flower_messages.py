@@ -19,8 +19,8 @@ pytest.importorskip("flwr")
 
 from flwr.app import Context, Error, Message, RecordDict  # noqa: E402
 from immersion.securesum import protocol as securesum  # noqa: E402
-from immersion_fl.engine import RunConfig  # noqa: E402
-from immersion_fl.faults import FaultPlan  # noqa: E402
+from immersion_fl.runtime.engine import RunConfig  # noqa: E402
+from immersion_fl.runtime.faults import FaultPlan  # noqa: E402
 from immersion_mpdp import engine, flower_engine, runner  # noqa: E402
 from immersion_mpdp.ddp import Layout  # noqa: E402
 

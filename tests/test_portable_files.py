@@ -118,7 +118,7 @@ def test_a_checkpoint_whose_key_file_was_replaced_is_refused(tmp_path):
     altered by one bit, or missing, is refused instead of silently decoding with other keys."""
     from immersion import KeyFileError
     from immersion_fl.config import RunConfig
-    from immersion_fl.engine import run_federated
+    from immersion_fl.runtime.engine import run_federated
 
     cfg = RunConfig(scheme="sifl-m1", hidden=(8,), clients=2, rounds=2, seed=1)
     run_federated(cfg, checkpoint=tmp_path / "a", stop_after=1)

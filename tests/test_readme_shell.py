@@ -25,7 +25,7 @@ Not executed here, with the reason (:data:`NOT_HERE`; a documented block in neit
   (TLS on every API, SuperNode authentication, ``flwr supernode register``, ``flwr run`` of both
   schemes) runs on loopback in ``tests/test_fl.py``
   (``test_flower_deployment_runtime_with_tls_and_node_auth_on_loopback``), with the test's own
-  ports, key files from :mod:`immersion_fl.tls` and two rounds, not the page's lines;
+  ports, key files from :mod:`immersion_fl.flower.tls` and two rounds, not the page's lines;
 - the usage lines of ``docs/notes/mpdp_attacks.md`` and ``docs/notes/sifl_audit.md``: optional
   arguments in brackets, not commands; ``tests/test_mpdp_attacks.py`` runs the attack demo and
   the audit block of ``docs/explanation/audit.md`` (here, ``slow``) runs ``immersion audit

@@ -180,7 +180,7 @@ def test_cli():
 
 
 def _cfg(**kw):
-    from immersion_fl.engine import RunConfig
+    from immersion_fl.runtime.engine import RunConfig
 
     base = dict(
         scheme="gd-dp",
@@ -198,7 +198,7 @@ def _cfg(**kw):
 
 @pytest.mark.parametrize("scheme", ["sgd-dp", "gsgd-dp", "gd-dp"])
 def test_schemes_calibrate_sigma2_to_the_total_epsilon(scheme):
-    from immersion_fl.engine import run_federated
+    from immersion_fl.runtime.engine import run_federated
     from immersion_secagg.engine import account
 
     res = run_federated(_cfg(scheme=scheme))
@@ -212,7 +212,7 @@ def test_schemes_calibrate_sigma2_to_the_total_epsilon(scheme):
 
 
 def test_more_privacy_means_more_noise():
-    from immersion_fl.engine import run_federated
+    from immersion_fl.runtime.engine import run_federated
 
     tight = run_federated(_cfg(epsilon=1.0, rounds=1)).summary()["sigma2"]
     loose = run_federated(_cfg(epsilon=8.0, rounds=1)).summary()["sigma2"]
@@ -220,8 +220,8 @@ def test_more_privacy_means_more_noise():
 
 
 def test_scheme_bad_input():
-    from immersion_fl.engine import run_federated
-    from immersion_fl.faults import FaultPlan
+    from immersion_fl.runtime.engine import run_federated
+    from immersion_fl.runtime.faults import FaultPlan
 
     with pytest.raises(InvalidArgumentError, match="batch_size"):
         run_federated(_cfg(batch_size=10_000))
@@ -249,7 +249,7 @@ def test_fig5_demo_runs_and_plots(tmp_path):
 
 def test_sgd_dp_without_noise_learns_like_gd():
     """A regression guard: the IID batch keeps each record with its own label."""
-    from immersion_fl.engine import run_federated
+    from immersion_fl.runtime.engine import run_federated
 
     sgd = run_federated(_cfg(scheme="sgd-dp", noise="off", rounds=5, clients=10)).accuracy[-1]
     gd = run_federated(_cfg(scheme="gd-dp", noise="off", rounds=5, clients=10)).accuracy[-1]

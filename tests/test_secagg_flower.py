@@ -85,7 +85,7 @@ def test_secagg_sum_rejects_settings_that_would_wrap_around():
 @pytest.mark.slow
 def test_gd_dp_on_flower_with_secagg_trains_like_the_local_engine_up_to_quantisation():
     """noise off: the only difference between the engines is SecAgg+'s fixed-point sum."""
-    from immersion_fl.engine import RunConfig, run_federated
+    from immersion_fl.runtime.engine import RunConfig, run_federated
 
     cfg = RunConfig.from_flat(
         dict(
@@ -109,7 +109,7 @@ def test_gd_dp_on_flower_with_secagg_trains_like_the_local_engine_up_to_quantisa
 def test_gd_dp_on_flower_with_the_core_secure_sum_trains_like_the_local_engine():
     """noise off: the core secure sum (the default) is within N 2^-61 of the exact sum, so the
     Flower run's model equals the in-process one to 1e-15, where SecAgg+ differs by 1e-5."""
-    from immersion_fl.engine import RunConfig, run_federated
+    from immersion_fl.runtime.engine import RunConfig, run_federated
 
     cfg = RunConfig.from_flat(
         dict(scheme="gd-dp", noise="off", model="linear", clients=3, rounds=2, batch_size=8, lr=0.5)
@@ -122,7 +122,7 @@ def test_gd_dp_on_flower_with_the_core_secure_sum_trains_like_the_local_engine()
 
 def test_the_secure_sum_option_is_checked_by_name():
     from immersion import InvalidArgumentError
-    from immersion_fl.engine import RunConfig
+    from immersion_fl.runtime.engine import RunConfig
 
     with pytest.raises(InvalidArgumentError, match="secure_sum"):
         RunConfig.from_flat(dict(scheme="gd-dp", secure_sum="plain"))

@@ -14,8 +14,8 @@ torch = pytest.importorskip("torch")
 from click.testing import CliRunner  # noqa: E402
 from immersion import InvalidArgumentError, PrecisionError  # noqa: E402
 from immersion.cli.main import main  # noqa: E402
-from immersion_fl.data import load_digits_dataset  # noqa: E402
-from immersion_fl.optimizers import adam  # noqa: E402
+from immersion_fl.runtime.data import load_digits_dataset  # noqa: E402
+from immersion_fl.runtime.optimizers import adam  # noqa: E402
 from immersion_siml.dynamics import OptimizerDynamics, TrainingPlan, run_plan  # noqa: E402
 from immersion_siml.job import (  # noqa: E402
     PrivacyDesign,

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 from immersion import InvalidArgumentError, OptionalDependencyError
-from immersion_fl.data import Dataset
+from immersion_fl.runtime.data import Dataset
 from immersion_siml.dpsgd import DpSgdResult, opacus_available, train_dpsgd
 
 
@@ -40,7 +40,7 @@ def needs_opacus():
 @pytest.fixture(scope="module")
 def digits() -> Dataset:
     pytest.importorskip("sklearn", reason="the digits dataset needs scikit-learn (extra 'fl')")
-    from immersion_fl.data import load_dataset
+    from immersion_fl.runtime.data import load_dataset
 
     return load_dataset("digits")
 

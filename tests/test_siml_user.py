@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 from click.testing import CliRunner  # noqa: E402
 from immersion import InvalidArgumentError, NonFiniteError, load_keys  # noqa: E402
 from immersion.cli.main import main  # noqa: E402
-from immersion_fl.data import load_digits_dataset  # noqa: E402
+from immersion_fl.runtime.data import load_digits_dataset  # noqa: E402
 from immersion_siml import train  # noqa: E402
 from immersion_siml.job import (  # noqa: E402
     JOB_MAGIC,

@@ -1,13 +1,17 @@
 """Federated learning by immersion: SIFL M1/M2 (seed 000) and random-matrix SIFL (seed 003).
 
 Public API: :func:`run` (a user's torch module and data, :mod:`.api`), and for a Flower app
-of the user's own, :class:`SiflStrategy` and :func:`sifl_mod` (:mod:`.flower_native`).
+of the user's own, :class:`SiflStrategy` and :func:`sifl_mod` (:mod:`.flower.native`).
+
+Layout: the contract a scheme builds on at the top (:mod:`.hookspecs`, :mod:`.registry`,
+:mod:`.config`, :mod:`.scheme`); the SDK's runner in :mod:`.runtime`; one module per scheme in
+:mod:`.schemes`; the Flower adapters in :mod:`.flower`; the commands in :mod:`.cli`.
 
 Registers the schemes ``fedavg``, ``sifl-m1``, ``sifl-m2``, ``sifl-rm``, the optimizers ``sgd``,
 ``momentum``, ``adam``, the commands ``immersion fl run``, ``immersion bench sifl`` and
-``immersion keys flower`` (TLS certificates and SuperNode keys, :mod:`.tls`), and the audit's
-attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak`` (:mod:`.attacks`).
-Registering imports neither torch nor Flower.
+``immersion keys flower`` (TLS certificates and SuperNode keys, :mod:`.flower.tls`), and the
+audit's attacks ``shared-noise-difference``, ``client-decodes`` and ``m2-scalar-leak``
+(:mod:`.attacks`). Registering imports neither torch nor Flower.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ if TYPE_CHECKING:
     from flwr.clientapp.typing import ClientAppCallable
     from flwr.serverapp.strategy import Strategy
 
-    from .flower_native import SiflStrategy
+    from .flower.native import SiflStrategy
 
 __all__ = [
     "run",
@@ -44,15 +48,15 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name in ("SiflStrategy", "sifl_mod"):
-        from . import flower_native
+        from .flower import native as flower_native
 
         return getattr(flower_native, name)
     if name == "EveryClientFailedError":
-        from . import federation
+        from .runtime import federation
 
         return federation.EveryClientFailedError
     if name == "SecureAggregationError":
-        from . import secure
+        from .runtime import secure
 
         return secure.SecureAggregationError
     raise AttributeError(f"module 'immersion_fl' has no attribute {name!r}")
@@ -108,20 +112,20 @@ def immersion_register_fl_schemes() -> list[SchemeSpec]:
 
 
 def _sifl_strategy(strategy: Strategy, *, scheme: str, **options: Any) -> SiflStrategy:
-    from .flower_native import SiflStrategy
+    from .flower.native import SiflStrategy
 
     return SiflStrategy(strategy, scheme, **options)
 
 
 def _sifl_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    from .flower_native import sifl_mod
+    from .flower.native import sifl_mod
 
     return sifl_mod(msg, context, call_next)
 
 
 @hookimpl
 def immersion_register_optimizers() -> list[OptimizerSpec]:
-    from . import optimizers
+    from .runtime import optimizers
 
     return [
         OptimizerSpec("sgd", optimizers.sgd, "w <- w - lr g"),
@@ -132,7 +136,9 @@ def immersion_register_optimizers() -> list[OptimizerSpec]:
 
 @hookimpl
 def immersion_register_commands() -> list[CommandSpec]:
-    from .cli import bench_sifl, fl_group, keys_flower
+    from .cli.bench import bench_sifl
+    from .cli.keys import keys_flower
+    from .cli.run import fl_group
 
     return [
         CommandSpec("fl", fl_group, parent=""),

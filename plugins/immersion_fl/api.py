@@ -1,8 +1,8 @@
 """Federated learning on the user's own torch module and data: :func:`run`.
 
-The same rounds as ``immersion fl run`` (:func:`immersion_fl.engine.train_rounds`), on a
-:class:`~immersion_fl.engine.FederatedTask` built from the user's objects instead of the SDK's
-model and dataset names. The module is never modified: training runs on a flat copy of its
+The same rounds as ``immersion fl run`` (:func:`immersion_fl.runtime.engine.train_rounds`), on
+a :class:`~immersion_fl.runtime.engine.FederatedTask` built from the user's objects instead of
+the SDK's model and dataset names. The module is never modified: training runs on a flat copy of its
 parameters and the result holds a decoded copy of the same class.
 """
 
@@ -18,9 +18,9 @@ import numpy as np
 from immersion import InvalidArgumentError
 
 from .config import RunConfig
-from .engine import FederatedTask, RunResult, progress_bar, run_federated
-from .models import FlatModel
-from .user_model import (  # check_module, client_tensors: importable from here too
+from .runtime.engine import FederatedTask, RunResult, progress_bar, run_federated
+from .runtime.models import FlatModel
+from .runtime.user_model import (  # check_module, client_tensors: importable from here too
     check_module,
     check_outputs,
     check_targets,
@@ -176,7 +176,7 @@ def run(
     if checkpoint is not None and engine != "local":
         raise InvalidArgumentError("checkpoint", "checkpoints work with engine='local'")
     if resume and rng is None:  # OS-entropy seed: the saved run's
-        from .checkpoint import saved_seed
+        from .runtime.checkpoint import saved_seed
 
         seed = saved_seed(checkpoint)  # type: ignore[arg-type]
     else:

@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 from immersion.audit.runner import AttackResult
 
-from .faults import FaultPlan
+from .runtime.faults import FaultPlan
 
 if TYPE_CHECKING:
     import torch
 
-    from .client import Client
+    from .runtime.client import Client
     from .schemes import ClientKit, SiflM1
 
 DIFFERENCE_SCHEMES = ("sifl-m1", "sifl-m2", "sifl-rm")
@@ -122,7 +122,7 @@ def _federation(
     p: int = 2,
     epsilon_local: float = 1.0,
 ) -> _Federation:
-    from .engine import RunConfig, Server, task_from_config
+    from .runtime.engine import RunConfig, Server, task_from_config
     from .schemes import SiflM1, SiflOptions
 
     cfg = RunConfig(
@@ -153,12 +153,13 @@ def _federation(
 
 def _play(fed: _Federation, round_t: int, *, faults: FaultPlan | None = None) -> _Round:
     """One round of the scheme as the engine runs it; a federation built with
-    ``secure_aggregation`` runs the engine's secure round (:func:`immersion_fl.secure.local_round`)
-    and the view keeps what its aggregator received (masked words, by client)."""
+    ``secure_aggregation`` runs the engine's secure round
+    (:func:`immersion_fl.runtime.secure.local_round`) and the view keeps what its aggregator
+    received (masked words, by client)."""
     scheme = fed.scheme
     start = time.perf_counter()
     if scheme.secure_aggregation:
-        from .secure import local_round
+        from .runtime.secure import local_round
 
         seen: dict[int, np.ndarray] = {}
         seconds, contributors = local_round(

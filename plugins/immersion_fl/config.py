@@ -36,6 +36,55 @@ CONFIG_FORMAT = 2
 
 
 @dataclass(frozen=True)
+class Flag:
+    """How a scheme option appears on ``immersion fl run``, declared once with its field (use
+    :func:`option`). The flag is ``--`` and the field name with dashes; its type and default are
+    the field's (a ``bool`` defaulting to True becomes ``--name/--no-name``, one defaulting to
+    False a switch); ``immersion_fl.cli.options`` builds the click option and merges the flags
+    that several schemes share.
+
+    Parameters
+    ----------
+    help:
+        What the option means for the schemes that take it (the CLI prefixes their names).
+    choices:
+        The accepted strings, if the option is one of a fixed set.
+    low, high:
+        Bounds of a number (None: unbounded), checked by the CLI before the option class
+        validates the value.
+    open_low:
+        Whether ``low`` itself is refused.
+    cli_default:
+        The flag's default where it differs from the field's (``--noise auto``, read through
+        :meth:`SchemeOptions.interpret_flag`); None: the field's.
+    """
+
+    help: str
+    choices: tuple[str, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    cli_default: str | None = None
+
+
+def option(default: Any, help: str, **flag: Any) -> Any:
+    """A field of a :class:`SchemeOptions` subclass that is also a flag of ``immersion fl run``:
+    ``p: int = option(2, "Aggregator columns of sifl-m2.", low=2)``.
+
+    Parameters
+    ----------
+    default:
+        The field's default.
+    help:
+        As :attr:`Flag.help`.
+    **flag:
+        The other fields of :class:`Flag` (``choices``, ``low``, ``high``, ``open_low``,
+        ``cli_default``).
+    """
+    return dataclasses.field(default=default, metadata={"flag": Flag(help, **flag)})
+
+
+@dataclass(frozen=True)
 class SchemeOptions:
     """Base of every scheme's options: frozen, validated in ``__post_init__``, flag-aware.
 
@@ -68,6 +117,11 @@ class SchemeOptions:
             if name in names:
                 values[name] = cls.interpret_flag(name, value)
         return cls(**values)
+
+    @classmethod
+    def cli_flags(cls) -> list[tuple[dataclasses.Field[Any], Flag]]:
+        """The fields declared with :func:`option`, in field order, with their :class:`Flag`."""
+        return [(f, f.metadata["flag"]) for f in dataclasses.fields(cls) if "flag" in f.metadata]
 
     @classmethod
     def accepted_flags(cls) -> set[str]:
@@ -185,7 +239,8 @@ class NoOptions(SchemeOptions):
     """A scheme without options (plain FedAvg)."""
 
 
-#: The ways of splitting the data among the clients (:func:`immersion_fl.data.split_clients`).
+#: The ways of splitting the data among the clients
+#: (:func:`immersion_fl.runtime.data.split_clients`).
 SPLITS = ("iid", "dirichlet")
 #: Client timeouts must stay below this (the largest wait ``threading`` accepts, included).
 TIMEOUT_LIMIT = math.nextafter(threading.TIMEOUT_MAX, math.inf)
@@ -428,7 +483,7 @@ def _foreign_flags(scheme: str, flags: Mapping[str, Any]) -> dict[str, list[str]
     for flag, value in flags.items():
         if flag not in own and any(_sets_option(owner, flag, value) for owner in owners[flag]):
             foreign[flag] = sorted(
-                name for name, spec in _schemes().items() if _options_of(spec) in owners[flag]
+                name for name, spec in _schemes().items() if options_class_of(spec) in owners[flag]
             )
     return foreign
 
@@ -445,11 +500,17 @@ def options_class(scheme: str) -> type[SchemeOptions]:
 
     if not isinstance(scheme, str):
         raise InvalidArgumentError("scheme", f"expected a scheme name, got {scheme!r}")
-    return _options_of(fl_registry().fl_scheme(scheme))
+    return options_class_of(fl_registry().fl_scheme(scheme))
 
 
-def _options_of(spec: SchemeSpec) -> type[SchemeOptions]:
-    """``spec.options``, refused (naming the scheme) unless it derives from SchemeOptions."""
+def options_class_of(spec: SchemeSpec) -> type[SchemeOptions]:
+    """``spec.options``, refused (naming the scheme) unless it derives from SchemeOptions.
+
+    Parameters
+    ----------
+    spec:
+        A registered scheme.
+    """
     cls = spec.options
     if not (isinstance(cls, type) and issubclass(cls, SchemeOptions)):
         from immersion.errors import PluginError
@@ -468,7 +529,7 @@ def flag_owners() -> dict[str, list[type[SchemeOptions]]]:
     """Every flag some registered scheme's options accept, with the option classes that take it."""
     out: dict[str, list[type[SchemeOptions]]] = {}
     for spec in _schemes().values():
-        owner = _options_of(spec)
+        owner = options_class_of(spec)
         for flag in owner.accepted_flags():
             if owner not in out.setdefault(flag, []):
                 out[flag].append(owner)

@@ -89,7 +89,7 @@ class OptimizerSpec:
         The registered name (``immersion fl run --optimizer``).
     factory:
         ``factory(lr)`` returns an ``(init, update)`` gradient transformation
-        (``immersion_fl.optimizers.GradientTransformation``, Optax style).
+        (``immersion_fl.runtime.optimizers.GradientTransformation``, Optax style).
     description:
         One line for ``immersion plugins``.
     """

@@ -12,8 +12,8 @@ unconditionally instead of probing.
 :class:`Scheme` is generic over what travels: ``Scheme[BroadcastT, UploadT, AggregateT]``. The
 float schemes are ``Scheme[Tensor, Tensor, Tensor]``
 (:class:`~immersion_fl.schemes.FedAvg` and its subclasses); the modular ones broadcast an
-:class:`~immersion_fl.modular.IntegerBroadcast`, upload ``uint64`` arrays and aggregate to the
-integer sum with its total weight (:mod:`immersion_fl.modular`).
+:class:`~immersion_fl.schemes.modular.IntegerBroadcast`, upload ``uint64`` arrays and aggregate
+to the integer sum with its total weight (:mod:`immersion_fl.schemes.modular`).
 
 Schemes whose rounds do not fit (MP-DP, seed 001's schemes) register a ``runner`` instead
 (:class:`immersion_fl.hookspecs.SchemeSpec`).
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     import torch
     from immersion.backends import ArrayBackend
 
-    from .modular import ModularClientKit
     from .schemes import ClientKit
+    from .schemes.modular import ModularClientKit
 
 #: What the server broadcasts (:meth:`Scheme.broadcast`).
 BroadcastT = TypeVar("BroadcastT")
@@ -85,7 +85,8 @@ class SchemeContext:
 class Scheme(ABC, Generic[BroadcastT, UploadT, AggregateT]):
     """A weight-averaging federated scheme. Subclasses: :class:`~immersion_fl.schemes.FedAvg`,
     :class:`~immersion_fl.schemes.SiflM1`, :class:`~immersion_fl.schemes.SiflM2` (float,
-    ``Scheme[Tensor, Tensor, Tensor]``), and the modular ones of :mod:`immersion_fl.modular`.
+    ``Scheme[Tensor, Tensor, Tensor]``), and the modular ones of
+    :mod:`immersion_fl.schemes.modular`.
 
     Examples
     --------
@@ -108,7 +109,7 @@ class Scheme(ABC, Generic[BroadcastT, UploadT, AggregateT]):
     #: What a client holds to run :meth:`client_upload` (SIFL's ``ClientKit`` or
     #: ``ModularClientKit``), or None.
     kit: "ClientKit | ModularClientKit | None" = None
-    #: Whether the engines run the aggregation as a secure sum (:mod:`immersion_fl.secure`):
+    #: Whether the engines run the aggregation as a secure sum (:mod:`immersion_fl.runtime.secure`):
     #: the weighted sum of :meth:`aggregate` is then computed from masked uploads,
     #: :meth:`aggregator_code` and :meth:`server_update` run unchanged on the result (float
     #: schemes, whose aggregate is the coded weighted sum).

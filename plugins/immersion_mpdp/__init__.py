@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from flwr.app import Context, Message
     from flwr.serverapp import Grid
     from immersion_fl.config import RunConfig
-    from immersion_fl.faults import FaultPlan
+    from immersion_fl.runtime.faults import FaultPlan
 
     from .calibration import Calibration, calibrate
     from .engine import MpdpResult, TrainingDivergedError

@@ -520,7 +520,7 @@ def run_output_mask(*, quick: bool = False, seed: int = 0) -> list[AttackResult]
 
 
 def _run_output_mask(quick: bool, seed: int) -> list[AttackResult]:
-    from immersion_fl.data import load_dataset, split_clients
+    from immersion_fl.runtime.data import load_dataset, split_clients
 
     from .perturbation import perturb
 
@@ -539,7 +539,7 @@ def _run_output_mask(quick: bool, seed: int) -> list[AttackResult]:
     x_client, t_client = x[mine], one_hot(labels[mine], N_CLASSES)
     rng = np.random.default_rng([seed, 15])
     common = {
-        "dataset": "digits 8x8 (train/test split of immersion_fl.data)",
+        "dataset": "digits 8x8 (train/test split of immersion_fl.runtime.data)",
         "client_samples": len(mine),
         "clients": n_clients,
         "what_client_uses": "W_hat of the round and forward passes on its own labelled "
@@ -608,7 +608,7 @@ def _fresh_keys_row(
     common: dict[str, Any],
 ) -> AttackResult:
     """FedSGD (MP-DP's model, noise off), fresh keys every round; the client attacks each round."""
-    from immersion_fl.engine import RunConfig
+    from immersion_fl.runtime.engine import RunConfig
 
     from .engine import fedsgd_step, make_setup
     from .perturbation import perturb
@@ -741,7 +741,7 @@ def run_gradient_inversion(*, quick: bool = False, seed: int = 0) -> list[Attack
 
 
 def _run_gradient_inversion(quick: bool, seed: int) -> list[AttackResult]:
-    from immersion_fl.data import load_dataset
+    from immersion_fl.runtime.data import load_dataset
 
     from .mlp import mse_gradient
 

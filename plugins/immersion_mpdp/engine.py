@@ -18,10 +18,10 @@ import numpy as np
 from immersion import InvalidArgumentError
 from immersion.securesum.protocol import FixedPointRangeError
 from immersion.securesum.round import RoundOutcome, RoundRecords, RoundTransport, run_round
-from immersion_fl.data import load_dataset, split_clients
-from immersion_fl.engine import EveryClientFailedError, FederatedTask, RunConfig, RunResult
-from immersion_fl.faults import FaultPlan
-from immersion_fl.secure import SecureAggregationError
+from immersion_fl.runtime.data import load_dataset, split_clients
+from immersion_fl.runtime.engine import EveryClientFailedError, FederatedTask, RunConfig, RunResult
+from immersion_fl.runtime.faults import FaultPlan
+from immersion_fl.runtime.secure import SecureAggregationError
 
 from .agreement import (
     RoundGraph,

@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 from immersion.securesum.protocol import FixedPointRangeError
 from immersion.securesum.round import RoundRecords, run_round
-from immersion_fl import flower_engine as fl_flower
-from immersion_fl.engine import EveryClientFailedError, RunConfig
-from immersion_fl.faults import FaultPlan
-from immersion_fl.flower_engine import arrays_record as _arrays
-from immersion_fl.flower_engine import flwr_types as _flwr_types
+from immersion_fl.flower import engine as fl_flower
+from immersion_fl.runtime.engine import EveryClientFailedError, RunConfig
+from immersion_fl.runtime.faults import FaultPlan
+from immersion_fl.flower.engine import arrays_record as _arrays
+from immersion_fl.flower.engine import flwr_types as _flwr_types
 
 from . import engine
 from .ddp import PURPOSES, NoiseSettings, Upload

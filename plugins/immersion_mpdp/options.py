@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from immersion import InvalidArgumentError
-from immersion_fl.config import SchemeOptions, check_real, check_switch
+from immersion_fl.config import SchemeOptions, check_real, check_switch, option
 
 from .agreement import parse_graph
 
@@ -54,13 +54,30 @@ class MpdpOptions(SchemeOptions):
     noise_auto: ClassVar[str | None] = "on"
     former_defaults: ClassVar[dict[str, tuple[Any, ...]]] = {"graph": ("complete",)}
 
-    noise: str = "on"
-    epsilon: float = 1.0
-    delta: float = 1e-5
-    graph: str = "auto"
-    mask_graph: str = "auto"
-    mask_corrections: bool = True
-    sensitivity: float = 1.0
+    noise: str = option(
+        "on", "on or off (auto: on).", choices=("auto", "on", "off"), cli_default="auto"
+    )
+    epsilon: float = option(1.0, "per-round epsilon (seed 004 Eq. 23).", low=0, open_low=True)
+    delta: float = option(1e-5, "delta of the per-round guarantee.", low=0, high=0.5, open_low=True)
+    graph: str = option(
+        "auto",
+        "neighbour graph for pairwise noise, auto, complete or nout:N (Theorems 10, 11; auto: "
+        "n-out where Theorem 11 allows a sparse one, complete below).",
+    )
+    mask_graph: str = option(
+        "auto",
+        "neighbour graph of the masks of the corrections, auto, complete or nout:N (auto: "
+        "complete up to 7 clients, nout:2 above).",
+    )
+    mask_corrections: bool = option(
+        True, "the server sees only the sum of Psi and Phi (off: the paper's clear upload)."
+    )
+    sensitivity: float = option(
+        1.0,
+        "assumed per-record sensitivity (the paper's S_f = 1; the run reports the observed one).",
+        low=0,
+        open_low=True,
+    )
     correction_words: int = 1
 
     def __post_init__(self) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Callable
 
 from immersion import InvalidArgumentError
-from immersion_fl.engine import FederatedTask, RunConfig
-from immersion_fl.faults import FaultPlan
+from immersion_fl.runtime.engine import FederatedTask, RunConfig
+from immersion_fl.runtime.faults import FaultPlan
 
 from .engine import MpdpResult, run_local, validate
 

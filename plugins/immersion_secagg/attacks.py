@@ -337,7 +337,7 @@ def round_costs(x1: np.ndarray, x2: np.ndarray, clip: float) -> dict[str, float]
 def _user_updates(scheme: str, seed: int, sigma2: float) -> tuple[np.ndarray, np.ndarray]:
     """Two users' updates of ``scheme`` at the initial model (seed 001 engine, digits, linear)."""
     import torch
-    from immersion_fl.engine import RunConfig
+    from immersion_fl.runtime.engine import RunConfig
 
     from .users import make_users
 

@@ -9,7 +9,7 @@ seed, a 44-byte base64 key for a pairwise mask or 32 bytes of ``os.urandom`` for
 XOR-folded into ``seed32`` and fed to ``np.random.RandomState``). The audit row
 ``secagg-mask-seed`` measures what that costs an attacker.
 
-Here every round is :func:`immersion_fl.flower_engine.secure_flower_sum`: fresh X25519 keys per
+Here every round is :func:`immersion_fl.flower.engine.secure_flower_sum`: fresh X25519 keys per
 round, HKDF pair seeds, AES-128-CTR masks, two-limb fixed point (each value moved by at most
 ``2^-61``, so the released sum is within ``N 2^-61`` of the exact one instead of SecAgg+'s
 ``k 2c / T``), and a user that drops out after the key agreement has its masks removed from the
@@ -29,8 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from immersion_fl.faults import FaultPlan
-from immersion_fl.flower_engine import (
+from immersion_fl.flower.engine import (
     arrays_record,
     await_nodes,
     flwr_types,
@@ -41,14 +40,15 @@ from immersion_fl.flower_engine import (
     secure_flower_sum,
     send_each,
 )
-from immersion_fl.secure import masked_upload
+from immersion_fl.runtime.faults import FaultPlan
+from immersion_fl.runtime.secure import masked_upload
 
 from .flower_secagg import AggregationRun, Step
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message
     from flwr.serverapp import Grid
-    from immersion_fl.engine import RunConfig
+    from immersion_fl.runtime.engine import RunConfig
 
 
 def core_secure_models(
@@ -128,7 +128,7 @@ def _serve(
 
 def _client_work(msg: Message, context: Context) -> Message:
     """A node: handshake, then the advertise / train / reveal phases of each round."""
-    from immersion_fl.engine import RunConfig
+    from immersion_fl.runtime.engine import RunConfig
 
     from .users import NodeUpdates
 

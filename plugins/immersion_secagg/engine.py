@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from immersion import InvalidArgumentError
-from immersion_fl.engine import FederatedTask, RunConfig, RunResult
-from immersion_fl.faults import FaultPlan
-from immersion_fl.optimizers import (
+from immersion_fl.runtime.engine import FederatedTask, RunConfig, RunResult
+from immersion_fl.runtime.faults import FaultPlan
+from immersion_fl.runtime.optimizers import (
     EmptyState,
     sgd,
 )

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from flwr.serverapp.exception import PrivacyBudgetExhausted
 from immersion import ImmersionError, InvalidArgumentError
-from immersion_fl.secure import SecureAggregationError
+from immersion_fl.runtime.secure import SecureAggregationError
 
 #: HKDF label of the pair seeds (separates them from the other uses of the secure sum).
 LABEL = "immersion-flower-secagg"

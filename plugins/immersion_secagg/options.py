@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from immersion import InvalidArgumentError
-from immersion_fl.config import SchemeOptions, check_real, check_switch
+from immersion_fl.config import SchemeOptions, check_real, check_switch, option
 
 #: How the Flower engine sums the users' updates.
 SECURE_SUMS = ("core", "secagg+")
@@ -40,12 +40,23 @@ class DpSgdOptions(SchemeOptions):
 
     noise_auto: ClassVar[str | None] = "on"
 
-    noise: str = "on"
-    epsilon: float = 1.0
-    delta: float = 1e-5
-    grad_clip: float = 10.0
-    sigma2: float | None = None
-    secure_sum: str = "core"
+    noise: str = option(
+        "on", "on or off (auto: on).", choices=("auto", "on", "off"), cli_default="auto"
+    )
+    epsilon: float = option(1.0, "total epsilon over all rounds.", low=0, open_low=True)
+    delta: float = option(1e-5, "delta of the whole run.", low=0, high=0.5, open_low=True)
+    grad_clip: float = option(10.0, "per-example gradient clip C (seed 001).", low=0, open_low=True)
+    sigma2: float | None = option(
+        None,
+        "per-user noise variance (WF-NA floor); default: calibrated to --epsilon.",
+        low=0,
+    )
+    secure_sum: str = option(
+        "core",
+        "with --engine flower: the SDK's secure sum, or Flower's SecAgg+ (quantised; masks from "
+        "32-bit Mersenne Twister seeds).",
+        choices=SECURE_SUMS,
+    )
 
     def __post_init__(self) -> None:
         check_switch("noise", self.noise)

@@ -25,7 +25,7 @@ import operator
 
 import numpy as np
 from immersion import InvalidArgumentError
-from immersion_fl.optimizers import clip_to_norm
+from immersion_fl.runtime.optimizers import clip_to_norm
 
 
 def _generator(rng: object) -> np.random.Generator:

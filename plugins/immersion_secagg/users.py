@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from immersion import InvalidArgumentError
-from immersion_fl.data import load_dataset, split_clients
-from immersion_fl.models import FlatModel, build_model
-from immersion_fl.optimizers import (
+from immersion_fl.runtime.data import load_dataset, split_clients
+from immersion_fl.runtime.models import FlatModel, build_model
+from immersion_fl.runtime.optimizers import (
     GradientTransformation,
     chain,
     clip_by_norm,
@@ -33,7 +33,7 @@ from .updates import (
 from .wfna import wfna_noise
 
 if TYPE_CHECKING:
-    from immersion_fl.engine import FederatedTask, RunConfig
+    from immersion_fl.runtime.engine import FederatedTask, RunConfig
     from torch import Tensor
 
 

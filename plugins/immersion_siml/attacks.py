@@ -18,7 +18,7 @@ from immersion.audit.runner import AttackResult
 def run_service_decodes(*, quick: bool = False, seed: int = 0) -> list[AttackResult]:
     """Decode the training set and the final model from the job file and the service's own run."""
     import torch
-    from immersion_fl.data import load_digits_dataset
+    from immersion_fl.runtime.data import load_digits_dataset
 
     from .dynamics import TrainingPlan, run_plan
     from .job import PrivacyDesign, decode_model, load_job, prepare_job, save_job

@@ -161,7 +161,7 @@ def bench_siml(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """All figures of ``immersion bench siml`` as one dict (see the module docstring)."""
-    from immersion_fl.data import load_digits_dataset
+    from immersion_fl.runtime.data import load_digits_dataset
 
     dataset = dataset if dataset is not None else load_digits_dataset(seed=seed)
     plan = plan or TrainingPlan(

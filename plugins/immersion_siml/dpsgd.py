@@ -199,7 +199,8 @@ def train_dpsgd(
     model_name:
         One of ``mlp64``, ``nn-x2``, ``cnn`` (see :func:`~immersion_siml.models.build_siml_model`).
     dataset:
-        An :class:`immersion_fl.data.Dataset` (images (N, C, H, W) in [0, 1], integer labels).
+        An :class:`immersion_fl.runtime.data.Dataset` (images (N, C, H, W) in [0, 1], integer
+        labels).
     epsilon, delta:
         Target privacy budget; ``epsilon > 0`` and ``0 < delta < 1``.
     epochs, batch_size, lr, max_grad_norm:
@@ -232,7 +233,7 @@ def train_dpsgd(
 
     A run (needs the ``baselines`` extra, so skipped here; ``tests/test_siml_dpsgd.py`` runs it):
 
-    >>> from immersion_fl.data import load_dataset
+    >>> from immersion_fl.runtime.data import load_dataset
     >>> r = train_dpsgd("nn-x2", load_dataset("digits"), epsilon=2.0, epochs=1)  # doctest: +SKIP
     >>> r.epsilon_spent <= 2.0, 0.0 <= r.accuracy <= 1.0  # doctest: +SKIP
     (True, True)

@@ -23,7 +23,7 @@ from immersion import InvalidArgumentError
 from .models import SimlModel
 
 if TYPE_CHECKING:
-    from immersion_fl.optimizers import GradientTransformation
+    from immersion_fl.runtime.optimizers import GradientTransformation
 
 SYNC_MODES = ("epoch", "batch")
 #: Optimizers whose state SIML carries in the encoded state (:class:`OptimizerDynamics`).
@@ -122,10 +122,10 @@ class OptimizerDynamics:
     (eqs. 39-41).
 
     The optimizer is a gradient transformation with a named state
-    (:mod:`immersion_fl.optimizers`); its array fields are the moment blocks of ``x`` after ``w``,
-    in field order, and an integer ``count`` field is the public step counter. A field named
-    ``nu`` (Adam's second moment, ``~ g^2``) is carried as ``sqrt(nu)``: it then shares the
-    scale of the weights' code, which keeps the decoded trajectory exact (carrying ``nu`` itself
+    (:mod:`immersion_fl.runtime.optimizers`); its array fields are the moment blocks of ``x``
+    after ``w``, in field order, and an integer ``count`` field is the public step counter. A
+    field named ``nu`` (Adam's second moment, ``~ g^2``) is carried as ``sqrt(nu)``: it then shares
+    the scale of the weights' code, which keeps the decoded trajectory exact (carrying ``nu`` itself
     gave 1e-4 after 5 epochs).
 
     Parameters
@@ -133,7 +133,7 @@ class OptimizerDynamics:
     model:
         The model as a function of its flat parameter vector.
     optimizer:
-        The optimizer (e.g. ``immersion_fl.optimizers.adam(0.001)``).
+        The optimizer (e.g. ``immersion_fl.runtime.optimizers.adam(0.001)``).
     """
 
     def __init__(self, model: SimlModel, optimizer: GradientTransformation) -> None:

@@ -24,7 +24,7 @@ from .models import MODEL_NAMES, SimlModel, build_siml_model
 
 def require_torch() -> Any:
     """torch, or an OptionalDependencyError naming the ``torch`` extra."""
-    from immersion_fl.user_model import require_torch as torch_or_error
+    from immersion_fl.runtime.user_model import require_torch as torch_or_error
 
     return torch_or_error("SIML on a torch module")
 
@@ -46,7 +46,7 @@ def check_module(model: Any) -> None:
     ...
     immersion.errors.InvalidArgumentError: model: has buffers ['running_mean', ...] ...
     """
-    from immersion_fl.user_model import check_module as check_parameters
+    from immersion_fl.runtime.user_model import check_module as check_parameters
 
     check_parameters(model, carrier="SIML's encoded state", purpose="SIML on a torch module")
     torch = require_torch()
@@ -229,7 +229,7 @@ def load_user_data(path: str, *, n_classes: int | None = None) -> UserData:
 
 def load_data(spec: str, *, seed: int = 0) -> Any:
     """A dataset by name: the SDK's (``digits``, ``digits28``, ``mnist:PATH``, ``fashion:PATH``,
-    an ``immersion_fl.data.Dataset``) or the user's loader ``package.module:function``
+    an ``immersion_fl.runtime.data.Dataset``) or the user's loader ``package.module:function``
     (:func:`load_user_data`).
 
     Parameters
@@ -241,7 +241,7 @@ def load_data(spec: str, *, seed: int = 0) -> Any:
     """
     if is_import_path(spec) and spec.partition(":")[0] not in ("mnist", "fashion"):
         return load_user_data(spec)
-    from immersion_fl.data import load_dataset
+    from immersion_fl.runtime.data import load_dataset
 
     return load_dataset(spec, seed=seed)
 

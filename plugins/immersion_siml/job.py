@@ -259,7 +259,7 @@ def _describe(manifest: tuple[tuple[str, tuple[int, ...]], ...]) -> str:
 
 def plan_dynamics(model: Any, plan: TrainingPlan) -> OptimizerDynamics:
     """The plan's optimizer (resolved by its registered name) as a dynamical system on ``model``."""
-    from immersion_fl.engine import optimizer_by_name
+    from immersion_fl.runtime.engine import optimizer_by_name
 
     return OptimizerDynamics(model, optimizer_by_name(plan.optimizer, plan.lr))
 

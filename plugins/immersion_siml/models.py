@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from immersion import InvalidArgumentError
-from immersion_fl.models import FlatModel, build_model, count_parameters
+from immersion_fl.runtime.models import FlatModel, build_model, count_parameters
 
 #: Model names accepted by ``immersion siml run --model`` (besides ``package.module:function``).
 MODEL_NAMES = ("mlp64", "nn-x2", "cnn")

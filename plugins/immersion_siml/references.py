@@ -58,7 +58,7 @@ def plain_training(
     Examples
     --------
     >>> import torch
-    >>> from immersion_fl.optimizers import sgd
+    >>> from immersion_fl.runtime.optimizers import sgd
     >>> from immersion_siml.models import SimlModel
     >>> net = torch.nn.Linear(2, 2).double()
     >>> dyn = OptimizerDynamics(SimlModel(net, loss="mse"), sgd(0.1))

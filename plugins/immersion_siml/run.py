@@ -170,14 +170,14 @@ def run_siml(
 
     ``model_name`` is one of :data:`~immersion_siml.models.MODEL_NAMES` or the user's
     ``package.module:function`` (see :func:`~immersion_siml.job.prepare_job`); ``dataset`` an
-    ``immersion_fl.data.Dataset`` or the user's :class:`~immersion_siml.inputs.UserData` (without
-    a test split the accuracies are NaN). With ``compare_plain`` the plain optimizer runs on the
-    same data, initial weights and batch order, and every epoch's decoded iterate is compared
-    with the plain one.
+    ``immersion_fl.runtime.data.Dataset`` or the user's :class:`~immersion_siml.inputs.UserData`
+    (without a test split the accuracies are NaN). With ``compare_plain`` the plain optimizer
+    runs on the same data, initial weights and batch order, and every epoch's decoded iterate is
+    compared with the plain one.
 
     Examples
     --------
-    >>> from immersion_fl.data import load_digits_dataset
+    >>> from immersion_fl.runtime.data import load_digits_dataset
     >>> plan = TrainingPlan(optimizer="sgd", lr=0.05, epochs=2, batch_size=64)
     >>> result = run_siml("nn-x2", load_digits_dataset(), plan)
     >>> result.max_abs_diff_vs_plain < 1e-9, result.accuracy == result.accuracy_plain

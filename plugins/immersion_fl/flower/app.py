@@ -2,8 +2,8 @@
 ``flwr run``.
 
 The run configuration comes from ``[tool.flwr.app.config]`` (or ``flwr run --run-config``), with
-the :class:`~immersion_fl.engine.RunConfig` field names (``hidden`` as "200,200"). Each SuperNode
-gives its ``partition-id`` in ``--node-config``. See fl_demos/flower_app/ and
+the :class:`~immersion_fl.runtime.engine.RunConfig` field names (``hidden`` as "200,200"). Each
+SuperNode gives its ``partition-id`` in ``--node-config``. See fl_demos/flower_app/ and
 docs/tutorials/flower.md.
 """
 
@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any
 from flwr.clientapp import ClientApp
 from flwr.serverapp import ServerApp
 
-from .config import RunConfig
-from .engine import stderr_progress
-from .faults import FaultPlan
-from .flower_engine import client_train, serve
+from ..config import RunConfig
+from ..runtime.engine import stderr_progress
+from ..runtime.faults import FaultPlan
+from .engine import client_train, serve
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message
     from flwr.serverapp import Grid
 
-    from .hookspecs import FlowerHooks
+    from ..hookspecs import FlowerHooks
 
 
 def config_from_run_config(run_config: dict[str, Any]) -> RunConfig:
@@ -41,7 +41,7 @@ def config_from_run_config(run_config: dict[str, Any]) -> RunConfig:
 
 def _scheme_hooks(scheme: str) -> FlowerHooks | None:
     """The Flower hooks of a scheme with its own rounds (``SchemeSpec.flower``), or None."""
-    from .registry import fl_registry
+    from ..registry import fl_registry
 
     hooks = fl_registry().fl_scheme(scheme).flower
     return hooks if hooks.server is not None else None

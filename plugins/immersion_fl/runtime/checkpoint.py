@@ -19,7 +19,7 @@ import numpy as np
 from immersion import KeyFileError
 from immersion.files import npz_bytes, write_private
 
-from .config import RunConfig
+from ..config import RunConfig
 
 if TYPE_CHECKING:
     from .federation import Server

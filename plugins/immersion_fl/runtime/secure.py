@@ -51,8 +51,8 @@ from .faults import FaultPlan, run_client
 if TYPE_CHECKING:
     import torch
 
+    from ..scheme import AnyScheme
     from .client import Client
-    from .scheme import AnyScheme
 
 LOG = logging.getLogger("immersion.fl")
 
@@ -243,7 +243,7 @@ def local_round(
         Called with the masked uploads of the attempt that is summed, by client: what the
         aggregator receives (``immersion audit`` looks at it).
     """
-    from immersion_fl.federation import EveryClientFailedError
+    from immersion_fl.runtime.federation import EveryClientFailedError
 
     torch = _torch()
     start = time.perf_counter()

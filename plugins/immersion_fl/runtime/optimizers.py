@@ -16,7 +16,7 @@ encoded model once, runs the ordinary optimizer with its state in original coord
 the total change back (:func:`immersion_fl.schemes.lift_change`). Because the lift is linear and
 exact, the decoded trajectory equals the plain one for any optimizer state (momentum, Adam
 moments). Registered names (``sgd``, ``momentum``, ``adam``, plugins' own) are resolved at the
-edge (engine, CLI) through :func:`immersion_fl.engine.optimizer_by_name`.
+edge (engine, CLI) through :func:`immersion_fl.runtime.engine.optimizer_by_name`.
 
 References
 ----------

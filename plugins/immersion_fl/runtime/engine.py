@@ -4,8 +4,8 @@ The learning problem of a run is a :class:`FederatedTask` (model, each client's 
 data); :func:`task_from_config` builds one from the SDK's model and dataset names (the runner,
 ``immersion fl run``), :func:`immersion_fl.api.run` from a user's own module and data. The rounds
 are the same either way (:func:`train_rounds`). Registered names (schemes, optimizers) are
-resolved at the edge (:mod:`immersion_fl.federation`, whose names this module re-exports), never
-inside the scheme or optimizer modules.
+resolved at the edge (:mod:`immersion_fl.runtime.federation`, whose names this module
+re-exports), never inside the scheme or optimizer modules.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from immersion import InvalidArgumentError
 
+from ..config import RunConfig
+from ..scheme import AggregateT, AnyScheme, BroadcastT, Scheme, UploadT
 from .checkpoint import Checkpoint
 from .client import Client
-from .config import RunConfig
 from .faults import FaultPlan, run_client
 from .federation import (
     EveryClientFailedError,
@@ -34,7 +35,6 @@ from .federation import (
     task_from_config,
     uses_user_code,
 )
-from .scheme import AggregateT, AnyScheme, BroadcastT, Scheme, UploadT
 
 if TYPE_CHECKING:
     import torch
@@ -89,9 +89,9 @@ def _round(
     """One round; failing clients are left out and the weights renormalised over the others.
 
     With ``scheme.secure_aggregation`` the aggregation is a secure sum
-    (:func:`immersion_fl.secure.local_round`). Returns the seconds, the clients whose uploads were
-    aggregated and, with ``locals_sink``, the plain weighted average of their local models (their
-    true ``w_i``: the reference of the one-step error).
+    (:func:`immersion_fl.runtime.secure.local_round`). Returns the seconds, the clients whose
+    uploads were aggregated and, with ``locals_sink``, the plain weighted average of their local
+    models (their true ``w_i``: the reference of the one-step error).
     """
     if locals_sink is not None:
         clients = [_Recording(c, locals_sink) for c in clients]  # type: ignore[misc]
@@ -277,7 +277,7 @@ def run_federated(
     RunResult
         The per-round figures and the final decoded model.
     """
-    from .registry import fl_registry
+    from ..registry import fl_registry
 
     plan = faults or FaultPlan()
     spec = fl_registry().fl_scheme(cfg.scheme)
@@ -291,7 +291,7 @@ def run_federated(
             )
         return spec.runner(cfg, engine=engine, progress=progress, faults=plan, task=task)
     if engine == "flower":
-        from .flower_engine import run_flower
+        from ..flower.engine import run_flower
 
         if checkpoint is not None or resume or stop_after is not None:
             raise InvalidArgumentError("checkpoint", "checkpoints work with engine='local'")

@@ -40,13 +40,13 @@ from immersion.integer import (
 )
 from immersion.keys import code_from_arrays, draw_modular_code
 
-from .scheme import LocalTrainer, Scheme, SchemeContext
+from ..scheme import LocalTrainer, Scheme, SchemeContext
 
 if TYPE_CHECKING:
     import torch
     from immersion.keys.modular import ModularBlockCode, ModularDenseCode
 
-    from .schemes import SiflOptions
+    from .options import SiflOptions
 
 IntegerMap = Callable[[np.ndarray], np.ndarray]
 #: What a modular aggregator hands the server: the integer weighted sum ``sum n_i u_i`` (coded by

@@ -13,7 +13,7 @@ def write_fl_plots(result: Any, folder: Path) -> list[Path]:
     ----------
     result:
         A run's result with per-round ``accuracy``, ``loss`` and their ``_plain`` twins
-        (:class:`~immersion_fl.engine.RunResult` or a scheme runner's own).
+        (:class:`~immersion_fl.runtime.engine.RunResult` or a scheme runner's own).
     folder:
         Where to write (created).
     """

@@ -4,8 +4,8 @@
 one from the SDK's model and dataset names or a user's import paths), :class:`Server` (the scheme
 with its keys, plain FedAvg beside it, the history in a :class:`RunResult`), and the registry
 lookups :func:`make_scheme` and :func:`optimizer_by_name`. The in-process rounds are in
-:mod:`immersion_fl.engine`, the Flower ones in :mod:`immersion_fl.flower_engine`; both import this
-module and neither imports the other's rounds.
+:mod:`immersion_fl.runtime.engine`, the Flower ones in :mod:`immersion_fl.flower.engine`; both
+import this module and neither imports the other's rounds.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import numpy as np
 from immersion import ImmersionError, InvalidArgumentError
 from immersion.backends import make_backend
 
+from ..config import RunConfig, SchemeOptions
+from ..scheme import AnyScheme, SchemeContext
+from ..schemes import FedAvg
 from .client import Client
-from .config import RunConfig, SchemeOptions
 from .data import load_dataset, split_clients
 from .models import FlatModel, build_model
 from .optimizers import GradientTransformation
-from .scheme import AnyScheme, SchemeContext
-from .schemes import FedAvg
 from .user_model import check_module, check_outputs, client_tensors
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def optimizer_by_name(name: str, lr: float) -> GradientTransformation:
     >>> opt.update(np.array([2.0]), opt.init(np.zeros(1)), None)[0].tolist()
     [-1.0]
     """
-    from .registry import fl_registry
+    from ..registry import fl_registry
 
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
         raise InvalidArgumentError("lr", f"expected lr > 0, got {lr!r}")
@@ -71,7 +71,7 @@ def make_scheme(name: str, options: SchemeOptions, context: SchemeContext) -> An
     context:
         Backend and key generator.
     """
-    from .registry import fl_registry
+    from ..registry import fl_registry
 
     spec = fl_registry().fl_scheme(name)
     if spec.factory is None:

@@ -43,8 +43,8 @@ from flwr.common.logger import log as flower_log
 from flwr.serverapp.strategy import Strategy
 from immersion import InvalidArgumentError
 
-from .scheme import SchemeContext
-from .schemes import ClientKit, SiflM1, SiflOptions
+from ..scheme import SchemeContext
+from ..schemes import ClientKit, SiflM1, SiflOptions
 
 if TYPE_CHECKING:
     import torch
@@ -277,7 +277,7 @@ class SiflStrategy(Strategy):
         import torch
         from immersion.backends import make_backend
 
-        from .engine import make_scheme
+        from ..runtime.engine import make_scheme
 
         self.layout = Layout.of(arrays)
         context = SchemeContext(make_backend("torch", dtype="float64"), self._rng)

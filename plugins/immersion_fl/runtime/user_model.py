@@ -3,7 +3,8 @@
 :func:`client_tensors`, :func:`check_targets`, :func:`check_outputs`).
 
 A leaf of the package: it imports neither the engines nor :mod:`immersion_fl.api` (which
-re-exports these names), so :mod:`immersion_fl.federation` can use it without an import cycle.
+re-exports these names), so :mod:`immersion_fl.runtime.federation` can use it without an import
+cycle.
 """
 
 from __future__ import annotations

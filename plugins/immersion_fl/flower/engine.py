@@ -1,6 +1,6 @@
 """The SDK runner on Flower: the same schemes as a Flower ServerApp + ClientApp, run by Flower's
 simulation runtime (``immersion fl run --engine flower``) or its deployment runtime
-(:mod:`immersion_fl.flower_app`).
+(:mod:`immersion_fl.flower.app`).
 
 Message flow (Flower's Message API, flwr 1.41):
 
@@ -12,7 +12,7 @@ Message flow (Flower's Message API, flwr 1.41):
   answers with its upload. Nodes that answer with an error are left out of the round (logged).
 
 The ServerApp aggregates with weights |D_i| / sum over the nodes that answered. A Flower user who
-keeps their own apps uses :mod:`immersion_fl.flower_native` instead.
+keeps their own apps uses :mod:`immersion_fl.flower.native` instead.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from immersion import OptionalDependencyError
 from immersion.securesum.protocol import SecureSumClient
 from immersion.securesum.round import RoundRecords, RoundTransport, run_round
 
-from .client import Client
-from .faults import FaultPlan, upload_problem
-from .federation import (
+from ..runtime.client import Client
+from ..runtime.faults import FaultPlan, upload_problem
+from ..runtime.federation import (
     EveryClientFailedError,
     FederatedTask,
     RunConfig,
@@ -39,10 +39,10 @@ from .federation import (
     optimizer_by_name,
     task_from_config,
 )
-from .modular import FixedPointFedAvg, IntegerBroadcast, ModularClientKit
-from .scheme import AnyScheme
-from .schemes import ClientKit, client_upload
-from .secure import masked_upload, new_party
+from ..runtime.secure import masked_upload, new_party
+from ..scheme import AnyScheme
+from ..schemes import ClientKit, client_upload
+from ..schemes.modular import FixedPointFedAvg, IntegerBroadcast, ModularClientKit
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -160,7 +160,7 @@ def serve(
     progress:
         Called with one line per round.
     task:
-        A user's learning problem (default: :func:`~immersion_fl.engine.task_from_config`).
+        A user's learning problem (default: :func:`~immersion_fl.runtime.engine.task_from_config`).
     reference_drift:
         Also run plain FedAvg summing its uploads in reverse order (with ``compare_plain``), as
         the local engine does. The one-step error is not recorded here: it needs the clients'
@@ -399,15 +399,15 @@ def secure_flower_sum(
     aborted: list[dict[str, Any]],
 ) -> tuple[np.ndarray, list[int]]:
     """The weighted sum ``sum_i |D_i| v_i / sum |D_i|`` of the clients' vectors as a secure sum
-    over Flower messages (:mod:`immersion_fl.secure`, the core's
+    over Flower messages (:mod:`immersion_fl.runtime.secure`, the core's
     :mod:`immersion.securesum.protocol`).
 
     Messages (type ``train``, the phase in ``config["kind"]``): ``secagg/advertise`` (a fresh key
     pair per round and attempt; the node keeps it in ``context.state``), ``train`` with
     ``content``, every public key and the node's weight (the node answers with its masked vector,
-    :func:`immersion_fl.secure.masked_upload`), and ``secagg/reveal`` to the survivors if clients
+    :func:`immersion_fl.runtime.secure.masked_upload`), and ``secagg/reveal`` to the survivors if clients
     dropped out after the key agreement; if a survivor does not reveal, the attempt is given up
-    and retried with fresh keys among the others (:data:`immersion_fl.secure.MAX_ATTEMPTS`).
+    and retried with fresh keys among the others (:data:`immersion_fl.runtime.secure.MAX_ATTEMPTS`).
 
     Parameters
     ----------
@@ -435,7 +435,7 @@ def secure_flower_sum(
     tuple
         The weighted sum renormalised over the contributors (float64), and the contributors.
     """
-    from . import secure
+    from ..runtime import secure
 
     transport = FlowerSecureSum(grid, node_of, sizes, t, content, config, n_values, timeout)
     outcome = run_round(
