@@ -46,10 +46,10 @@ import numpy as np
 from immersion.securesum.protocol import FixedPointRangeError
 from immersion.securesum.round import RoundRecords, run_round
 from immersion_fl.flower import engine as fl_flower
-from immersion_fl.runtime.engine import EveryClientFailedError, RunConfig
-from immersion_fl.runtime.faults import FaultPlan
 from immersion_fl.flower.engine import arrays_record as _arrays
 from immersion_fl.flower.engine import flwr_types as _flwr_types
+from immersion_fl.runtime.engine import EveryClientFailedError, RunConfig
+from immersion_fl.runtime.faults import FaultPlan
 
 from . import engine
 from .ddp import PURPOSES, NoiseSettings, Upload

@@ -404,10 +404,11 @@ def secure_flower_sum(
 
     Messages (type ``train``, the phase in ``config["kind"]``): ``secagg/advertise`` (a fresh key
     pair per round and attempt; the node keeps it in ``context.state``), ``train`` with
-    ``content``, every public key and the node's weight (the node answers with its masked vector,
-    :func:`immersion_fl.runtime.secure.masked_upload`), and ``secagg/reveal`` to the survivors if clients
-    dropped out after the key agreement; if a survivor does not reveal, the attempt is given up
-    and retried with fresh keys among the others (:data:`immersion_fl.runtime.secure.MAX_ATTEMPTS`).
+    ``content``, every public key and the node's weight (the node answers with its masked
+    vector, :func:`immersion_fl.runtime.secure.masked_upload`), and ``secagg/reveal`` to the
+    survivors if clients dropped out after the key agreement; if a survivor does not reveal, the
+    attempt is given up and retried with fresh keys among the others
+    (:data:`immersion_fl.runtime.secure.MAX_ATTEMPTS`).
 
     Parameters
     ----------
