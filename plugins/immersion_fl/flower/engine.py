@@ -510,7 +510,7 @@ class FlowerSecureSum(RoundTransport[np.ndarray, bytes]):
         self, attempt: int, members: list[int], publics: Mapping[int, bytes], graph: Any
     ) -> dict[int, np.ndarray | str]:
         """``train`` with every public key and the node's weight: its masked vector, checked."""
-        from .secure import SecureRound
+        from ..runtime.secure import SecureRound
 
         ConfigRecord, RecordDict = _flwr()[0].ConfigRecord, _flwr()[0].RecordDict
         sec = SecureRound(self.t, members, self.sizes, dict(publics))
