@@ -463,6 +463,7 @@ def test_python_control_objects_that_are_not_supported(ct):
         ({"n_state": 2}, "n_state", "read from sys"),
         ({"n_public": 1}, "n_public", "read from sys"),
         ({"epsilon": 1.0}, "epsilon", "accepted: extra_state"),
+        ({"design": None}, "design", "dimensions are read from sys"),
         ({"epsilon_input": -1.0}, "epsilon_input", "> 0"),
         ({"backend": 3}, "backend", "backend name"),
     ],

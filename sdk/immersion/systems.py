@@ -40,6 +40,9 @@ CodedController = Union[Immersion, "EncryptedController"]
 
 #: Options that :func:`immerse_system` sets itself from ``sys`` (the user may not pass them).
 _DERIVED_OPTIONS = ("n_state", "n_input", "n_output", "n_public")
+#: ``immerse``'s ``design``: a :class:`~immersion.Design` holds the dimensions, which
+#: :func:`immerse_system` reads from ``sys``; the coding options are passed as keywords instead.
+_DESIGN_OPTION = "design"
 
 
 @dataclass(frozen=True, eq=False)
@@ -221,11 +224,17 @@ def _checked_options(
     accepted = [
         name
         for name, p in inspect.signature(builder).parameters.items()
-        if p.kind is p.KEYWORD_ONLY and name not in _DERIVED_OPTIONS
+        if p.kind is p.KEYWORD_ONLY and name not in (*_DERIVED_OPTIONS, _DESIGN_OPTION)
     ]
     for name in options:
         if name in _DERIVED_OPTIONS:
             raise InvalidArgumentError(name, "is read from sys; do not pass it to immerse_system")
+        if name == _DESIGN_OPTION:
+            raise InvalidArgumentError(
+                name,
+                "is not taken by immerse_system (the dimensions are read from sys); pass the "
+                "coding options as keywords",
+            )
         if name not in accepted:
             raise InvalidArgumentError(
                 name, f"is not an option of coding={coding!r}; accepted: {', '.join(accepted)}"
